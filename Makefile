@@ -1,0 +1,72 @@
+# dspark build. `make` builds build/dspark; `make test` builds and runs every test;
+# `make san` runs the tests under ASan+UBSan; `make fuzz` builds libFuzzer targets.
+# CUDA=1 is reserved for the CUDA backend (src/backend/cuda).
+
+BUILD   ?= build
+CC      ?= cc
+OPT     ?= -O3 -march=native
+CFLAGS  ?= $(OPT) -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wstrict-prototypes -Werror \
+           -Isrc -MMD -MP -pthread
+LDLIBS  += -lcjson -lpcre2-8 -lutf8proc -lm -pthread
+
+LIB_SRC  := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
+CLI_SRC  := $(shell find src/cli -name '*.c' | sort)
+TEST_SRC := $(wildcard tests/unit/test_*.c)
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TESTS    := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+LIB      := $(BUILD)/libdspark.a
+BIN      := $(BUILD)/dspark
+
+ifeq ($(CUDA),1)
+$(error CUDA=1: the CUDA backend is not part of this tree yet)
+endif
+
+.PHONY: all test san fuzz format check-format clean bench
+all: $(BIN)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(CLI_OBJ) $(LIB)
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(LIB) tests/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDLIBS)
+
+# Unit tests, then the black-box CLI tests (tests/cli/*.sh) against the built binary.
+test: $(TESTS) $(BIN)
+	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
+	@set -e; for s in $(wildcard tests/cli/*.sh); do echo "== $$s"; DSPARK=$(BIN) sh $$s; done
+	@echo "all tests passed"
+
+san:
+	$(MAKE) BUILD=build/san OPT="-O1 -march=native -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
+	    LDLIBS="-lcjson -lpcre2-8 -lutf8proc -lm -pthread -fsanitize=address,undefined" test
+
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
+fuzz:
+	$(MAKE) BUILD=build/fuzzlib CC=clang OPT="-O1 -g -march=native -fsanitize=address,fuzzer-no-link" build/fuzzlib/libdspark.a
+	$(MAKE) $(FUZZ_BIN)
+build/fuzz/%: tests/fuzz/%.c build/fuzzlib/libdspark.a
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -O1 -g -march=native -Isrc -fsanitize=address,fuzzer -o $@ $< build/fuzzlib/libdspark.a $(LDLIBS)
+
+format:
+	clang-format -i $$(find src tests tools bench -name '*.[ch]')
+check-format:
+	@clang-format --dry-run -Werror $$(find src tests tools bench -name '*.[ch]')
+
+clean:
+	rm -rf build
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

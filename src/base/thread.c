@@ -1,0 +1,125 @@
+/* base/thread.c: see thread.h. A job is published by bumping `gen`; each worker runs its
+ * share and bumps `done`. Workers spin on `gen` for a while before sleeping on a condvar, so
+ * back-to-back kernels in one forward pass pay no wake-up latency. */
+#include "base/thread.h"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define SPIN_ITERS 200000
+
+struct pool {
+    int n;                 /* threads including the caller */
+    pthread_t *threads;    /* [n-1] workers */
+    pool_fn *fn;           /* current job */
+    void *ctx;             /* current job's argument */
+    atomic_uint gen;       /* job generation; bumped to publish a job */
+    atomic_int done;       /* workers finished with the current job */
+    atomic_int quit;       /* set once at pool_free */
+    atomic_int n_sleeping; /* workers waiting on cond */
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+};
+
+struct worker_arg {
+    struct pool *p;
+    int ith;
+};
+
+int cpu_count(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static void *worker_main(void *arg) {
+    struct worker_arg *wa = arg;
+    struct pool *p = wa->p;
+    int ith = wa->ith;
+    free(wa);
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
+            if (++spins < SPIN_ITERS) {
+                _mm_pause();
+                continue;
+            }
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->n_sleeping, 1);
+            while (atomic_load(&p->gen) == seen) pthread_cond_wait(&p->cond, &p->mu);
+            atomic_fetch_sub(&p->n_sleeping, 1);
+            pthread_mutex_unlock(&p->mu);
+            spins = 0;
+        }
+        seen = g;
+        if (atomic_load(&p->quit)) return NULL;
+        p->fn(p->ctx, ith, p->n);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel);
+    }
+}
+
+struct pool *pool_new(int n_threads) {
+    if (n_threads <= 0) n_threads = cpu_count();
+    struct pool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->n = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cond, NULL);
+    p->threads = calloc((size_t)n_threads, sizeof *p->threads);
+    if (!p->threads) {
+        free(p);
+        return NULL;
+    }
+    for (int i = 1; i < n_threads; i++) {
+        struct worker_arg *wa = malloc(sizeof *wa);
+        if (!wa) {
+            p->n = i;
+            break;
+        }
+        wa->p = p;
+        wa->ith = i;
+        if (pthread_create(&p->threads[i - 1], NULL, worker_main, wa) != 0) {
+            free(wa);
+            p->n = i;
+            break;
+        }
+    }
+    return p;
+}
+
+static void publish(struct pool *p) {
+    atomic_store(&p->done, 0);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    if (atomic_load(&p->n_sleeping)) pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void pool_run(struct pool *p, pool_fn *fn, void *ctx) {
+    if (p->n == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    publish(p);
+    fn(ctx, 0, p->n);
+    while (atomic_load_explicit(&p->done, memory_order_acquire) != p->n - 1) _mm_pause();
+}
+
+void pool_free(struct pool *p) {
+    if (!p) return;
+    atomic_store(&p->quit, 1);
+    if (p->n > 1) publish(p);
+    for (int i = 1; i < p->n; i++) pthread_join(p->threads[i - 1], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cond);
+    free(p->threads);
+    free(p);
+}
+
+int pool_size(const struct pool *p) { return p->n; }

@@ -1,0 +1,13 @@
+/* base/timer.h: monotonic wall clock in seconds. */
+#ifndef DSPARK_BASE_TIMER_H
+#define DSPARK_BASE_TIMER_H
+
+#include <time.h>
+
+static inline double timer_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#endif
