@@ -1,0 +1,40 @@
+/* model/model.h: a decoder-only transformer loaded from a Hugging Face folder, and its
+ * forward pass on the CPU.
+ * Ownership: struct model owns its mapped weights and thread pool; struct kv_cache is owned
+ * by the caller (one per sequence) and must be used with the model that made it. A model
+ * runs one forward at a time (not thread-safe). */
+#ifndef DSPARK_MODEL_MODEL_H
+#define DSPARK_MODEL_MODEL_H
+
+#include "format/hf_config.h"
+
+#include <stdint.h>
+
+struct model;
+struct kv_cache;
+
+struct model_opts {
+    int n_threads;    /* <= 0: one per CPU */
+    int show_progress; /* progress bar on stderr while reading weights */
+};
+
+int model_load(const char *dir, const struct model_opts *opts, struct model **out);
+void model_free(struct model *m); /* NULL is a no-op */
+const struct hf_config *model_config(const struct model *m);
+size_t model_weight_bytes(const struct model *m); /* bytes read per decode step */
+
+/* A KV cache for up to max_ctx positions (<= 0: the model's max_position_embeddings). */
+int kv_new(const struct model *m, int max_ctx, struct kv_cache **out);
+void kv_free(struct kv_cache *kv);
+int kv_len(const struct kv_cache *kv);       /* positions held */
+int kv_capacity(const struct kv_cache *kv);
+void kv_truncate(struct kv_cache *kv, int n); /* roll back to the first n positions */
+
+/* Runs ids[0..n) at positions kv_len(kv).. and appends them to the cache. Writes the logits of
+ * every row to logits[n, vocab] when all_rows, else only the last row to logits[vocab].
+ * logits may be NULL (prefill of a prefix whose logits nobody needs).
+ * Returns ERR_FULL, leaving the cache as it was, when n positions do not fit. */
+int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int n, float *logits,
+                  int all_rows);
+
+#endif
