@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
