@@ -13,4 +13,26 @@
 void cpu_matmul(struct pool *pool, float *y, const float *x, const void *w, enum dtype wt,
                 const float *bias, int n, int k, int m);
 
+/* ---- norm.c, rope.c, attention.c ---- */
+
+/* y[n, d] = x / sqrt(mean(x^2) + eps) * w, per row. y may alias x. */
+void cpu_rmsnorm(float *y, const float *x, const float *w, int n, int d, float eps);
+/* g[i] = silu(g[i]) * u[i] for i < n. */
+void cpu_silu_mul(float *g, const float *u, size_t n);
+/* Rotates x[n, n_heads, head_dim] in place, row t at position pos0 + t ("rotate half" layout:
+ * element i pairs with i + head_dim/2). inv_freq has head_dim/2 entries. */
+void cpu_rope(float *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq);
+
+/* Causal attention of n query rows at positions pos0.. over a cache holding positions
+ * [0, pos0 + n). q, out: [n, n_heads, D]; k, v: [n_kv_heads][cap][D] for one layer.
+ * window > 0 restricts row p to keys in (p - window, p]. scratch: n_threads * cap floats. */
+struct cpu_attn {
+    float *out;
+    const float *q, *k, *v;
+    int n, pos0, cap, n_heads, n_kv_heads, head_dim, window;
+    float scale;
+    float *scratch;
+};
+void cpu_attention(struct pool *pool, const struct cpu_attn *a);
+
 #endif

@@ -1,0 +1,23 @@
+/* backend/cpu/norm.c: RMSNorm and the SwiGLU activation. The sum of squares is accumulated
+ * in double so the result does not depend on vector width. */
+#include "backend/cpu/cpu.h"
+
+#include <math.h>
+
+void cpu_rmsnorm(float *y, const float *x, const float *w, int n, int d, float eps) {
+    for (int r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * d;
+        float *yr = y + (size_t)r * d;
+        double ss = 0;
+        for (int i = 0; i < d; i++) ss += (double)xr[i] * xr[i];
+        float inv = (float)(1.0 / sqrt(ss / d + (double)eps));
+        for (int i = 0; i < d; i++) yr[i] = w[i] * (xr[i] * inv);
+    }
+}
+
+void cpu_silu_mul(float *g, const float *u, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float x = g[i];
+        g[i] = x / (1.0f + expf(-x)) * u[i];
+    }
+}
