@@ -1,0 +1,111 @@
+/* model/forward.c: the decoder layer loop, written once for every supported architecture.
+ * Input is processed in chunks of up to MODEL_CHUNK rows; each chunk's K/V are appended to
+ * the cache before its attention, so row t sees positions [0, pos0 + t]. Dimensions:
+ * T rows in the chunk, H hidden, D head_dim, QD = n_heads*D, KD = n_kv_heads*D, I ffn. */
+#include "model/model_impl.h"
+
+#include "backend/cpu/cpu.h"
+#include "base/err.h"
+#include "base/log.h"
+
+#include <math.h>
+#include <string.h>
+
+static void embed_rows(const struct model *m, const int32_t *ids, int T, float *x) {
+    size_t H = (size_t)m->cfg.hidden_size, esz = dtype_size(m->embed.dtype);
+    for (int t = 0; t < T; t++)
+        dtype_to_f32(m->embed.dtype, (const char *)m->embed.data + (size_t)ids[t] * H * esz,
+                     x + (size_t)t * H, H);
+}
+
+/* Copies this chunk's K and V rows ([T, KD]) into the cache at positions pos0.. */
+static void kv_store(struct kv_cache *kv, int layer, int pos0, int T, const float *k,
+                     const float *v) {
+    int D = kv->head_dim, nkv = kv->n_kv_heads;
+    for (int h = 0; h < nkv; h++) {
+        size_t base = (((size_t)layer * nkv + h) * kv->cap + (size_t)pos0) * D;
+        for (int t = 0; t < T; t++) {
+            memcpy(kv->k + base + (size_t)t * D, k + ((size_t)t * nkv + h) * D, sizeof(float) * D);
+            memcpy(kv->v + base + (size_t)t * D, v + ((size_t)t * nkv + h) * D, sizeof(float) * D);
+        }
+    }
+}
+
+static void attention_block(struct model *m, struct kv_cache *kv, int li, int pos0, int T) {
+    const struct hf_config *c = &m->cfg;
+    const struct layer *l = &m->layers[li];
+    int H = c->hidden_size, D = c->head_dim;
+    int QD = c->n_heads * D, KD = c->n_kv_heads * D;
+    cpu_rmsnorm(m->xn, m->x, l->attn_norm, T, H, c->rms_eps);
+    cpu_matmul(m->pool, m->q, m->xn, l->wq.data, l->wq.dtype, l->bq, T, H, QD);
+    cpu_matmul(m->pool, m->k, m->xn, l->wk.data, l->wk.dtype, l->bk, T, H, KD);
+    cpu_matmul(m->pool, m->v, m->xn, l->wv.data, l->wv.dtype, l->bv, T, H, KD);
+    if (l->q_norm) {
+        cpu_rmsnorm(m->q, m->q, l->q_norm, T * c->n_heads, D, c->rms_eps);
+        cpu_rmsnorm(m->k, m->k, l->k_norm, T * c->n_kv_heads, D, c->rms_eps);
+    }
+    cpu_rope(m->q, T, c->n_heads, D, pos0, m->inv_freq);
+    cpu_rope(m->k, T, c->n_kv_heads, D, pos0, m->inv_freq);
+    kv_store(kv, li, pos0, T, m->k, m->v);
+    size_t layer_off = (size_t)li * c->n_kv_heads * kv->cap * D;
+    struct cpu_attn a = {
+        .out = m->att, .q = m->q, .k = kv->k + layer_off, .v = kv->v + layer_off,
+        .n = T, .pos0 = pos0, .cap = kv->cap, .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads, .head_dim = D, .window = c->sliding_window,
+        .scale = 1.0f / sqrtf((float)D), .scratch = m->attn_scratch,
+    };
+    cpu_attention(m->pool, &a);
+    cpu_matmul(m->pool, m->xn, m->att, l->wo.data, l->wo.dtype, NULL, T, QD, H);
+    for (size_t i = 0; i < (size_t)T * H; i++) m->x[i] += m->xn[i];
+}
+
+static void mlp_block(struct model *m, int li, int T) {
+    const struct hf_config *c = &m->cfg;
+    const struct layer *l = &m->layers[li];
+    int H = c->hidden_size, I = c->intermediate_size;
+    cpu_rmsnorm(m->xn, m->x, l->ffn_norm, T, H, c->rms_eps);
+    cpu_matmul(m->pool, m->g, m->xn, l->wg.data, l->wg.dtype, NULL, T, H, I);
+    cpu_matmul(m->pool, m->u, m->xn, l->wu.data, l->wu.dtype, NULL, T, H, I);
+    cpu_silu_mul(m->g, m->u, (size_t)T * I);
+    cpu_matmul(m->pool, m->xn, m->g, l->wd.data, l->wd.dtype, NULL, T, I, H);
+    for (size_t i = 0; i < (size_t)T * H; i++) m->x[i] += m->xn[i];
+}
+
+int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int n, float *logits,
+                  int all_rows) {
+    const struct hf_config *c = &m->cfg;
+    if (n <= 0) return ERR_ARG;
+    if (n > kv->cap - kv->len) {
+        log_error("context full: %d positions held, %d more do not fit in %d", kv->len, n,
+                  kv->cap);
+        return ERR_FULL;
+    }
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= c->vocab_size) {
+            log_error("token id %d is outside the vocabulary (size %d)", ids[i], c->vocab_size);
+            return ERR_ARG;
+        }
+    }
+    int H = c->hidden_size, V = c->vocab_size;
+    for (int done = 0; done < n; done += MODEL_CHUNK) {
+        int T = n - done < MODEL_CHUNK ? n - done : MODEL_CHUNK;
+        int pos0 = kv->len;
+        embed_rows(m, ids + done, T, m->x);
+        for (int li = 0; li < c->n_layers; li++) {
+            attention_block(m, kv, li, pos0, T);
+            mlp_block(m, li, T);
+        }
+        kv->len += T;
+        if (!logits) continue;
+        int last_chunk = done + T == n;
+        if (all_rows) {
+            cpu_rmsnorm(m->xn, m->x, m->final_norm, T, H, c->rms_eps);
+            cpu_matmul(m->pool, logits + (size_t)done * V, m->xn, m->lm_head.data,
+                       m->lm_head.dtype, NULL, T, H, V);
+        } else if (last_chunk) {
+            cpu_rmsnorm(m->xn, m->x + (size_t)(T - 1) * H, m->final_norm, 1, H, c->rms_eps);
+            cpu_matmul(m->pool, logits, m->xn, m->lm_head.data, m->lm_head.dtype, NULL, 1, H, V);
+        }
+    }
+    return OK;
+}
