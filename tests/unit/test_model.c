@@ -1,0 +1,176 @@
+/* tests/unit/test_model.c: the CPU forward against transformers. Golden folders hold a
+ * model plus golden.json (prompt_ids, greedy_ids) and golden.safetensors (prompt_logits,
+ * greedy_step_logits), made by tools/golden/make_golden.py; ../shared/golden/target is the
+ * same kind of data from the original DSpark reference run. Also checks the properties later
+ * layers rely on: verify rows equal single steps bit for bit, rollback, chunked prefill. */
+#include "test.h"
+
+#include "base/fs.h"
+#include "base/log.h"
+#include "format/safetensors.h"
+#include "model/model.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct golden {
+    int32_t prompt[512], greedy[512];
+    int n_prompt, n_greedy;
+    struct st_set *st;
+    const float *prompt_logits; /* [n_prompt, V] */
+    const float *step_logits;   /* [n_greedy, V] or NULL */
+};
+
+static int read_ids(const cJSON *root, const char *key, int32_t *out, int cap) {
+    const cJSON *a = cJSON_GetObjectItem(root, key);
+    int n = 0;
+    for (const cJSON *it = a ? a->child : NULL; it && n < cap; it = it->next)
+        out[n++] = (int32_t)it->valuedouble;
+    return n;
+}
+
+static int golden_load(const char *json_path, const char *st_path, struct golden *g) {
+    char *text;
+    size_t len;
+    memset(g, 0, sizeof *g);
+    if (fs_read_file(json_path, &text, &len, 1 << 26)) return -1;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    g->n_prompt = read_ids(root, "prompt_ids", g->prompt, 512);
+    g->n_greedy = read_ids(root, "greedy_ids", g->greedy, 512);
+    cJSON_Delete(root);
+    if (st_open_file(st_path, &g->st)) return -1;
+    const struct st_tensor *t = st_find(g->st, "prompt_logits");
+    const struct st_tensor *s = st_find(g->st, "greedy_step_logits");
+    g->prompt_logits = t ? t->data : NULL;
+    g->step_logits = s ? s->data : NULL;
+    return g->prompt_logits && g->n_prompt > 0 ? 0 : -1;
+}
+
+/* max |a - b| / max |b| over n values */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > md) md = d;
+        if (fabs(b[i]) > mb) mb = fabs(b[i]);
+    }
+    return mb > 0 ? md / mb : md;
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* Prefill logits, then greedy decoding with per-step logits, against the golden data. */
+static void check_golden(const char *dir, const char *json, const char *st, double tol) {
+    struct golden g;
+    REQUIRE(golden_load(json, st, &g) == 0);
+    struct model *m;
+    REQUIRE(model_load(dir, &(struct model_opts){.n_threads = 2}, &m) == 0);
+    int V = model_config(m)->vocab_size;
+    struct kv_cache *kv;
+    REQUIRE(kv_new(m, 1024, &kv) == 0);
+    float *logits = malloc(sizeof(float) * (size_t)V * g.n_prompt);
+    CHECK(model_forward(m, kv, g.prompt, g.n_prompt, logits, 1) == 0);
+    double e = rel_err(logits, g.prompt_logits, (size_t)V * g.n_prompt);
+    printf("  %s: prompt logits rel err %.2e (tol %.0e)\n", dir, e, tol);
+    CHECK(e <= tol);
+    int32_t tok = argmax(logits + (size_t)(g.n_prompt - 1) * V, V);
+    double worst = 0;
+    int same = 0;
+    for (int t = 0; t < g.n_greedy; t++) {
+        same += tok == g.greedy[t];
+        if (tok != g.greedy[t]) break;
+        CHECK(model_forward(m, kv, &tok, 1, logits, 0) == 0);
+        if (g.step_logits && t + 1 < g.n_greedy) {
+            double se = rel_err(logits, g.step_logits + (size_t)(t + 1) * V, (size_t)V);
+            if (se > worst) worst = se;
+        }
+        tok = argmax(logits, V);
+    }
+    printf("  greedy: %d/%d tokens equal, worst step logits rel err %.2e\n", same, g.n_greedy,
+           worst);
+    CHECK(same == g.n_greedy);
+    CHECK(worst <= tol);
+    free(logits);
+    kv_free(kv);
+    model_free(m);
+    st_close(g.st);
+}
+
+TEST(shared_golden_target) {
+    const char *dir = "../shared/golden/target";
+    if (!fs_exists(dir)) SKIP("../shared/golden is absent");
+    check_golden(dir, "../shared/golden/target_golden.json",
+                 "../shared/golden/target_golden.safetensors", 1e-4);
+}
+
+TEST(golden_folders) {
+    DIR *d = opendir("tests/data/golden");
+    if (!d) SKIP("tests/data/golden is absent");
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char dir[512], json[600], st[600];
+        snprintf(dir, sizeof dir, "tests/data/golden/%s", e->d_name);
+        snprintf(json, sizeof json, "%s/golden.json", dir);
+        snprintf(st, sizeof st, "%s/golden.safetensors", dir);
+        if (!fs_exists(json)) continue;
+        double tol = strstr(e->d_name, "f32") ? 1e-4 : 2e-2;
+        check_golden(dir, json, st, tol);
+        n++;
+    }
+    closedir(d);
+    printf("  %d golden folders\n", n);
+    CHECK(n > 0);
+}
+
+/* A verify pass over k tokens must give the same rows, bit for bit, as k single steps; and
+ * rolling the cache back must reproduce the same logits again. */
+TEST(verify_rows_equal_single_steps) {
+    const char *dir = "../shared/golden/target";
+    if (!fs_exists(dir)) SKIP("../shared/golden is absent");
+    for (int threads = 1; threads <= 2; threads++) {
+        struct model *m;
+        REQUIRE(model_load(dir, &(struct model_opts){.n_threads = threads}, &m) == 0);
+        int V = model_config(m)->vocab_size;
+        struct kv_cache *kv;
+        REQUIRE(kv_new(m, 512, &kv) == 0);
+        int32_t ids[300];
+        for (int i = 0; i < 300; i++) ids[i] = (i * 37 + 11) % V;
+        float *a = malloc(sizeof(float) * V * 300), *b = malloc(sizeof(float) * V * 300);
+        /* chunked prefill (300 > one chunk) vs token by token */
+        CHECK(model_forward(m, kv, ids, 300, a, 1) == 0);
+        CHECK(kv_len(kv) == 300);
+        kv_truncate(kv, 0);
+        for (int i = 0; i < 300; i++) CHECK(model_forward(m, kv, ids + i, 1, b + (size_t)i * V, 0) == 0);
+        CHECK(memcmp(a, b, sizeof(float) * V * 300) == 0);
+        /* rollback to 290 and verify 8 tokens: rows equal */
+        kv_truncate(kv, 290);
+        CHECK(kv_len(kv) == 290);
+        CHECK(model_forward(m, kv, ids + 290, 8, a, 1) == 0);
+        CHECK(memcmp(a, b + (size_t)290 * V, sizeof(float) * V * 8) == 0);
+        /* a full cache refuses and stays as it was */
+        log_set_errors_quiet(1);
+        CHECK(model_forward(m, kv, ids, 300, a, 1) != 0);
+        log_set_errors_quiet(0);
+        CHECK(kv_len(kv) == 298);
+        free(a), free(b);
+        kv_free(kv);
+        model_free(m);
+    }
+}
+
+int main(void) {
+    RUN(shared_golden_target);
+    RUN(golden_folders);
+    RUN(verify_rows_equal_single_steps);
+    return test_report();
+}
