@@ -3,6 +3,7 @@
 
 #include "base/err.h"
 #include "base/fs.h"
+#include "base/json.h"
 #include "base/log.h"
 
 #include <cjson/cJSON.h>
@@ -126,10 +127,11 @@ static int parse_rope(const cJSON *root, const char *label, struct hf_config *c)
 int hf_config_parse(const char *json, size_t len, const char *label, struct hf_config *c) {
     memset(c, 0, sizeof *c);
     c->bos_id = -1;
-    cJSON *root = cJSON_ParseWithLength(json, len);
+    const char *why = "not an object";
+    cJSON *root = json_parse(json, len, &why);
     int rc = OK;
     if (!cJSON_IsObject(root)) {
-        log_error("%s: not a JSON object", label);
+        log_error("%s: not a JSON object (%s)", label, why);
         rc = ERR_FORMAT;
         goto done;
     }
@@ -204,10 +206,11 @@ done:
 
 int hf_generation_config_parse(const char *json, size_t len, const char *label,
                                struct hf_config *c) {
-    cJSON *root = cJSON_ParseWithLength(json, len);
+    const char *why = "not an object";
+    cJSON *root = json_parse(json, len, &why);
     int rc = OK;
     if (!cJSON_IsObject(root)) {
-        log_error("%s: not a JSON object", label);
+        log_error("%s: not a JSON object (%s)", label, why);
         rc = ERR_FORMAT;
         goto done;
     }

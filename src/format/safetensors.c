@@ -6,6 +6,7 @@
 
 #include "base/err.h"
 #include "base/fs.h"
+#include "base/json.h"
 #include "base/log.h"
 
 #include <cjson/cJSON.h>
@@ -159,9 +160,10 @@ static int parse_into(struct st_set *s, const void *buf, size_t n_bytes, const c
         log_hint("the file is truncated or not a safetensors file; download it again");
         return ERR_FORMAT;
     }
-    cJSON *root = cJSON_ParseWithLength((const char *)b + 8, (size_t)hlen);
+    const char *why = "not an object";
+    cJSON *root = json_parse((const char *)b + 8, (size_t)hlen, &why);
     if (!cJSON_IsObject(root)) {
-        log_error("%s: header is not a JSON object", label);
+        log_error("%s: header is not a JSON object (%s)", label, why);
         cJSON_Delete(root);
         return ERR_FORMAT;
     }
@@ -264,7 +266,7 @@ static int open_sharded(const char *dir, const char *index_path, struct st_set *
     size_t len = 0;
     int rc = fs_read_file(index_path, &text, &len, 64u << 20);
     if (rc) return rc;
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    cJSON *root = json_parse(text, len, NULL);
     free(text);
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     if (!cJSON_IsObject(wm)) {
