@@ -1,0 +1,361 @@
+/* backend/cpu/matmul.c: y[n, m] = x[n, k] · W[m, k]^T (+ bias) for F32, F16 and BF16 weights.
+ *
+ * Batch invariance is the design constraint. Every output element is one dot product whose
+ * order of operations is fixed by k alone: k is cut into blocks of 32 (the last one zero-padded),
+ * each block is two vectors of multiply-adds into a single accumulator (the low half, then the
+ * high half), and the accumulator is reduced by one fixed tree. Register tiles of any shape run
+ * that same sequence per element, so a row's result does not depend on n, on which tile it
+ * lands in, or on the thread count. The bias is added after the reduction.
+ *
+ * BF16 widening costs one integer op per 16 weights: a 32-weight block loaded as 16 dwords
+ * gives the even-index weights by `<< 16` and the odd-index ones by masking the low half. x is
+ * repacked once per call to match (per block: 16 even elements, then 16 odd ones), zero-padded
+ * to a whole block, so the weight tail is the only masked load. F16 and F32 keep x in order.
+ *
+ * Threads take contiguous runs of output rows. For n > 1 a tile of MR token rows reuses every
+ * loaded weight vector MR times; weights are walked in blocks that stay in L2 while all token
+ * rows pass over them. */
+#include "backend/cpu/cpu.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) &&                  \
+    defined(__AVX512VL__)
+#define MM_AVX512 1
+#include <immintrin.h>
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define MM_AVX2 1
+#include <immintrin.h>
+#endif
+
+#define MM_INLINE static inline __attribute__((always_inline))
+
+/* Elements per k-block, and lanes per vector. */
+#if MM_AVX512
+#define KB 32
+#define VL 16
+#elif MM_AVX2
+#define KB 16
+#define VL 8
+#else
+#define KB 16
+#define VL 8
+#endif
+
+struct mm_job {
+    float *y;           /* [n, m] */
+    const float *xp;    /* [n, kp] repacked x */
+    const char *w;      /* [m, k] weights */
+    const float *bias;  /* [m] or NULL */
+    enum dtype wt;
+    int n, k, m, kp;    /* kp: k rounded up to KB */
+    size_t w_row_bytes; /* k * dtype_size */
+};
+
+/* ---- x repacking ---- */
+
+/* Copies one row of x into the padded layout the kernels read: BF16 splits every KB-block into
+ * its even then odd elements (to match how the weights are widened); others copy in order. */
+static void pack_row(float *dst, const float *src, int k, int kp, int bf16_order) {
+    if (!bf16_order) {
+        memcpy(dst, src, (size_t)k * sizeof *dst);
+        for (int i = k; i < kp; i++) dst[i] = 0.0f;
+        return;
+    }
+    for (int b = 0; b < kp; b += KB) {
+        for (int i = 0; i < KB / 2; i++) {
+            int e = b + 2 * i, o = e + 1;
+            dst[b + i] = e < k ? src[e] : 0.0f;
+            dst[b + KB / 2 + i] = o < k ? src[o] : 0.0f;
+        }
+    }
+}
+
+struct pack_job {
+    float *dst;
+    const float *src;
+    int n, k, kp, bf16_order;
+};
+
+static void pack_worker(void *arg, int ith, int nth) {
+    struct pack_job *p = arg;
+    int r0 = (int)((int64_t)p->n * ith / nth), r1 = (int)((int64_t)p->n * (ith + 1) / nth);
+    for (int r = r0; r < r1; r++)
+        pack_row(p->dst + (size_t)r * p->kp, p->src + (size_t)r * p->k, p->k, p->kp, p->bf16_order);
+}
+
+/* Scratch for packed x, owned by the calling thread and grown on demand (no per-call malloc
+ * once warm). */
+static _Thread_local float *scratch;
+static _Thread_local size_t scratch_len;
+
+static float *scratch_get(size_t n_floats) {
+    if (n_floats > scratch_len) {
+        free(scratch);
+        scratch = aligned_alloc(64, ((n_floats * sizeof(float) + 63) / 64) * 64);
+        scratch_len = scratch ? n_floats : 0;
+    }
+    return scratch;
+}
+
+#if MM_AVX512
+/* ---- AVX-512 kernels ---- */
+
+/* Widens the 32 weights of block b of a row into lo (lanes: first half of the block as the
+ * packed x sees it) and hi. tail: number of valid weights when the block is partial, else 0. */
+MM_INLINE void wload(const int wt, const char *row, int b, int tail, __m512 *lo, __m512 *hi) {
+    if (wt == DTYPE_BF16) {
+        const char *p = row + (size_t)b * 2;
+        __m512i r = tail ? _mm512_maskz_loadu_epi16((__mmask32)((1ull << tail) - 1), p)
+                         : _mm512_loadu_si512(p);
+        *lo = _mm512_castsi512_ps(_mm512_slli_epi32(r, 16));
+        *hi = _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
+    } else if (wt == DTYPE_F16) {
+        const char *p = row + (size_t)b * 2;
+        __m256i a, c;
+        if (tail) {
+            unsigned ta = tail < 16 ? (unsigned)tail : 16u, tc = (unsigned)tail - ta;
+            a = _mm256_maskz_loadu_epi16((__mmask16)((1u << ta) - 1), p);
+            c = _mm256_maskz_loadu_epi16((__mmask16)((1u << tc) - 1), p + 32);
+        } else {
+            a = _mm256_loadu_si256((const __m256i *)p);
+            c = _mm256_loadu_si256((const __m256i *)(p + 32));
+        }
+        *lo = _mm512_cvtph_ps(a);
+        *hi = _mm512_cvtph_ps(c);
+    } else {
+        const float *p = (const float *)(const void *)(row + (size_t)b * 4);
+        if (tail) {
+            unsigned ta = tail < 16 ? (unsigned)tail : 16u, tc = (unsigned)tail - ta;
+            *lo = _mm512_maskz_loadu_ps((__mmask16)((1u << ta) - 1), p);
+            *hi = _mm512_maskz_loadu_ps((__mmask16)((1u << tc) - 1), p + 16);
+        } else {
+            *lo = _mm512_loadu_ps(p);
+            *hi = _mm512_loadu_ps(p + 16);
+        }
+    }
+}
+
+/* The one reduction tree: 16 -> 8 -> 4 -> 2 -> 1. */
+MM_INLINE float hsum(__m512 v) {
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+/* MR token rows x NR weight rows. x: first token row (stride kp); w: first weight row;
+ * y: element (first token row, first weight row), stride m. */
+MM_INLINE void tile(const int wt, const int MR, const int NR, const struct mm_job *j,
+                    const float *x, const char *w, float *y, const float *bias) {
+    __m512 acc[MR][NR];
+    for (int r = 0; r < MR; r++)
+        for (int c = 0; c < NR; c++) acc[r][c] = _mm512_setzero_ps();
+    const int kfull = j->k / KB * KB, tail = j->k - kfull;
+    const size_t ws = j->w_row_bytes, xs = (size_t)j->kp;
+    for (int b = 0; b < j->k; b += KB) {
+        const int t = b < kfull ? 0 : tail;
+        __m512 lo[NR], hi[NR];
+        for (int c = 0; c < NR; c++) wload(wt, w + c * ws, b, t, &lo[c], &hi[c]);
+        for (int r = 0; r < MR; r++) {
+            __m512 xl = _mm512_loadu_ps(x + r * xs + b);
+            __m512 xh = _mm512_loadu_ps(x + r * xs + b + VL);
+            for (int c = 0; c < NR; c++) {
+                acc[r][c] = _mm512_fmadd_ps(lo[c], xl, acc[r][c]);
+                acc[r][c] = _mm512_fmadd_ps(hi[c], xh, acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < MR; r++)
+        for (int c = 0; c < NR; c++) {
+            float s = hsum(acc[r][c]);
+            y[(size_t)r * j->m + c] = bias ? s + bias[c] : s;
+        }
+}
+
+#elif MM_AVX2
+/* ---- AVX2 kernels: the same scheme with 8 lanes and 16-element blocks ---- */
+
+MM_INLINE void wload(const int wt, const char *row, int b, int tail, __m256 *lo, __m256 *hi) {
+    if (tail) { /* partial block: go through a zero-padded copy */
+        char buf[KB * 4] __attribute__((aligned(32))) = {0};
+        memcpy(buf, row + (size_t)b * dtype_size(wt), (size_t)tail * dtype_size(wt));
+        wload(wt, buf, 0, 0, lo, hi);
+        return;
+    }
+    if (wt == DTYPE_BF16) {
+        __m256i r = _mm256_loadu_si256((const __m256i *)(row + (size_t)b * 2));
+        *lo = _mm256_castsi256_ps(_mm256_slli_epi32(r, 16));
+        *hi = _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
+    } else if (wt == DTYPE_F16) {
+        const char *p = row + (size_t)b * 2;
+        *lo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+        *hi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
+    } else {
+        const float *p = (const float *)(const void *)(row + (size_t)b * 4);
+        *lo = _mm256_loadu_ps(p);
+        *hi = _mm256_loadu_ps(p + 8);
+    }
+}
+
+MM_INLINE float hsum(__m256 v) {
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+MM_INLINE void tile(const int wt, const int MR, const int NR, const struct mm_job *j,
+                    const float *x, const char *w, float *y, const float *bias) {
+    __m256 acc[MR][NR];
+    for (int r = 0; r < MR; r++)
+        for (int c = 0; c < NR; c++) acc[r][c] = _mm256_setzero_ps();
+    const int kfull = j->k / KB * KB, tail = j->k - kfull;
+    const size_t ws = j->w_row_bytes, xs = (size_t)j->kp;
+    for (int b = 0; b < j->k; b += KB) {
+        const int t = b < kfull ? 0 : tail;
+        __m256 lo[NR], hi[NR];
+        for (int c = 0; c < NR; c++) wload(wt, w + c * ws, b, t, &lo[c], &hi[c]);
+        for (int r = 0; r < MR; r++) {
+            __m256 xl = _mm256_loadu_ps(x + r * xs + b);
+            __m256 xh = _mm256_loadu_ps(x + r * xs + b + VL);
+            for (int c = 0; c < NR; c++) {
+                acc[r][c] = _mm256_fmadd_ps(lo[c], xl, acc[r][c]);
+                acc[r][c] = _mm256_fmadd_ps(hi[c], xh, acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < MR; r++)
+        for (int c = 0; c < NR; c++) {
+            float s = hsum(acc[r][c]);
+            y[(size_t)r * j->m + c] = bias ? s + bias[c] : s;
+        }
+}
+
+#else
+/* ---- portable fallback: 8 interleaved partial sums per element, fixed pairwise reduction ---- */
+
+MM_INLINE float wget(const int wt, const char *row, int i) {
+    uint16_t h;
+    if (wt == DTYPE_F32) {
+        float f;
+        memcpy(&f, row + (size_t)i * 4, 4);
+        return f;
+    }
+    memcpy(&h, row + (size_t)i * 2, 2);
+    return wt == DTYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+MM_INLINE void tile(const int wt, const int MR, const int NR, const struct mm_job *j,
+                    const float *x, const char *w, float *y, const float *bias) {
+    for (int r = 0; r < MR; r++)
+        for (int c = 0; c < NR; c++) {
+            const float *xr = x + (size_t)r * j->kp;
+            const char *wr = w + c * j->w_row_bytes;
+            float acc[VL] = {0};
+            for (int b = 0; b < j->k; b += KB)
+                for (int h = 0; h < 2; h++)
+                    for (int l = 0; l < VL; l++) {
+                        /* lane l of half h: the element the packed x holds there */
+                        int e = wt == DTYPE_BF16 ? b + 2 * l + h : b + h * VL + l;
+                        float wv = e < j->k ? wget(wt, wr, e) : 0.0f;
+                        acc[l] = fmaf(wv, xr[b + h * VL + l], acc[l]);
+                    }
+            for (int s = VL / 2; s >= 1; s /= 2)
+                for (int l = 0; l < s; l++) acc[l] += acc[l + s];
+            y[(size_t)r * j->m + c] = bias ? acc[0] + bias[c] : acc[0];
+        }
+}
+#endif
+
+/* ---- tiling and threading ---- */
+
+/* Token rows per tile when n > 1, and weight rows per tile for each tile height. */
+#define MR_BIG 4
+#define NR_BIG 4
+#define NR_ONE 8
+/* Weight rows per L2 block (multiple of NR_ONE and NR_BIG): about 96 KB of weights. */
+static int wblock_rows(const struct mm_job *j) {
+    size_t rows = (96u << 10) / (j->w_row_bytes ? j->w_row_bytes : 1);
+    rows = rows / NR_ONE * NR_ONE;
+    return rows < NR_ONE ? NR_ONE : (int)rows;
+}
+
+/* Runs token rows [r0, r0+MR) against weight rows [c0, c1), NR at a time, then one by one. */
+MM_INLINE void strip(const int wt, const int MR, const int NR, const struct mm_job *j, int r0,
+                     int c0, int c1) {
+    const float *x = j->xp + (size_t)r0 * j->kp;
+    float *y = j->y + (size_t)r0 * j->m;
+    int c = c0;
+    for (; c + NR <= c1; c += NR)
+        tile(wt, MR, NR, j, x, j->w + (size_t)c * j->w_row_bytes, y + c,
+             j->bias ? j->bias + c : NULL);
+    for (; c < c1; c++)
+        tile(wt, MR, 1, j, x, j->w + (size_t)c * j->w_row_bytes, y + c,
+             j->bias ? j->bias + c : NULL);
+}
+
+MM_INLINE void run_rows(const int wt, const struct mm_job *j, int c0, int c1) {
+    const int wb = wblock_rows(j);
+    for (int b0 = c0; b0 < c1; b0 += wb) {
+        const int b1 = b0 + wb < c1 ? b0 + wb : c1;
+        int r = 0;
+        for (; r + MR_BIG <= j->n; r += MR_BIG) strip(wt, MR_BIG, NR_BIG, j, r, b0, b1);
+        switch (j->n - r) {
+        case 3: strip(wt, 3, NR_BIG, j, r, b0, b1); break;
+        case 2: strip(wt, 2, NR_BIG, j, r, b0, b1); break;
+        case 1: strip(wt, 1, NR_ONE, j, r, b0, b1); break;
+        default: break;
+        }
+    }
+}
+
+static void mm_worker(void *arg, int ith, int nth) {
+    const struct mm_job *j = arg;
+    /* contiguous runs of whole NR_ONE-row groups */
+    const int groups = (j->m + NR_ONE - 1) / NR_ONE;
+    int c0 = (int)((int64_t)groups * ith / nth) * NR_ONE;
+    int c1 = (int)((int64_t)groups * (ith + 1) / nth) * NR_ONE;
+    if (c1 > j->m) c1 = j->m;
+    if (c0 >= c1) return;
+    switch (j->wt) {
+    case DTYPE_BF16: run_rows(DTYPE_BF16, j, c0, c1); break;
+    case DTYPE_F16: run_rows(DTYPE_F16, j, c0, c1); break;
+    case DTYPE_F32: run_rows(DTYPE_F32, j, c0, c1); break;
+    }
+}
+
+void cpu_matmul(struct pool *pool, float *y, const float *x, const void *w, enum dtype wt,
+                const float *bias, int n, int k, int m) {
+    if (n <= 0 || m <= 0) return;
+    if (k <= 0) {
+        for (int r = 0; r < n; r++)
+            for (int c = 0; c < m; c++) y[(size_t)r * m + c] = bias ? 0.0f + bias[c] : 0.0f;
+        return;
+    }
+    const int kp = (k + KB - 1) / KB * KB;
+    float *xp = scratch_get((size_t)n * kp);
+    if (!xp && n > 1) { /* no memory for a scratch of n rows: one row at a time */
+        for (int r = 0; r < n; r++)
+            cpu_matmul(pool, y + (size_t)r * m, x + (size_t)r * k, w, wt, bias, 1, k, m);
+        return;
+    }
+    if (!xp) { /* not even one row: the kernel has no error path, so the result is NaN */
+        for (int c = 0; c < m; c++) y[c] = __builtin_nanf("");
+        return;
+    }
+    struct pack_job pj = {xp, x, n, k, kp, wt == DTYPE_BF16};
+    if (n >= 16 && pool)
+        pool_run(pool, pack_worker, &pj);
+    else
+        pack_worker(&pj, 0, 1);
+    struct mm_job j = {y, xp, w, bias, wt, n, k, m, kp, (size_t)k * dtype_size(wt)};
+    if (pool)
+        pool_run(pool, mm_worker, &j);
+    else
+        mm_worker(&j, 0, 1);
+}
