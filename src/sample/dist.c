@@ -1,0 +1,245 @@
+/* sample/dist.c: building truncated distributions and drawing from them.
+ * Three paths, chosen by the truncation asked for:
+ *  - none: exp over the vocabulary in id order, no sort (vectorised, a few passes);
+ *  - top-k: one pass with a k-entry min-heap, which also collects every logit that could
+ *    tie the k-th; only those candidates are exponentiated and sorted;
+ *  - nucleus only: exp over the vocabulary, a histogram of mass by distance from the max
+ *    logit finds the few buckets that can hold the nucleus; only their tokens are sorted. */
+#include "sample/dist.h"
+
+#include <assert.h>
+#include <math.h>
+
+#include "base/err.h"
+#include "sample/kern.h"
+#include "sample/rng.h"
+
+enum {
+    CHUNK = 16,     /* draw granularity: one double add per chunk while skipping ahead */
+    N_BUCKET = 512, /* nucleus histogram buckets ... */
+    PER_NAT = 8,    /* ... of 1/8 nat each; the last one also holds everything further out */
+};
+
+size_t sample_dist_bytes(int n_vocab) { return (size_t)n_vocab * 6 * 4; }
+
+void sample_dist_init(struct sample_dist *d, void *mem, int n_vocab) {
+    assert(n_vocab > 0 && mem);
+    char *p = mem;
+    size_t n = (size_t)n_vocab * 4;
+    *d = (struct sample_dist){0};
+    d->n_vocab = n_vocab;
+    d->ids = (int32_t *)(void *)p;
+    d->probs = (float *)(void *)(p + n);
+    d->e = (float *)(void *)(p + 2 * n);
+    d->keys = (uint32_t *)(void *)(p + 3 * n);
+    d->tmp_key = (uint32_t *)(void *)(p + 4 * n);
+    d->tmp_id = (int32_t *)(void *)(p + 5 * n);
+}
+
+/* ---- mass and draws ---- */
+
+static double chunk_sum(const float *p, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += (double)p[i];
+    return s;
+}
+
+static double mass_of(const float *p, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i += CHUNK) m += chunk_sum(p + i, n - i < CHUNK ? n - i : CHUNK);
+    return m;
+}
+
+void sample_dist_update(struct sample_dist *d) { d->mass = mass_of(d->probs, d->n); }
+
+int32_t sample_dist_draw(const struct sample_dist *d, struct rng *r) {
+    assert(d->n > 0);
+    const float *p = d->probs;
+    double target = rng_double(r) * d->mass, cum = 0;
+    int last = -1; /* last entry with positive probability seen so far */
+    for (int i = 0; i < d->n; i += CHUNK) {
+        int len = d->n - i < CHUNK ? d->n - i : CHUNK;
+        double c = chunk_sum(p + i, len);
+        if (cum + c > target) {
+            double x = cum;
+            for (int j = 0; j < len; j++) {
+                if (p[i + j] > 0) last = i + j;
+                x += (double)p[i + j];
+                if (x > target && p[i + j] > 0) return d->ids[i + j];
+            }
+            break; /* rounding disagreement inside the chunk: take its last positive entry */
+        }
+        cum += c;
+        for (int j = len - 1; j >= 0 && c > 0; j--)
+            if (p[i + j] > 0) {
+                last = i + j;
+                break;
+            }
+    }
+    return last >= 0 ? d->ids[last] : d->ids[0];
+}
+
+float sample_dist_prob(const struct sample_dist *d, int32_t id) {
+    if (!d->sorted) return id >= 0 && id < d->n ? d->probs[id] : 0.0f;
+    for (int i = 0; i < d->n; i++)
+        if (d->ids[i] == id) return d->probs[i];
+    return 0.0f;
+}
+
+int32_t sample_greedy(const float *logits, int n_vocab) {
+    float m = kern_max(logits, n_vocab);
+    for (int i = 0; i < n_vocab; i++)
+        if (logits[i] == m) return i;
+    return 0;
+}
+
+/* ---- candidate selection ---- */
+
+static void sift_down(float *h, int n, int i) {
+    float v = h[i];
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && h[c + 1] < h[c]) c++;
+        if (!(h[c] < v)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+}
+
+/* Puts every token with logit >= the k-th largest into ids[0..m) in rank order; returns m.
+ * The heap holds the k largest values so far; any logit >= its minimum at the time it is
+ * seen is noted, which covers all final members including ties (the minimum only rises). */
+static int select_top_k(struct sample_dist *d, const float *logits, int k) {
+    int n = d->n_vocab, n_cand = 0;
+    float *heap = d->e;
+    int32_t *cand = d->tmp_id;
+    for (int i = 0; i < k; i++) {
+        heap[i] = logits[i] == logits[i] ? logits[i] : -INFINITY;
+        cand[n_cand++] = i;
+    }
+    for (int i = k / 2 - 1; i >= 0; i--) sift_down(heap, k, i);
+    float h0 = heap[0];
+    for (int i = k; i < n; i++) {
+        float v = logits[i];
+        if (v >= h0) {
+            cand[n_cand++] = i;
+            if (v > h0) {
+                heap[0] = v;
+                sift_down(heap, k, 0);
+                h0 = heap[0];
+            }
+        }
+    }
+    int m = 0;
+    for (int j = 0; j < n_cand; j++) {
+        float v = logits[cand[j]];
+        if (v >= h0) {
+            d->ids[m] = cand[j];
+            d->keys[m++] = kern_key_desc(v);
+        }
+    }
+    kern_sort(d->keys, d->ids, d->tmp_key, d->tmp_id, m);
+    return m;
+}
+
+static int bucket_of(float logit, float max, float per_unit) {
+    float x = (max - logit) * per_unit; /* >= 0; NaN and +inf land in the last bucket */
+    x = x < (float)(N_BUCKET - 1) ? x : (float)(N_BUCKET - 1);
+    return (int)x;
+}
+
+/* Nucleus without top-k: d->e gets exp for the whole vocabulary (sum *total). Tokens whose
+ * bucket is at most B go to ids[0..m) in rank order, with probs[j] = e[ids[j]]; B is the
+ * first bucket where the histogram's running mass reaches top_p * total, so the sorted
+ * candidates are a prefix of the full ranking that already holds the nucleus. A rounding
+ * shortfall is caught by summing the candidates and widening to all buckets. */
+static int select_nucleus(struct sample_dist *d, const float *logits, float max, float inv_t,
+                          float top_p, double *total) {
+    int n = d->n_vocab;
+    *total = kern_exp_shift(d->e, logits, n, max, inv_t);
+    float per_unit = PER_NAT * inv_t;
+    double hist[4][N_BUCKET] = {{0}}; /* four copies break store-to-load chains */
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++) hist[j][bucket_of(logits[i + j], max, per_unit)] += d->e[i + j];
+    for (; i < n; i++) hist[0][bucket_of(logits[i], max, per_unit)] += d->e[i];
+    double target = (double)top_p * *total, cum = 0;
+    int last = N_BUCKET - 1;
+    for (int b = 0; b < N_BUCKET; b++) {
+        cum += (hist[0][b] + hist[1][b]) + (hist[2][b] + hist[3][b]);
+        if (cum >= target * (1 + 1e-9)) {
+            last = b;
+            break;
+        }
+    }
+    for (;;) {
+        int m = 0;
+        for (i = 0; i < n; i++)
+            if (bucket_of(logits[i], max, per_unit) <= last) {
+                d->ids[m] = i;
+                d->keys[m++] = kern_key_desc(logits[i]);
+            }
+        kern_sort(d->keys, d->ids, d->tmp_key, d->tmp_id, m);
+        double s = 0;
+        for (int j = 0; j < m; j++) s += (double)(d->probs[j] = d->e[d->ids[j]]);
+        if (s >= target || last == N_BUCKET - 1) return m;
+        last = N_BUCKET - 1;
+    }
+}
+
+/* probs[0..m) hold unnormalised mass in rank order; cuts the nucleus against total (the
+ * mass of the distribution it is taken from), drops a zero tail, renormalises. */
+static void finish(struct sample_dist *d, int m, double total, float top_p) {
+    float *p = d->probs;
+    int keep = m;
+    if (top_p < 1) {
+        double target = (double)top_p * total, cum = 0;
+        keep = 0;
+        do cum += (double)p[keep++];
+        while (keep < m && cum < target);
+    }
+    while (keep > 1 && !(p[keep - 1] > 0)) keep--;
+    double s = 0;
+    for (int j = 0; j < keep; j++) s += (double)p[j];
+    for (int j = 0; j < keep; j++) p[j] = (float)((double)p[j] / s);
+    d->n = keep;
+    d->sorted = 1;
+    d->mass = mass_of(p, keep);
+}
+
+int sample_dist_build(struct sample_dist *d, const float *logits, float temperature, int top_k,
+                      float top_p) {
+    int n = d->n_vocab;
+    d->n = 0;
+    d->sorted = 0;
+    d->mass = 0;
+    if (!(temperature > 0)) return ERR_ARG;
+    float max = kern_max(logits, n);
+    if (!isfinite(max)) return ERR_ARG;
+    float inv_t = 1.0f / temperature;
+    if (top_k >= n) top_k = 0;
+    if (top_k <= 0 && !(top_p < 1)) {
+        double total = kern_exp_shift(d->probs, logits, n, max, inv_t);
+        float inv = (float)(1.0 / total);
+        for (int i = 0; i < n; i++) d->probs[i] *= inv;
+        for (int i = 0; i < n; i++) d->ids[i] = i;
+        d->n = n;
+        d->mass = mass_of(d->probs, n);
+        return OK;
+    }
+    int m;
+    double total = 0;
+    if (top_k > 0) {
+        m = select_top_k(d, logits, top_k);
+        for (int j = 0; j < m; j++) {
+            d->probs[j] = kern_exp((logits[d->ids[j]] - max) * inv_t);
+            total += (double)d->probs[j];
+        }
+    } else {
+        m = select_nucleus(d, logits, max, inv_t, top_p, &total);
+    }
+    finish(d, m, total, top_p);
+    return OK;
+}
