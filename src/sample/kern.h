@@ -12,7 +12,7 @@
  * -inf logits act as impossible tokens. Branch-free so loops over it vectorise; the same
  * argument always gives the same result (basic IEEE operations only). */
 static inline float kern_exp(float x) {
-    float xc = x > -87.0f ? x : -87.0f;
+    float xc = x >= -87.0f ? x : -87.0f;
     float n = xc * 1.44269504f + 12582912.0f; /* adding 1.5 * 2^23 rounds to an integer */
     n = n - 12582912.0f;
     float r = xc - n * 0.693359375f; /* ln 2 split in two: the first part is exact in n */
@@ -29,7 +29,7 @@ static inline float kern_exp(float x) {
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     float y = p * scale;
-    return x > -87.0f ? y : 0.0f;
+    return x >= -87.0f ? y : 0.0f;
 }
 
 /* Largest value of x[0..n) ignoring NaN; -INFINITY when n == 0 or all are NaN. */
@@ -42,6 +42,7 @@ double kern_exp_shift(float *y, const float *x, int n, float max, float inv_t);
 /* Order-preserving map from float to uint32: a < b implies key(a) < key(b); reversed so an
  * ascending sort gives logits in descending order. */
 static inline uint32_t kern_key_desc(float f) {
+    f = f + 0.0f; /* -0 becomes +0: they compare equal, so they must tie */
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);

@@ -39,7 +39,7 @@ int logprobs_compute(const float *logits, int n_vocab, int32_t chosen_id, int to
     int n = 0;
     for (int i = 0; i < n_vocab; i++) {
         float v = logits[i];
-        if (v != v) continue;
+        if (!(v > -INFINITY)) continue; /* NaN and -inf: impossible tokens are not listed */
         if (n == top_n && !(v > val[n - 1])) continue;
         int j = n < top_n ? n++ : n - 1;
         for (; j > 0 && v > val[j - 1]; j--) {
