@@ -3,8 +3,8 @@
  *  - none: exp over the vocabulary in id order, no sort (vectorised, a few passes);
  *  - top-k: one pass with a k-entry min-heap, which also collects every logit that could
  *    tie the k-th; only those candidates are exponentiated and sorted;
- *  - nucleus only: exp over the vocabulary, a histogram of mass by distance from the max
- *    logit finds the few buckets that can hold the nucleus; only their tokens are sorted. */
+ *  - nucleus only: exp over the vocabulary, then only the tokens within a few nats of the
+ *    max logit are sorted (widening when their mass falls short of top_p). */
 #include "sample/dist.h"
 
 #include <assert.h>
@@ -15,9 +15,8 @@
 #include "sample/rng.h"
 
 enum {
-    CHUNK = 16,     /* draw granularity: one double add per chunk while skipping ahead */
-    N_BUCKET = 512, /* nucleus histogram buckets ... */
-    PER_NAT = 8,    /* ... of 1/8 nat each; the last one also holds everything further out */
+    CHUNK = 64,     /* draw granularity: one double add per chunk while skipping ahead */
+    BLOCK = 64,     /* top-k: logits tested at once against the heap minimum */
 };
 
 size_t sample_dist_bytes(int n_vocab) { return (size_t)n_vocab * 6 * 4; }
@@ -38,10 +37,17 @@ void sample_dist_init(struct sample_dist *d, void *mem, int n_vocab) {
 
 /* ---- mass and draws ---- */
 
+/* Sum of one chunk in a fixed order: eight lanes (j, j + 8, ...) then a tree, which
+ * vectorises; a partial chunk is summed left to right. */
 static double chunk_sum(const float *p, int n) {
-    double s = 0;
-    for (int i = 0; i < n; i++) s += (double)p[i];
-    return s;
+    double s[8] = {0};
+    if (n < CHUNK) {
+        for (int i = 0; i < n; i++) s[0] += (double)p[i];
+        return s[0];
+    }
+    for (int i = 0; i < CHUNK; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += (double)p[i + j];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 static double mass_of(const float *p, int n) {
@@ -56,27 +62,23 @@ int32_t sample_dist_draw(const struct sample_dist *d, struct rng *r) {
     assert(d->n > 0);
     const float *p = d->probs;
     double target = rng_double(r) * d->mass, cum = 0;
-    int last = -1; /* last entry with positive probability seen so far */
     for (int i = 0; i < d->n; i += CHUNK) {
         int len = d->n - i < CHUNK ? d->n - i : CHUNK;
         double c = chunk_sum(p + i, len);
         if (cum + c > target) {
-            double x = cum;
             for (int j = 0; j < len; j++) {
-                if (p[i + j] > 0) last = i + j;
-                x += (double)p[i + j];
-                if (x > target && p[i + j] > 0) return d->ids[i + j];
+                cum += (double)p[i + j];
+                if (cum > target && p[i + j] > 0) return d->ids[i + j];
             }
-            break; /* rounding disagreement inside the chunk: take its last positive entry */
+            break;
         }
         cum += c;
-        for (int j = len - 1; j >= 0 && c > 0; j--)
-            if (p[i + j] > 0) {
-                last = i + j;
-                break;
-            }
     }
-    return last >= 0 ? d->ids[last] : d->ids[0];
+    /* Rounding (summing inside a chunk in another order, or u * mass == mass) left the
+     * target unreached: take the last entry with positive probability. */
+    int j = d->n - 1;
+    while (j > 0 && !(p[j] > 0)) j--;
+    return d->ids[j];
 }
 
 float sample_dist_prob(const struct sample_dist *d, int32_t id) {
@@ -86,12 +88,7 @@ float sample_dist_prob(const struct sample_dist *d, int32_t id) {
     return 0.0f;
 }
 
-int32_t sample_greedy(const float *logits, int n_vocab) {
-    float m = kern_max(logits, n_vocab);
-    for (int i = 0; i < n_vocab; i++)
-        if (logits[i] == m) return i;
-    return 0;
-}
+int32_t sample_greedy(const float *logits, int n_vocab) { return kern_argmax(logits, n_vocab); }
 
 /* ---- candidate selection ---- */
 
@@ -110,7 +107,8 @@ static void sift_down(float *h, int n, int i) {
 
 /* Puts every token with logit >= the k-th largest into ids[0..m) in rank order; returns m.
  * The heap holds the k largest values so far; any logit >= its minimum at the time it is
- * seen is noted, which covers all final members including ties (the minimum only rises). */
+ * seen is noted, which covers all final members including ties (the minimum only rises).
+ * Blocks with no logit >= the minimum are skipped by a vectorised test. */
 static int select_top_k(struct sample_dist *d, const float *logits, int k) {
     int n = d->n_vocab, n_cand = 0;
     float *heap = d->e;
@@ -121,14 +119,25 @@ static int select_top_k(struct sample_dist *d, const float *logits, int k) {
     }
     for (int i = k / 2 - 1; i >= 0; i--) sift_down(heap, k, i);
     float h0 = heap[0];
-    for (int i = k; i < n; i++) {
-        float v = logits[i];
-        if (v >= h0) {
-            cand[n_cand++] = i;
-            if (v > h0) {
-                heap[0] = v;
-                sift_down(heap, k, 0);
-                h0 = heap[0];
+    for (int i = k; i < n;) {
+        int end = n - i < BLOCK ? n : i + BLOCK;
+        if (end - i == BLOCK) {
+            int hit = 0;
+            for (int j = 0; j < BLOCK; j++) hit |= logits[i + j] >= h0;
+            if (!hit) {
+                i = end;
+                continue;
+            }
+        }
+        for (; i < end; i++) {
+            float v = logits[i];
+            if (v >= h0) {
+                cand[n_cand++] = i;
+                if (v > h0) {
+                    heap[0] = v;
+                    sift_down(heap, k, 0);
+                    h0 = heap[0];
+                }
             }
         }
     }
@@ -144,48 +153,33 @@ static int select_top_k(struct sample_dist *d, const float *logits, int k) {
     return m;
 }
 
-static int bucket_of(float logit, float max, float per_unit) {
-    float x = (max - logit) * per_unit; /* >= 0; NaN and +inf land in the last bucket */
-    x = x < (float)(N_BUCKET - 1) ? x : (float)(N_BUCKET - 1);
-    return (int)x;
-}
+/* Nucleus without top-k: d->e gets exp for the whole vocabulary (sum *total). The tokens
+ * within NUCLEUS_NATS[s] nats of the max (a logit threshold, so they are a prefix of the
+ * ranking) go to ids[0..m) in rank order with probs[j] = e[ids[j]], widening s until their
+ * mass reaches top_p * total; the nucleus is then inside them. The margin on the first
+ * test and the check after sorting keep summation-order rounding from cutting it short. */
+static const float NUCLEUS_NATS[] = {8.0f, 24.0f, INFINITY};
 
-/* Nucleus without top-k: d->e gets exp for the whole vocabulary (sum *total). Tokens whose
- * bucket is at most B go to ids[0..m) in rank order, with probs[j] = e[ids[j]]; B is the
- * first bucket where the histogram's running mass reaches top_p * total, so the sorted
- * candidates are a prefix of the full ranking that already holds the nucleus. A rounding
- * shortfall is caught by summing the candidates and widening to all buckets. */
-static int select_nucleus(struct sample_dist *d, const float *logits, float max, float inv_t,
+static int select_nucleus(struct sample_dist *d, const float *logits, float max, float t,
                           float top_p, double *total) {
-    int n = d->n_vocab;
-    *total = kern_exp_shift(d->e, logits, n, max, inv_t);
-    float per_unit = PER_NAT * inv_t;
-    double hist[4][N_BUCKET] = {{0}}; /* four copies break store-to-load chains */
-    int i = 0;
-    for (; i + 4 <= n; i += 4)
-        for (int j = 0; j < 4; j++) hist[j][bucket_of(logits[i + j], max, per_unit)] += d->e[i + j];
-    for (; i < n; i++) hist[0][bucket_of(logits[i], max, per_unit)] += d->e[i];
-    double target = (double)top_p * *total, cum = 0;
-    int last = N_BUCKET - 1;
-    for (int b = 0; b < N_BUCKET; b++) {
-        cum += (hist[0][b] + hist[1][b]) + (hist[2][b] + hist[3][b]);
-        if (cum >= target * (1 + 1e-9)) {
-            last = b;
-            break;
-        }
-    }
-    for (;;) {
+    int n = d->n_vocab, last = (int)(sizeof NUCLEUS_NATS / sizeof *NUCLEUS_NATS) - 1;
+    *total = kern_exp_shift(d->e, logits, n, max, 1.0f / t);
+    double target = (double)top_p * *total;
+    for (int stage = 0;; stage++) {
+        float thr = max - NUCLEUS_NATS[stage] * t;
         int m = 0;
-        for (i = 0; i < n; i++)
-            if (bucket_of(logits[i], max, per_unit) <= last) {
+        double s = 0;
+        for (int i = 0; i < n; i++)
+            if (logits[i] >= thr) {
+                s += (double)d->e[i];
                 d->ids[m] = i;
                 d->keys[m++] = kern_key_desc(logits[i]);
             }
+        if (s < target * (1 + 1e-9) && stage < last) continue;
         kern_sort(d->keys, d->ids, d->tmp_key, d->tmp_id, m);
-        double s = 0;
+        s = 0;
         for (int j = 0; j < m; j++) s += (double)(d->probs[j] = d->e[d->ids[j]]);
-        if (s >= target || last == N_BUCKET - 1) return m;
-        last = N_BUCKET - 1;
+        if (s >= target || stage == last) return m;
     }
 }
 
@@ -216,11 +210,23 @@ int sample_dist_build(struct sample_dist *d, const float *logits, float temperat
     d->sorted = 0;
     d->mass = 0;
     if (!(temperature > 0)) return ERR_ARG;
+    if (top_k >= n) top_k = 0;
+    float inv_t = 1.0f / temperature;
+    if (top_k > 0) {
+        int m = select_top_k(d, logits, top_k);
+        float max = m > 0 ? logits[d->ids[0]] : NAN;
+        if (!isfinite(max)) return ERR_ARG;
+        double total = 0;
+        for (int j = 0; j < m; j++) {
+            d->probs[j] = kern_exp((logits[d->ids[j]] - max) * inv_t);
+            total += (double)d->probs[j];
+        }
+        finish(d, m, total, top_p);
+        return OK;
+    }
     float max = kern_max(logits, n);
     if (!isfinite(max)) return ERR_ARG;
-    float inv_t = 1.0f / temperature;
-    if (top_k >= n) top_k = 0;
-    if (top_k <= 0 && !(top_p < 1)) {
+    if (!(top_p < 1)) {
         double total = kern_exp_shift(d->probs, logits, n, max, inv_t);
         float inv = (float)(1.0 / total);
         for (int i = 0; i < n; i++) d->probs[i] *= inv;
@@ -229,17 +235,8 @@ int sample_dist_build(struct sample_dist *d, const float *logits, float temperat
         d->mass = mass_of(d->probs, n);
         return OK;
     }
-    int m;
-    double total = 0;
-    if (top_k > 0) {
-        m = select_top_k(d, logits, top_k);
-        for (int j = 0; j < m; j++) {
-            d->probs[j] = kern_exp((logits[d->ids[j]] - max) * inv_t);
-            total += (double)d->probs[j];
-        }
-    } else {
-        m = select_nucleus(d, logits, max, inv_t, top_p, &total);
-    }
+    double total;
+    int m = select_nucleus(d, logits, max, temperature, top_p, &total);
     finish(d, m, total, top_p);
     return OK;
 }

@@ -1,20 +1,54 @@
 /* sample/kern.c: reductions and the stable key sort behind sample/dist.c. The sort is an
- * LSD radix sort on 8-bit digits that skips digits all keys share, with insertion sort for
- * short inputs; cost is linear in n, which matters when a nucleus holds many tokens. */
+ * LSD radix sort, with insertion sort for short inputs; its cost is linear in n, which
+ * matters when a nucleus holds many tokens. */
 #include "sample/kern.h"
 
 #include <math.h>
 
+/* Max and argmax keep LANES running values in an array and update it with a plain
+ * element-wise loop, which compilers vectorise; a scalar reduction would not be, because
+ * reordering max over NaN and signed zeros is not exact. */
+enum { LANES = 64 };
+
 float kern_max(const float *x, int n) {
-    float m[8];
-    for (int j = 0; j < 8; j++) m[j] = -INFINITY;
+    float acc[LANES];
+    for (int j = 0; j < LANES; j++) acc[j] = -INFINITY;
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
-    for (; i < n; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
-    float best = m[0];
-    for (int j = 1; j < 8; j++) best = m[j] > best ? m[j] : best;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+    float best = -INFINITY;
+    for (; i < n; i++) best = x[i] > best ? x[i] : best;
+    for (int j = 0; j < LANES; j++) best = acc[j] > best ? acc[j] : best;
     return best;
+}
+
+int32_t kern_argmax(const float *x, int n) {
+    float acc[LANES];
+    int32_t at[LANES]; /* first index where lane j reached acc[j]; -1 while still -inf */
+    for (int j = 0; j < LANES; j++) {
+        acc[j] = -INFINITY;
+        at[j] = -1;
+    }
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) {
+            int gt = x[i + j] > acc[j];
+            acc[j] = gt ? x[i + j] : acc[j];
+            at[j] = gt ? i + j : at[j];
+        }
+    float best = -INFINITY;
+    int32_t best_at = -1;
+    for (int j = 0; j < LANES; j++)
+        if (at[j] >= 0 && (acc[j] > best || (acc[j] == best && at[j] < best_at))) {
+            best = acc[j];
+            best_at = at[j];
+        }
+    for (; i < n; i++) /* the tail's indices are above every lane's */
+        if (x[i] > best) {
+            best = x[i];
+            best_at = i;
+        }
+    return best_at >= 0 ? best_at : 0;
 }
 
 double kern_sum(const float *x, int n) {
@@ -45,25 +79,36 @@ static void insertion_sort(uint32_t *key, int32_t *id, int n) {
     }
 }
 
+/* LSD radix sort on three digits of 11, 11 and 10 bits; all three histograms come from one
+ * read pass, and a digit that every key shares costs no scatter pass. */
+enum { DIGIT_BITS = 11, N_DIGIT = 1 << DIGIT_BITS };
+
 void kern_sort(uint32_t *key, int32_t *id, uint32_t *tmp_key, int32_t *tmp_id, int n) {
     if (n <= 64) {
         insertion_sort(key, id, n);
         return;
     }
+    static const int shift[3] = {0, DIGIT_BITS, 2 * DIGIT_BITS};
+    int count[3][N_DIGIT] = {{0}};
+    for (int i = 0; i < n; i++) {
+        uint32_t k = key[i];
+        count[0][k & (N_DIGIT - 1)]++;
+        count[1][(k >> DIGIT_BITS) & (N_DIGIT - 1)]++;
+        count[2][k >> (2 * DIGIT_BITS)]++;
+    }
     uint32_t *src_k = key, *dst_k = tmp_key;
     int32_t *src_i = id, *dst_i = tmp_id;
-    for (int shift = 0; shift < 32; shift += 8) {
-        int count[256] = {0};
-        for (int i = 0; i < n; i++) count[(src_k[i] >> shift) & 0xff]++;
-        if (count[(src_k[0] >> shift) & 0xff] == n) continue; /* digit shared by all keys */
+    for (int d = 0; d < 3; d++) {
+        int *c = count[d];
+        if (c[(key[0] >> shift[d]) & (N_DIGIT - 1)] == n) continue; /* digit shared by all */
         int pos = 0;
-        for (int b = 0; b < 256; b++) {
-            int c = count[b];
-            count[b] = pos;
-            pos += c;
+        for (int b = 0; b < N_DIGIT; b++) {
+            int x = c[b];
+            c[b] = pos;
+            pos += x;
         }
         for (int i = 0; i < n; i++) {
-            int p = count[(src_k[i] >> shift) & 0xff]++;
+            int p = c[(src_k[i] >> shift[d]) & (N_DIGIT - 1)]++;
             dst_k[p] = src_k[i];
             dst_i[p] = src_i[i];
         }

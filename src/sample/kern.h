@@ -5,26 +5,28 @@
 #ifndef DSPARK_SAMPLE_KERN_H
 #define DSPARK_SAMPLE_KERN_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-/* e^x for x <= 0, relative error about 1e-7. Returns 0 for x < -87 and for NaN, so NaN and
- * -inf logits act as impossible tokens. Branch-free so loops over it vectorise; the same
- * argument always gives the same result (basic IEEE operations only). */
+/* e^x for x <= 0, relative error below 1e-7. Returns 0 for x < -87 and for NaN, so NaN
+ * and -inf logits act as impossible tokens. Branch-free so loops over it vectorise. The
+ * explicit fmaf() makes the result the same in scalar and vector code and under any
+ * -ffp-contract setting (it needs FMA hardware to be fast, which -march=native gives). */
 static inline float kern_exp(float x) {
     float xc = x >= -87.0f ? x : -87.0f;
-    float n = xc * 1.44269504f + 12582912.0f; /* adding 1.5 * 2^23 rounds to an integer */
+    float n = fmaf(xc, 1.44269504f, 12582912.0f); /* adding 1.5 * 2^23 rounds to an integer */
     n = n - 12582912.0f;
-    float r = xc - n * 0.693359375f; /* ln 2 split in two: the first part is exact in n */
-    r = r - n * -2.12194440e-4f;
+    float r = fmaf(n, -0.693359375f, xc); /* ln 2 split in two: n * hi is exact */
+    r = fmaf(n, 2.12194440e-4f, r);
     float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    p = fmaf(p, r, 1.0f / 720.0f);
+    p = fmaf(p, r, 1.0f / 120.0f);
+    p = fmaf(p, r, 1.0f / 24.0f);
+    p = fmaf(p, r, 1.0f / 6.0f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
@@ -34,6 +36,9 @@ static inline float kern_exp(float x) {
 
 /* Largest value of x[0..n) ignoring NaN; -INFINITY when n == 0 or all are NaN. */
 float kern_max(const float *x, int n);
+/* Index of the largest value, the lowest such index on ties; NaN ignored; 0 when no value
+ * is above -INFINITY. */
+int32_t kern_argmax(const float *x, int n);
 /* Sum of x[0..n) in double, eight interleaved partial sums added in a fixed order. */
 double kern_sum(const float *x, int n);
 /* y[i] = kern_exp((x[i] - max) * inv_t) for i < n; returns kern_sum(y, n). */

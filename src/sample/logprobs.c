@@ -8,7 +8,10 @@
 #include "base/err.h"
 #include "sample/kern.h"
 
-enum { LSE_BLOCK = 1024 };
+enum {
+    LSE_BLOCK = 1024, /* logits exponentiated per step into a stack buffer */
+    TOP_BLOCK = 64,   /* logits tested at once against the N-th best */
+};
 
 double logprobs_lse(const float *logits, int n_vocab) {
     float max = kern_max(logits, n_vocab);
@@ -37,17 +40,28 @@ int logprobs_compute(const float *logits, int n_vocab, int32_t chosen_id, int to
     if (top_n <= 0) return OK;
     float val[LOGPROBS_MAX_TOP];
     int n = 0;
-    for (int i = 0; i < n_vocab; i++) {
-        float v = logits[i];
-        if (!(v > -INFINITY)) continue; /* NaN and -inf: impossible tokens are not listed */
-        if (n == top_n && !(v > val[n - 1])) continue;
-        int j = n < top_n ? n++ : n - 1;
-        for (; j > 0 && v > val[j - 1]; j--) {
-            val[j] = val[j - 1];
-            out->top_ids[j] = out->top_ids[j - 1];
+    for (int i = 0; i < n_vocab;) {
+        int end = n_vocab - i < TOP_BLOCK ? n_vocab : i + TOP_BLOCK;
+        if (n == top_n && end - i == TOP_BLOCK) { /* full list: skip blocks that cannot enter */
+            int hit = 0;
+            for (int j = 0; j < TOP_BLOCK; j++) hit |= logits[i + j] > val[n - 1];
+            if (!hit) {
+                i = end;
+                continue;
+            }
         }
-        val[j] = v;
-        out->top_ids[j] = i;
+        for (; i < end; i++) {
+            float v = logits[i];
+            if (!(v > -INFINITY)) continue; /* NaN and -inf: impossible tokens are not listed */
+            if (n == top_n && !(v > val[n - 1])) continue;
+            int j = n < top_n ? n++ : n - 1;
+            for (; j > 0 && v > val[j - 1]; j--) {
+                val[j] = val[j - 1];
+                out->top_ids[j] = out->top_ids[j - 1];
+            }
+            val[j] = v;
+            out->top_ids[j] = i;
+        }
     }
     out->n_top = n;
     for (int j = 0; j < n; j++) out->top[j] = (float)((double)val[j] - lse);

@@ -201,8 +201,14 @@ TEST(no_truncation_is_softmax) {
     CHECK_NEAR(d2->probs[0], 0.2, 1e-6);
     CHECK_NEAR(d2->probs[1], 0.8, 1e-6);
     CHECK(sample_dist_build(d2, t, 0.0f, 0, 1.0f) == ERR_ARG);
-    float bad[] = {-INFINITY, NAN};
-    CHECK(sample_dist_build(d2, bad, 1.0f, 0, 1.0f) == ERR_ARG);
+    float bad[] = {-INFINITY, NAN}, inf[] = {INFINITY, 0.0f}, nan[] = {NAN, NAN};
+    for (int path = 0; path < 3; path++) { /* no truncation, top-k, nucleus */
+        int k = path == 1 ? 1 : 0;
+        float top_p = path == 2 ? 0.5f : 1.0f;
+        CHECK(sample_dist_build(d2, bad, 1.0f, k, top_p) == ERR_ARG && d2->n == 0);
+        CHECK(sample_dist_build(d2, inf, 1.0f, k, top_p) == ERR_ARG);
+        CHECK(sample_dist_build(d2, nan, 1.0f, k, top_p) == ERR_ARG);
+    }
     dist_free(d);
     dist_free(d2);
 }
@@ -291,6 +297,26 @@ TEST(random_against_reference) {
     dist_free(d);
 }
 
+TEST(nucleus_reaches_far_tail) {
+    /* One token at 0 and a flat tail: the nucleus must reach past the first window of
+     * candidates (8 nats) and, for top_p near 1 with a tail 25 nats down, past the second. */
+    enum { N = 20000 };
+    float *l = malloc(N * sizeof *l);
+    struct sample_dist *d = dist_new(N);
+    for (int i = 0; i < N; i++) l[i] = i == 7 ? 0.0f : -10.0f - 1e-4f * (float)(i % 100);
+    REQUIRE(sample_dist_build(d, l, 1.0f, 0, 0.7f) == OK); /* tail mass 0.91 of 1.91 */
+    CHECK(d->n > 5000 && d->ids[0] == 7);
+    CHECK(matches_ref(d, l, 1.0f, 0, 0.7f));
+    for (int i = 0; i < N; i++) l[i] = i == 7 ? 0.0f : -25.0f;
+    /* tail mass 19999 e^-25 = 2.8e-7 of 1; top_p 1 - 6e-8 keeps ~79% of the tail */
+    REQUIRE(sample_dist_build(d, l, 1.0f, 0, 0.99999994f) == OK);
+    double tail = (N - 1) * exp(-25.0), want = ((double)0.99999994f * (1 + tail) - 1) / exp(-25.0);
+    CHECK(d->ids[0] == 7 && fabs(d->n - 1 - want) < 3);
+    CHECK(d->ids[1] == 0 && d->ids[2] == 1); /* tail ties in id order */
+    free(l);
+    dist_free(d);
+}
+
 /* ---- draws ---- */
 
 TEST(draw_skips_zero_probability) {
@@ -367,6 +393,7 @@ int main(void) {
     RUN(top_p_boundary);
     RUN(top_k_before_top_p);
     RUN(random_against_reference);
+    RUN(nucleus_reaches_far_tail);
     RUN(draw_skips_zero_probability);
     RUN(big_vocab_valid);
     return test_report();
