@@ -15,11 +15,13 @@
 #include "sample/rng.h"
 
 enum {
-    CHUNK = 64,     /* draw granularity: one double add per chunk while skipping ahead */
-    BLOCK = 64,     /* top-k: logits tested at once against the heap minimum */
+    CHUNK = 64, /* draw granularity: one double add per chunk while skipping ahead */
+    BLOCK = 64, /* top-k: logits tested at once against the heap minimum */
 };
 
-size_t sample_dist_bytes(int n_vocab) { return (size_t)n_vocab * 6 * 4; }
+size_t sample_dist_bytes(int n_vocab) {
+    return (size_t)n_vocab * 6 * 4;
+}
 
 void sample_dist_init(struct sample_dist *d, void *mem, int n_vocab) {
     assert(n_vocab > 0 && mem);
@@ -56,7 +58,9 @@ static double mass_of(const float *p, int n) {
     return m;
 }
 
-void sample_dist_update(struct sample_dist *d) { d->mass = mass_of(d->probs, d->n); }
+void sample_dist_update(struct sample_dist *d) {
+    d->mass = mass_of(d->probs, d->n);
+}
 
 int32_t sample_dist_draw(const struct sample_dist *d, struct rng *r) {
     assert(d->n > 0);
@@ -88,7 +92,9 @@ float sample_dist_prob(const struct sample_dist *d, int32_t id) {
     return 0.0f;
 }
 
-int32_t sample_greedy(const float *logits, int n_vocab) { return kern_argmax(logits, n_vocab); }
+int32_t sample_greedy(const float *logits, int n_vocab) {
+    return kern_argmax(logits, n_vocab);
+}
 
 /* ---- candidate selection ---- */
 

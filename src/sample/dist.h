@@ -18,11 +18,11 @@ struct sample_dist {
      * order, zero-probability tail removed. Without truncation (sorted = 0) the whole
      * vocabulary with ids[i] == i: sorting 150k entries would cost more than the rest of
      * the step, and no consumer needs the order. */
-    int32_t *ids;  /* [n_vocab] token ids */
-    float *probs;  /* [n_vocab] probabilities; they sum to 1 within float rounding */
-    int n;         /* entries in use, >= 1 after a successful build */
-    int sorted;    /* 1: rank order (probs non-increasing); 0: id order, full vocab */
-    double mass;   /* sum of probs[0..n) in the order sample_dist_draw() adds them */
+    int32_t *ids; /* [n_vocab] token ids */
+    float *probs; /* [n_vocab] probabilities; they sum to 1 within float rounding */
+    int n;        /* entries in use, >= 1 after a successful build */
+    int sorted;   /* 1: rank order (probs non-increasing); 0: id order, full vocab */
+    double mass;  /* sum of probs[0..n) in the order sample_dist_draw() adds them */
     int n_vocab;
     /* scratch, carved from the same block */
     float *e;          /* [n_vocab] unnormalised probabilities, or the top-k heap */

@@ -20,8 +20,8 @@ struct logprobs {
 double logprobs_lse(const float *logits, int n_vocab);
 
 /* Fills out for chosen_id and the top_n (clamped to [0, LOGPROBS_MAX_TOP]) most likely
- * tokens; tokens with a NaN or -inf logit are never listed, so n_top may be smaller. Returns OK, or ERR_ARG when chosen_id is out of range or no logit is
- * finite. */
+ * tokens; tokens with a NaN or -inf logit are never listed, so n_top may be smaller.
+ * Returns OK, or ERR_ARG when chosen_id is out of range or no logit is finite. */
 int logprobs_compute(const float *logits, int n_vocab, int32_t chosen_id, int top_n,
                      struct logprobs *out);
 

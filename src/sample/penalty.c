@@ -7,9 +7,13 @@
 
 #include "base/err.h"
 
-static uint32_t hash_id(int32_t id) { return (uint32_t)id * 0x9e3779b1u; }
+static uint32_t hash_id(int32_t id) {
+    return (uint32_t)id * 0x9e3779b1u;
+}
 
-void penalty_init(struct penalty_counts *c) { *c = (struct penalty_counts){0}; }
+void penalty_init(struct penalty_counts *c) {
+    *c = (struct penalty_counts){0};
+}
 
 void penalty_deinit(struct penalty_counts *c) {
     free(c->ids);

@@ -20,7 +20,7 @@ struct penalty_counts {
 
 void penalty_init(struct penalty_counts *c); /* empty; allocates nothing */
 void penalty_deinit(struct penalty_counts *c);
-void penalty_clear(struct penalty_counts *c); /* forget all counts, keep the memory */
+void penalty_clear(struct penalty_counts *c);          /* forget all counts, keep the memory */
 int penalty_add(struct penalty_counts *c, int32_t id); /* OK or ERR_NOMEM; id >= 0 */
 int32_t penalty_count(const struct penalty_counts *c, int32_t id);
 

@@ -4,7 +4,9 @@
 
 #include <assert.h>
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 static uint64_t splitmix64(uint64_t *x) {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
@@ -34,9 +36,13 @@ uint64_t rng_next(struct rng *r) {
     return out;
 }
 
-float rng_float(struct rng *r) { return (float)(rng_next(r) >> 40) * 0x1.0p-24f; }
+float rng_float(struct rng *r) {
+    return (float)(rng_next(r) >> 40) * 0x1.0p-24f;
+}
 
-double rng_double(struct rng *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; }
+double rng_double(struct rng *r) {
+    return (double)(rng_next(r) >> 11) * 0x1.0p-53;
+}
 
 uint32_t rng_below(struct rng *r, uint32_t n) {
     assert(n > 0);

@@ -12,9 +12,9 @@ struct rng {
 };
 
 void rng_seed(struct rng *r, uint64_t seed);
-uint64_t rng_next(struct rng *r);     /* 64 uniform bits */
-float rng_float(struct rng *r);       /* uniform in [0, 1), 24-bit resolution */
-double rng_double(struct rng *r);     /* uniform in [0, 1), 53-bit resolution */
+uint64_t rng_next(struct rng *r);              /* 64 uniform bits */
+float rng_float(struct rng *r);                /* uniform in [0, 1), 24-bit resolution */
+double rng_double(struct rng *r);              /* uniform in [0, 1), 53-bit resolution */
 uint32_t rng_below(struct rng *r, uint32_t n); /* uniform in [0, n); n > 0 */
 
 #endif

@@ -50,8 +50,8 @@ int sampler_build_dist(struct sampler *s, float *logits, const int32_t *extra, i
     const struct sample_params *p = &s->params;
     *out = NULL;
     if (!(p->temperature > 0)) return ERR_ARG;
-    penalty_apply(&s->counts, p->presence_penalty, p->frequency_penalty, logits, s->n_vocab,
-                  extra, n_extra);
+    penalty_apply(&s->counts, p->presence_penalty, p->frequency_penalty, logits, s->n_vocab, extra,
+                  n_extra);
     int err = sample_dist_build(&s->dist, logits, p->temperature, p->top_k, p->top_p);
     if (err) return err;
     *out = &s->dist;
@@ -61,8 +61,8 @@ int sampler_build_dist(struct sampler *s, float *logits, const int32_t *extra, i
 int32_t sampler_sample(struct sampler *s, float *logits) {
     const struct sample_params *p = &s->params;
     if (!(p->temperature > 0)) {
-        penalty_apply(&s->counts, p->presence_penalty, p->frequency_penalty, logits,
-                      s->n_vocab, NULL, 0);
+        penalty_apply(&s->counts, p->presence_penalty, p->frequency_penalty, logits, s->n_vocab,
+                      NULL, 0);
         int32_t id = sample_greedy(logits, s->n_vocab);
         return logits[id] > -INFINITY ? id : ERR_ARG;
     }
@@ -77,7 +77,15 @@ int sampler_accept(struct sampler *s, int32_t id) {
     return penalty_add(&s->counts, id);
 }
 
-const struct sample_params *sampler_params(const struct sampler *s) { return &s->params; }
-struct penalty_counts *sampler_counts(struct sampler *s) { return &s->counts; }
-struct rng *sampler_rng(struct sampler *s) { return &s->rng; }
-int sampler_n_vocab(const struct sampler *s) { return s->n_vocab; }
+const struct sample_params *sampler_params(const struct sampler *s) {
+    return &s->params;
+}
+struct penalty_counts *sampler_counts(struct sampler *s) {
+    return &s->counts;
+}
+struct rng *sampler_rng(struct sampler *s) {
+    return &s->rng;
+}
+int sampler_n_vocab(const struct sampler *s) {
+    return s->n_vocab;
+}

@@ -72,12 +72,14 @@ static int matches_ref(const struct sample_dist *d, const float *logits, float t
     int m = ref_trunc(logits, n, t, k, top_p, ids, p), ok = 1;
     if (d->sorted) {
         ok = d->n == m;
-        for (int j = 0; ok && j < m; j++) ok = d->ids[j] == ids[j] && fabs(d->probs[j] - p[j]) < 2e-6;
+        for (int j = 0; ok && j < m; j++)
+            ok = d->ids[j] == ids[j] && fabs(d->probs[j] - p[j]) < 2e-6;
     } else {
         ok = d->n == n;
         float *dense = calloc((size_t)n, sizeof *dense);
         for (int j = 0; j < m; j++) dense[ids[j]] = (float)p[j];
-        for (int i = 0; ok && i < n; i++) ok = d->ids[i] == i && fabs(d->probs[i] - dense[i]) < 2e-6;
+        for (int i = 0; ok && i < n; i++)
+            ok = d->ids[i] == i && fabs(d->probs[i] - dense[i]) < 2e-6;
         free(dense);
     }
     free(ids);
@@ -239,7 +241,7 @@ TEST(top_p_boundary) {
     static const struct {
         float top_p;
         int n;
-    } cases[] = {{0.0f, 1}, {-1.0f, 1}, {0.4999f, 1}, {0.5001f, 2},
+    } cases[] = {{0.0f, 1},    {-1.0f, 1},   {0.4999f, 1}, {0.5001f, 2},
                  {0.7499f, 2}, {0.7501f, 3}, {0.8749f, 3}, {0.8751f, 4}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         REQUIRE(sample_dist_build(d, l, 1.0f, 0, cases[c].top_p) == OK);
@@ -274,9 +276,9 @@ TEST(random_against_reference) {
         float t;
         int k;
         float p;
-    } cases[] = {{1.0f, 0, 1.0f},    {1.0f, 0, 0.9f},   {0.7f, 40, 1.0f},  {0.3f, 0, 0.95f},
-                 {2.0f, 100, 0.8f},  {1.0f, 1, 1.0f},   {1.5f, 0, 0.999f}, {1.0f, 3000, 0.5f},
-                 {0.05f, 0, 0.99f},  {1.0f, 4999, 1.0f}};
+    } cases[] = {{1.0f, 0, 1.0f},   {1.0f, 0, 0.9f},   {0.7f, 40, 1.0f},  {0.3f, 0, 0.95f},
+                 {2.0f, 100, 0.8f}, {1.0f, 1, 1.0f},   {1.5f, 0, 0.999f}, {1.0f, 3000, 0.5f},
+                 {0.05f, 0, 0.99f}, {1.0f, 4999, 1.0f}};
     enum { N = 5000 };
     float *l = malloc(N * sizeof *l);
     struct sample_dist *d = dist_new(N);
@@ -356,8 +358,8 @@ TEST(big_vocab_valid) {
         float t;
         int k;
         float p;
-    } cases[] = {{1.0f, 0, 1.0f}, {0.7f, 40, 1.0f}, {1.0f, 0, 0.9f}, {0.8f, 50, 0.95f},
-                 {1.0f, 20000, 1.0f}, {3.0f, 0, 0.99f}};
+    } cases[] = {{1.0f, 0, 1.0f},   {0.7f, 40, 1.0f},    {1.0f, 0, 0.9f},
+                 {0.8f, 50, 0.95f}, {1.0f, 20000, 1.0f}, {3.0f, 0, 0.99f}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         REQUIRE(sample_dist_build(d, l, cases[c].t, cases[c].k, cases[c].p) == OK);
         double s = 0;

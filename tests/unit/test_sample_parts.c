@@ -178,8 +178,12 @@ static void run_seq(struct sampler *s, int32_t *out, int n) {
 }
 
 TEST(sampler_seeded_reproducible) {
-    struct sample_params p = {.temperature = 1.0f, .top_p = 0.95f, .top_k = 20,
-                              .presence_penalty = 0.3f, .frequency_penalty = 0.1f, .seed = 1234};
+    struct sample_params p = {.temperature = 1.0f,
+                              .top_p = 0.95f,
+                              .top_k = 20,
+                              .presence_penalty = 0.3f,
+                              .frequency_penalty = 0.1f,
+                              .seed = 1234};
     struct sampler *a = sampler_new(&p, 50), *b = sampler_new(&p, 50);
     p.seed = 1235;
     struct sampler *c = sampler_new(&p, 50);
@@ -227,7 +231,8 @@ TEST(residual_deterministic) {
     CHECK(n1 > 100 && n1 < 300);
     /* acceptance ratio: q(d) = 0 is guarded, p(d) = 0 never accepts */
     ok = 1;
-    for (int i = 0; i < 100; i++) ok &= sample_accept(&r, 0.3f, 0.0f) && !sample_accept(&r, 0, 0.5f);
+    for (int i = 0; i < 100; i++)
+        ok &= sample_accept(&r, 0.3f, 0.0f) && !sample_accept(&r, 0, 0.5f);
     for (int i = 0; i < 100; i++) ok &= sample_accept(&r, 0.9f, 0.9f);
     CHECK(ok);
     free(p.ids);

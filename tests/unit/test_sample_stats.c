@@ -67,8 +67,8 @@ TEST(draws_match_truncated_probs) {
         int count[V] = {0};
         for (int i = 0; i < DRAWS; i++) count[sample_dist_draw(d, &r)]++;
         double diff = max_diff(count, want);
-        printf("  T=%.1f top_p=%.1f top_k=%d: max |emp-exp| = %.4f\n", cases[c].t,
-               cases[c].top_p, cases[c].top_k, diff);
+        printf("  T=%.1f top_p=%.1f top_k=%d: max |emp-exp| = %.4f\n", cases[c].t, cases[c].top_p,
+               cases[c].top_k, diff);
         CHECK(diff < 0.02);
         for (int i = 0; i < V; i++)
             if (want[i] == 0) CHECK(count[i] == 0);
