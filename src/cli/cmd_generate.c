@@ -31,6 +31,8 @@ static void usage(FILE *f) {
             "  --seed S               random seed (default 0): same seed, same output\n"
             "  --threads N            CPU threads (default: all cores)\n"
             "  --ignore-eos           do not stop at end-of-sequence tokens\n"
+            "  --activations f32|bf16 activation precision (default f32; bf16 rounds where\n"
+            "                         transformers' bfloat16 path rounds, to reproduce it)\n"
             "  --no-progress          no progress bar while loading\n");
 }
 
@@ -51,7 +53,7 @@ static int on_token(void *ctx, int32_t id) {
 
 int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *prompt = NULL;
-    int max_tokens = 128, threads = 0, ignore_eos = 0, progress = 1;
+    int max_tokens = 128, threads = 0, ignore_eos = 0, progress = 1, bf16_acts = 0;
     float temperature = -1, top_p = -1, pp = 0, fp = 0;
     int top_k = -1;
     uint64_t seed = 0;
@@ -81,6 +83,12 @@ int cmd_generate(int argc, char **argv) {
             bad = args_u64("--seed", a.value, &seed);
         } else if (args_flag(&a, "--threads")) {
             bad = args_int("--threads", a.value, 1, 1024, &threads);
+        } else if (args_flag(&a, "--activations")) {
+            if (!a.value || (strcmp(a.value, "f32") && strcmp(a.value, "bf16"))) {
+                fprintf(stderr, "error: --activations takes f32 or bf16\n");
+                return 2;
+            }
+            bf16_acts = !strcmp(a.value, "bf16");
         } else if (!strcmp(argv[a.i], "--ignore-eos")) {
             ignore_eos = 1;
         } else if (!strcmp(argv[a.i], "--no-progress")) {
@@ -111,7 +119,8 @@ int cmd_generate(int argc, char **argv) {
     int32_t *ids = NULL;
     int n_ids = 0;
     if (tokenizer_load(model_dir, &tok)) goto done;
-    struct model_opts mo = {.n_threads = threads, .show_progress = progress && isatty(2)};
+    struct model_opts mo = {.n_threads = threads, .show_progress = progress && isatty(2),
+                            .bf16_activations = bf16_acts};
     if (model_load(model_dir, &mo, &m)) goto done;
     const struct hf_config *c = model_config(m);
     /* generation_config.json supplies the defaults when it asks for sampling */

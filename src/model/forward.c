@@ -11,6 +11,16 @@
 #include <math.h>
 #include <string.h>
 
+/* bf16 reference mode: transformers rounds every op's output to bfloat16. */
+static void round_if(const struct model *m, float *x, size_t n) {
+    if (m->act_bf16) cpu_round_bf16(x, n);
+}
+
+static void residual_add(const struct model *m, float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+    round_if(m, x, n);
+}
+
 static void embed_rows(const struct model *m, const int32_t *ids, int T, float *x) {
     size_t H = (size_t)m->cfg.hidden_size, esz = dtype_size(m->embed.dtype);
     for (int t = 0; t < T; t++)
@@ -36,39 +46,45 @@ static void attention_block(struct model *m, struct kv_cache *kv, int li, int po
     const struct layer *l = &m->layers[li];
     int H = c->hidden_size, D = c->head_dim;
     int QD = c->n_heads * D, KD = c->n_kv_heads * D;
-    cpu_rmsnorm(m->xn, m->x, l->attn_norm, T, H, c->rms_eps);
+    int bf = m->act_bf16;
+    cpu_rmsnorm(m->xn, m->x, l->attn_norm, T, H, c->rms_eps, bf);
     cpu_matmul(m->pool, m->q, m->xn, l->wq.data, l->wq.dtype, l->bq, T, H, QD);
     cpu_matmul(m->pool, m->k, m->xn, l->wk.data, l->wk.dtype, l->bk, T, H, KD);
     cpu_matmul(m->pool, m->v, m->xn, l->wv.data, l->wv.dtype, l->bv, T, H, KD);
+    round_if(m, m->q, (size_t)T * QD);
+    round_if(m, m->k, (size_t)T * KD);
+    round_if(m, m->v, (size_t)T * KD);
     if (l->q_norm) {
-        cpu_rmsnorm(m->q, m->q, l->q_norm, T * c->n_heads, D, c->rms_eps);
-        cpu_rmsnorm(m->k, m->k, l->k_norm, T * c->n_kv_heads, D, c->rms_eps);
+        cpu_rmsnorm(m->q, m->q, l->q_norm, T * c->n_heads, D, c->rms_eps, bf);
+        cpu_rmsnorm(m->k, m->k, l->k_norm, T * c->n_kv_heads, D, c->rms_eps, bf);
     }
-    cpu_rope(m->q, T, c->n_heads, D, pos0, m->inv_freq);
-    cpu_rope(m->k, T, c->n_kv_heads, D, pos0, m->inv_freq);
+    cpu_rope(m->q, T, c->n_heads, D, pos0, m->inv_freq, bf);
+    cpu_rope(m->k, T, c->n_kv_heads, D, pos0, m->inv_freq, bf);
     kv_store(kv, li, pos0, T, m->k, m->v);
     size_t layer_off = (size_t)li * c->n_kv_heads * kv->cap * D;
     struct cpu_attn a = {
         .out = m->att, .q = m->q, .k = kv->k + layer_off, .v = kv->v + layer_off,
         .n = T, .pos0 = pos0, .cap = kv->cap, .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads, .head_dim = D, .window = c->sliding_window,
-        .scale = 1.0f / sqrtf((float)D), .scratch = m->attn_scratch,
+        .scale = 1.0f / sqrtf((float)D), .scratch = m->attn_scratch, .bf16 = bf,
     };
     cpu_attention(m->pool, &a);
     cpu_matmul(m->pool, m->xn, m->att, l->wo.data, l->wo.dtype, NULL, T, QD, H);
-    for (size_t i = 0; i < (size_t)T * H; i++) m->x[i] += m->xn[i];
+    residual_add(m, m->x, m->xn, (size_t)T * H);
 }
 
 static void mlp_block(struct model *m, int li, int T) {
     const struct hf_config *c = &m->cfg;
     const struct layer *l = &m->layers[li];
     int H = c->hidden_size, I = c->intermediate_size;
-    cpu_rmsnorm(m->xn, m->x, l->ffn_norm, T, H, c->rms_eps);
+    cpu_rmsnorm(m->xn, m->x, l->ffn_norm, T, H, c->rms_eps, m->act_bf16);
     cpu_matmul(m->pool, m->g, m->xn, l->wg.data, l->wg.dtype, NULL, T, H, I);
     cpu_matmul(m->pool, m->u, m->xn, l->wu.data, l->wu.dtype, NULL, T, H, I);
-    cpu_silu_mul(m->g, m->u, (size_t)T * I);
+    round_if(m, m->g, (size_t)T * I);
+    round_if(m, m->u, (size_t)T * I);
+    cpu_silu_mul(m->g, m->u, (size_t)T * I, m->act_bf16);
     cpu_matmul(m->pool, m->xn, m->g, l->wd.data, l->wd.dtype, NULL, T, I, H);
-    for (size_t i = 0; i < (size_t)T * H; i++) m->x[i] += m->xn[i];
+    residual_add(m, m->x, m->xn, (size_t)T * H);
 }
 
 int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int n, float *logits,
@@ -91,6 +107,7 @@ int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int 
         int T = n - done < MODEL_CHUNK ? n - done : MODEL_CHUNK;
         int pos0 = kv->len;
         embed_rows(m, ids + done, T, m->x);
+        round_if(m, m->x, (size_t)T * H);
         for (int li = 0; li < c->n_layers; li++) {
             attention_block(m, kv, li, pos0, T);
             mlp_block(m, li, T);
@@ -99,12 +116,15 @@ int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int 
         if (!logits) continue;
         int last_chunk = done + T == n;
         if (all_rows) {
-            cpu_rmsnorm(m->xn, m->x, m->final_norm, T, H, c->rms_eps);
+            cpu_rmsnorm(m->xn, m->x, m->final_norm, T, H, c->rms_eps, m->act_bf16);
             cpu_matmul(m->pool, logits + (size_t)done * V, m->xn, m->lm_head.data,
                        m->lm_head.dtype, NULL, T, H, V);
+            round_if(m, logits + (size_t)done * V, (size_t)T * V);
         } else if (last_chunk) {
-            cpu_rmsnorm(m->xn, m->x + (size_t)(T - 1) * H, m->final_norm, 1, H, c->rms_eps);
+            cpu_rmsnorm(m->xn, m->x + (size_t)(T - 1) * H, m->final_norm, 1, H, c->rms_eps,
+                        m->act_bf16);
             cpu_matmul(m->pool, logits, m->xn, m->lm_head.data, m->lm_head.dtype, NULL, 1, H, V);
+            round_if(m, logits, (size_t)V);
         }
     }
     return OK;

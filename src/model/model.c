@@ -173,6 +173,7 @@ int model_load(const char *dir, const struct model_opts *opts, struct model **ou
     if (!rc) rc = st_open_dir(dir, &m->st);
     if (rc) goto fail;
     const struct hf_config *c = &m->cfg;
+    m->act_bf16 = opts && opts->bf16_activations;
     m->pool = pool_new(opts ? opts->n_threads : 0);
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->pool || !m->layers || (rc = alloc_scratch(m))) {

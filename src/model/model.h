@@ -16,6 +16,9 @@ struct kv_cache;
 struct model_opts {
     int n_threads;    /* <= 0: one per CPU */
     int show_progress; /* progress bar on stderr while reading weights */
+    /* Round activations to bfloat16 where transformers' bfloat16 path rounds them, to
+     * reproduce a bf16 checkpoint's reference logits. 0 (default): float32 activations. */
+    int bf16_activations;
 };
 
 int model_load(const char *dir, const struct model_opts *opts, struct model **out);

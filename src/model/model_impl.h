@@ -36,6 +36,7 @@ struct model {
     struct layer *layers;  /* [n_layers] */
     float *inv_freq;       /* [D/2] RoPE frequencies, llama3 scaling applied */
     size_t weight_bytes;   /* matmul weights read per decode step */
+    int act_bf16;          /* model_opts.bf16_activations */
     /* step scratch, sized for MODEL_CHUNK rows at load (the hot loop never mallocs) */
     float *x, *xn, *q, *k, *v, *att, *g, *u, *last_logits;
     float *attn_scratch;   /* [n_threads, max_pos] */

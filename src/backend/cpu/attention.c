@@ -8,6 +8,8 @@
 #include <immintrin.h>
 #endif
 
+static inline float rnd(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
 static float dot(const float *a, const float *b, int n) {
 #ifdef __AVX512F__
     __m512 acc = _mm512_setzero_ps();
@@ -53,7 +55,8 @@ static void attn_task(void *ctx, int ith, int nth) {
         const float *v = a->v + (size_t)(h / group) * a->cap * D;
         float mx = -INFINITY;
         for (int j = lo; j <= p; j++) {
-            sc[j] = dot(q, k + (size_t)j * D, D) * a->scale;
+            float d = dot(q, k + (size_t)j * D, D);
+            sc[j] = a->bf16 ? rnd(rnd(d) * a->scale) : d * a->scale;
             if (sc[j] > mx) mx = sc[j];
         }
         float sum = 0;
@@ -64,7 +67,12 @@ static void attn_task(void *ctx, int ith, int nth) {
         float inv = 1.0f / sum;
         float *o = a->out + (size_t)task * D;
         memset(o, 0, sizeof(float) * (size_t)D);
-        for (int j = lo; j <= p; j++) axpy(o, sc[j] * inv, v + (size_t)j * D, D);
+        for (int j = lo; j <= p; j++) {
+            float w = sc[j] * inv;
+            axpy(o, a->bf16 ? rnd(w) : w, v + (size_t)j * D, D);
+        }
+        if (a->bf16)
+            for (int i = 0; i < D; i++) o[i] = rnd(o[i]);
     }
 }
 

@@ -13,15 +13,21 @@
 void cpu_matmul(struct pool *pool, float *y, const float *x, const void *w, enum dtype wt,
                 const float *bias, int n, int k, int m);
 
-/* ---- norm.c, rope.c, attention.c ---- */
+/* ---- norm.c, rope.c, attention.c ----
+ * The `bf16` flag of these kernels rounds intermediate values to bfloat16 exactly where
+ * transformers' bfloat16 path rounds them, so that a bf16 checkpoint's logits can be
+ * reproduced; 0 keeps everything in float32 (more accurate, the default). */
 
+/* Rounds x[0..n) to the nearest bfloat16 value, in place. */
+void cpu_round_bf16(float *x, size_t n);
 /* y[n, d] = x / sqrt(mean(x^2) + eps) * w, per row. y may alias x. */
-void cpu_rmsnorm(float *y, const float *x, const float *w, int n, int d, float eps);
+void cpu_rmsnorm(float *y, const float *x, const float *w, int n, int d, float eps, int bf16);
 /* g[i] = silu(g[i]) * u[i] for i < n. */
-void cpu_silu_mul(float *g, const float *u, size_t n);
+void cpu_silu_mul(float *g, const float *u, size_t n, int bf16);
 /* Rotates x[n, n_heads, head_dim] in place, row t at position pos0 + t ("rotate half" layout:
  * element i pairs with i + head_dim/2). inv_freq has head_dim/2 entries. */
-void cpu_rope(float *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq);
+void cpu_rope(float *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq,
+              int bf16);
 
 /* Causal attention of n query rows at positions pos0.. over a cache holding positions
  * [0, pos0 + n). q, out: [n, n_heads, D]; k, v: [n_kv_heads][cap][D] for one layer.
@@ -32,6 +38,7 @@ struct cpu_attn {
     int n, pos0, cap, n_heads, n_kv_heads, head_dim, window;
     float scale;
     float *scratch;
+    int bf16; /* round scores, probabilities and output as transformers' bf16 path does */
 };
 void cpu_attention(struct pool *pool, const struct cpu_attn *a);
 
