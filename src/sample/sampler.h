@@ -1,7 +1,7 @@
 /* sample/sampler.h: one sequence's sampler: its parameters, its penalty counts, its rng and
  * its distribution scratch, behind a single handle. Per step: id = sampler_sample(s, logits),
  * then sampler_accept(s, id) once the token is committed. The verify loop uses the parts
- * (sampler_counts, sampler_rng, sampler_dist) with the building blocks in penalty.h, dist.h
+ * (sampler_counts, sampler_rng, sampler_build_dist) with the building blocks in penalty.h, dist.h
  * and residual.h. sampler_new() allocates everything once; no step allocates except
  * sampler_accept() growing the count table. Not thread-safe; one sampler per sequence. */
 #ifndef DSPARK_SAMPLE_SAMPLER_H
