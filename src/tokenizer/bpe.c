@@ -29,6 +29,10 @@ static inline int cand_less(const struct cand *a, const struct cand *b) {
     return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
 }
 
+static int cand_cmp(const void *a, const void *b) {
+    return cand_less(a, b) ? -1 : cand_less(b, a) ? 1 : 0;
+}
+
 static void heap_push(struct heap *h, struct cand c) {
     size_t i = h->n++;
     while (i > 0) {
@@ -133,9 +137,24 @@ int tok_bpe(const struct tokenizer *t, const char *s, size_t n, struct tok_ids *
         }
     }
     size_t m = initial_symbols(t, s, n, sy);
-    for (size_t i = 0; i + 1 < m; i++) push_pair(t, &h, sy, (int32_t)i);
-    while (h.n) {
-        struct cand c = heap_pop(&h);
+    /* The first candidates, sorted, are consumed in order; the heap only holds the pairs that
+     * merges create. The next candidate is the smaller of the two fronts. */
+    struct cand *init = h.v + 2 * n;
+    size_t n_init = 0, next_init = 0;
+    int sorted = 1;
+    for (size_t i = 0; i + 1 < m; i++) {
+        struct cand c = {.pos = (uint32_t)i};
+        if (!find_merge(t, sy[i].id, sy[i + 1].id, &c.rank, &c.new_id)) continue;
+        if (n_init && cand_less(&c, &init[n_init - 1])) sorted = 0;
+        init[n_init++] = c;
+    }
+    if (!sorted) qsort(init, n_init, sizeof *init, cand_cmp);
+    while (h.n || next_init < n_init) {
+        struct cand c;
+        if (next_init < n_init && (!h.n || cand_less(&init[next_init], &h.v[0])))
+            c = init[next_init++];
+        else
+            c = heap_pop(&h);
         struct sym *a = &sy[c.pos];
         if (!a->len || a->next < 0) continue;
         struct sym *b = &sy[a->next];

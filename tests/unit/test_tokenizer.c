@@ -153,11 +153,60 @@ TEST(golden_llama2) {
         run_golden(NPM_DIR "tokenizer-llama2/models", "tests/data/tokenizer/llama2.jsonl");
 }
 
+/* ---- long inputs: no quadratic behaviour ---- */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TIME_LIMIT 8.0 /* sanitizers slow everything down several times */
+#else
+#define TIME_LIMIT 1.0
+#endif
+
+static void time_long_inputs(const char *dir) {
+    struct tokenizer *t = NULL;
+    REQUIRE(tokenizer_load(dir, &t) == OK);
+    static const char *units[] = {"a", " ", "1", "\n", "!", "\xe4\xb8\xad", "\xf0\x9f\xa4\x97",
+                                  "ab ", "\t\n", "<|im_end|>", "x\xcc\x81"};
+    size_t n = 1 << 20;
+    char *s = malloc(n + 16);
+    REQUIRE(s);
+    for (size_t u = 0; u < sizeof units / sizeof *units; u++) {
+        size_t k = strlen(units[u]), len = 0;
+        while (len + k <= n) memcpy(s + len, units[u], k), len += k;
+        double t0 = timer_now();
+        int32_t *ids = NULL;
+        int n_ids = 0;
+        int rc = tokenizer_encode(t, s, len, &ids, &n_ids);
+        double dt = timer_now() - t0;
+        CHECK(rc == OK && n_ids > 0);
+        char *dec = NULL;
+        size_t dlen = 0;
+        CHECK(rc == OK && tokenizer_decode(t, ids, n_ids, &dec, &dlen) == OK);
+        if (dt > TIME_LIMIT / 4) printf("  %s: 1 MiB of \"%s\": %d ids in %.3f s\n", dir, units[u], n_ids, dt);
+        CHECK(dt < TIME_LIMIT);
+        free(dec);
+        free(ids);
+    }
+    free(s);
+    tokenizer_free(t);
+}
+
+TEST(long_inputs_tiny) { time_long_inputs("tests/data/tokenizer/tiny_bpe"); }
+TEST(long_inputs_real) {
+    static const char *pkgs[] = {"tokenizer-qwen3", "tokenizer-llama3_1", "tokenizer-llama2"};
+    for (int i = 0; i < 3; i++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, NPM_DIR "%s/models", pkgs[i]);
+        if (have_npm(pkgs[i])) time_long_inputs(dir);
+    }
+}
+
 int main(void) {
     RUN(golden_tiny_bpe);
     RUN(golden_tiny_spm);
     RUN(golden_qwen3);
     RUN(golden_llama3);
     RUN(golden_llama2);
+    RUN(long_inputs_tiny);
+    RUN(long_inputs_real);
     return test_report();
 }
