@@ -1,5 +1,7 @@
-/* cli/cmd_generate.c: `dspark generate`: load a model folder, encode the prompt (raw, no
- * chat template yet), stream the generated text to stdout, then print speed on stderr. */
+/* cli/cmd_generate.c: `dspark generate`: load a model folder (and a draft model), encode the
+ * prompt (raw text, no chat template yet, or token ids), run plain or speculative generation,
+ * stream the text to stdout and the speed report to stderr; or, with --json, print one JSON
+ * object with the ids, the text, the statistics and every round's drafts. */
 #include "cli/args.h"
 #include "cli/commands.h"
 
@@ -10,18 +12,21 @@
 #include "engine/generate.h"
 #include "tokenizer/tokenizer.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define DEFAULT_MODEL "models/pycoder"
+#define MAX_STOP 8
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: dspark generate [--model DIR] --prompt TEXT [flags]\n\n"
+            "usage: dspark generate [--model DIR] (--prompt TEXT | --prompt-ids IDS) [flags]\n\n"
             "  --model DIR            Hugging Face model folder (default: " DEFAULT_MODEL ")\n"
             "  --prompt TEXT          prompt text, used as is (no chat template)\n"
+            "  --prompt-ids IDS       prompt as comma-separated token ids\n"
             "  --max-tokens N         new tokens at most (default 128)\n"
             "  --temperature T        0 = greedy (default: generation_config.json, else 0)\n"
             "  --top-p P              nucleus sampling mass (default: generation_config.json)\n"
@@ -29,137 +34,266 @@ static void usage(FILE *f) {
             "  --presence-penalty X   OpenAI presence penalty (default 0)\n"
             "  --frequency-penalty X  OpenAI frequency penalty (default 0)\n"
             "  --seed S               random seed (default 0): same seed, same output\n"
-            "  --threads N            CPU threads (default: all cores)\n"
+            "  --stop TEXT            stop before this text (repeatable, up to 8)\n"
             "  --ignore-eos           do not stop at end-of-sequence tokens\n"
+            "  --mode M               baseline | lookup | draft (default baseline)\n"
+            "  --drafter DIR          draft model folder for --mode draft (default: DIR-draft)\n"
+            "  --max-draft N          drafts verified per round at most (default 6 lookup,\n"
+            "                         4 draft)\n"
+            "  --lookup-drafts        in draft mode, verify an n-gram continuation when the\n"
+            "                         prompt or output has one (default on)\n"
+            "  --no-lookup-drafts     always ask the draft model\n"
+            "  --logprobs N           with --json: raw logprobs with N alternatives per token\n"
+            "  --json                 print one JSON object (ids, text, stats, rounds)\n"
+            "  --threads N            CPU threads (default: all cores)\n"
             "  --activations f32|bf16 activation precision (default f32; bf16 rounds where\n"
             "                         transformers' bfloat16 path rounds, to reproduce it)\n"
             "  --no-progress          no progress bar while loading\n");
 }
 
-struct out_ctx {
-    struct detok *dt;
+struct opts {
+    const char *model_dir, *drafter_dir, *prompt, *prompt_ids;
+    const char *stop[MAX_STOP];
+    int n_stop, threads, progress, bf16_acts, json, max_draft;
+    float temperature, top_p;
+    int top_k;
+    struct gen_params gp;
 };
 
-static int on_token(void *ctx, int32_t id) {
-    struct out_ctx *o = ctx;
-    const char *text;
-    size_t len;
-    if (detok_push(o->dt, id, &text, &len) == OK && len) {
+static int parse_mode(const char *v, enum gen_mode *out) {
+    static const char *names[] = {"baseline", "lookup", "draft"};
+    for (int i = 0; v && i < 3; i++)
+        if (!strcmp(v, names[i])) return *out = (enum gen_mode)i, 0;
+    fprintf(stderr, "error: --mode takes baseline, lookup or draft\n");
+    return -1;
+}
+
+/* Returns 0 to go on, else the exit code (help printed: 0 through -1). */
+static int parse(int argc, char **argv, struct opts *o) {
+    struct args a = {.argc = argc, .argv = argv};
+    for (a.i = 1; a.i < argc; a.i++) {
+        int bad = 0;
+        const char *arg = argv[a.i];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            usage(stdout);
+            return -1;
+        } else if (args_flag(&a, "--model")) {
+            bad = !(o->model_dir = a.value);
+        } else if (args_flag(&a, "--drafter")) {
+            bad = !(o->drafter_dir = a.value);
+        } else if (args_flag(&a, "--prompt-ids")) {
+            bad = !(o->prompt_ids = a.value);
+        } else if (args_flag(&a, "--prompt")) {
+            bad = !(o->prompt = a.value);
+        } else if (args_flag(&a, "--max-tokens")) {
+            bad = args_int(arg, a.value, 1, 1 << 24, &o->gp.max_tokens);
+        } else if (args_flag(&a, "--temperature")) {
+            bad = args_float("--temperature", a.value, 0, 100, &o->temperature);
+        } else if (args_flag(&a, "--top-p")) {
+            bad = args_float("--top-p", a.value, 0, 1, &o->top_p);
+        } else if (args_flag(&a, "--top-k")) {
+            bad = args_int("--top-k", a.value, 0, 1 << 24, &o->top_k);
+        } else if (args_flag(&a, "--presence-penalty")) {
+            bad = args_float("--presence-penalty", a.value, -2, 2, &o->gp.sp.presence_penalty);
+        } else if (args_flag(&a, "--frequency-penalty")) {
+            bad = args_float("--frequency-penalty", a.value, -2, 2, &o->gp.sp.frequency_penalty);
+        } else if (args_flag(&a, "--seed")) {
+            bad = args_u64("--seed", a.value, &o->gp.sp.seed);
+        } else if (args_flag(&a, "--stop")) {
+            if (!a.value || o->n_stop == MAX_STOP || !*a.value) {
+                fprintf(stderr, "error: --stop takes a non-empty text, at most %d times\n",
+                        MAX_STOP);
+                bad = 1;
+            } else {
+                o->stop[o->n_stop++] = a.value;
+            }
+        } else if (args_flag(&a, "--mode")) {
+            bad = parse_mode(a.value, &o->gp.mode);
+        } else if (args_flag(&a, "--max-draft")) {
+            bad = args_int("--max-draft", a.value, 0, 64, &o->max_draft);
+        } else if (args_flag(&a, "--logprobs")) {
+            bad = args_int("--logprobs", a.value, 0, LOGPROBS_MAX_TOP, &o->gp.top_logprobs);
+        } else if (args_flag(&a, "--threads")) {
+            bad = args_int("--threads", a.value, 1, 1024, &o->threads);
+        } else if (args_flag(&a, "--activations")) {
+            if (!a.value || (strcmp(a.value, "f32") && strcmp(a.value, "bf16"))) {
+                fprintf(stderr, "error: --activations takes f32 or bf16\n");
+                bad = 1;
+            } else {
+                o->bf16_acts = !strcmp(a.value, "bf16");
+            }
+        } else if (!strcmp(arg, "--lookup-drafts")) {
+            o->gp.lookup_drafts = 1;
+        } else if (!strcmp(arg, "--no-lookup-drafts")) {
+            o->gp.lookup_drafts = 0;
+        } else if (!strcmp(arg, "--ignore-eos")) {
+            o->gp.ignore_eos = 1;
+        } else if (!strcmp(arg, "--json")) {
+            o->json = 1;
+        } else if (!strcmp(arg, "--no-progress")) {
+            o->progress = 0;
+        } else {
+            fprintf(stderr, "error: unknown flag '%s' (see dspark generate --help)\n", arg);
+            return 2;
+        }
+        if (bad) return 2;
+    }
+    if (!o->prompt == !o->prompt_ids) {
+        fprintf(stderr, "error: give exactly one of --prompt and --prompt-ids\n");
+        return 2;
+    }
+    return 0;
+}
+
+static int parse_ids(const char *s, int32_t **ids, int *n) {
+    int cap = 16;
+    *n = 0;
+    *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    while (*ids && *s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            fprintf(stderr, "error: --prompt-ids takes comma-separated token ids, e.g. 1,2,3\n");
+            return ERR_ARG;
+        }
+        if (*n == cap && !(*ids = realloc(*ids, sizeof(int32_t) * (size_t)(cap *= 2))))
+            return ERR_NOMEM;
+        (*ids)[(*n)++] = (int32_t)v;
+        s = *end ? end + 1 : end;
+    }
+    return *ids ? OK : ERR_NOMEM;
+}
+
+static int on_token(void *ctx, int32_t id, const char *text, size_t len,
+                    const struct logprobs *lp) {
+    (void)ctx, (void)id, (void)lp;
+    if (len) {
         fwrite(text, 1, len, stdout);
         fflush(stdout);
     }
     return 0;
 }
 
+static cJSON *ids_json(const int32_t *ids, int n) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
+    return a;
+}
+
+static void print_json(const struct gen_result *r, const struct gen_params *gp) {
+    const struct gen_stats *st = &r->stats;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "ids", ids_json(r->ids, r->n_ids));
+    cJSON_AddStringToObject(o, "text", r->text ? r->text : "");
+    cJSON_AddStringToObject(o, "finish_reason", r->finish == GEN_FINISH_STOP ? "stop" : "length");
+    cJSON *s = cJSON_AddObjectToObject(o, "stats");
+    cJSON_AddNumberToObject(s, "prompt_tokens", st->n_prompt);
+    cJSON_AddNumberToObject(s, "generated_tokens", st->n_generated);
+    cJSON_AddNumberToObject(s, "rounds", st->rounds);
+    cJSON_AddNumberToObject(s, "target_forwards", st->target_forwards);
+    cJSON_AddNumberToObject(s, "drafted", st->drafted);
+    cJSON_AddNumberToObject(s, "accepted", st->accepted);
+    cJSON_AddNumberToObject(s, "mean_accepted", st->rounds ? (double)st->accepted / st->rounds : 0);
+    cJSON_AddNumberToObject(s, "lookup_rounds", st->lookup_rounds);
+    cJSON_AddNumberToObject(s, "prefill_s", st->prefill_s);
+    cJSON_AddNumberToObject(s, "decode_s", st->decode_s);
+    cJSON_AddNumberToObject(s, "draft_s", st->draft_s);
+    cJSON_AddNumberToObject(s, "decode_tok_s", st->decode_s > 0 ? st->n_generated / st->decode_s : 0);
+    cJSON *rounds = cJSON_AddArrayToObject(o, "rounds");
+    for (int i = 0; gp->trace && i < st->rounds; i++) {
+        const struct gen_round *rr = &r->rounds[i];
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddItemToObject(x, "drafted", ids_json(r->drafted + rr->first, rr->n_drafted));
+        cJSON_AddNumberToObject(x, "accepted", rr->n_accepted);
+        cJSON_AddBoolToObject(x, "lookup", rr->from_lookup);
+        cJSON_AddItemToArray(rounds, x);
+    }
+    char *text = cJSON_PrintUnformatted(o);
+    if (text) printf("%s\n", text);
+    free(text);
+    cJSON_Delete(o);
+}
+
 int cmd_generate(int argc, char **argv) {
-    const char *model_dir = NULL, *prompt = NULL;
-    int max_tokens = 128, threads = 0, ignore_eos = 0, progress = 1, bf16_acts = 0;
-    float temperature = -1, top_p = -1, pp = 0, fp = 0;
-    int top_k = -1;
-    uint64_t seed = 0;
-    struct args a = {.argc = argc, .argv = argv};
-    for (a.i = 1; a.i < argc; a.i++) {
-        int bad = 0;
-        if (!strcmp(argv[a.i], "--help") || !strcmp(argv[a.i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (args_flag(&a, "--model")) {
-            bad = !(model_dir = a.value);
-        } else if (args_flag(&a, "--prompt")) {
-            bad = !(prompt = a.value);
-        } else if (args_flag(&a, "--max-tokens")) {
-            bad = args_int("--max-tokens", a.value, 1, 1 << 24, &max_tokens);
-        } else if (args_flag(&a, "--temperature")) {
-            bad = args_float("--temperature", a.value, 0, 100, &temperature);
-        } else if (args_flag(&a, "--top-p")) {
-            bad = args_float("--top-p", a.value, 0, 1, &top_p);
-        } else if (args_flag(&a, "--top-k")) {
-            bad = args_int("--top-k", a.value, 0, 1 << 24, &top_k);
-        } else if (args_flag(&a, "--presence-penalty")) {
-            bad = args_float("--presence-penalty", a.value, -2, 2, &pp);
-        } else if (args_flag(&a, "--frequency-penalty")) {
-            bad = args_float("--frequency-penalty", a.value, -2, 2, &fp);
-        } else if (args_flag(&a, "--seed")) {
-            bad = args_u64("--seed", a.value, &seed);
-        } else if (args_flag(&a, "--threads")) {
-            bad = args_int("--threads", a.value, 1, 1024, &threads);
-        } else if (args_flag(&a, "--activations")) {
-            if (!a.value || (strcmp(a.value, "f32") && strcmp(a.value, "bf16"))) {
-                fprintf(stderr, "error: --activations takes f32 or bf16\n");
-                return 2;
-            }
-            bf16_acts = !strcmp(a.value, "bf16");
-        } else if (!strcmp(argv[a.i], "--ignore-eos")) {
-            ignore_eos = 1;
-        } else if (!strcmp(argv[a.i], "--no-progress")) {
-            progress = 0;
-        } else {
-            fprintf(stderr, "error: unknown flag '%s' (see dspark generate --help)\n", argv[a.i]);
-            return 2;
-        }
-        if (bad) return 2;
-    }
-    if (!prompt) {
-        fprintf(stderr, "error: --prompt is required (see dspark generate --help)\n");
-        return 2;
-    }
-    if (!model_dir) {
-        model_dir = DEFAULT_MODEL;
-        if (!fs_exists(model_dir)) {
-            fprintf(stderr, "error: no --model given and %s does not exist here\n", model_dir);
+    struct opts o = {.progress = 1, .temperature = -1, .top_p = -1, .top_k = -1,
+                     .max_draft = -1,
+                     .gp = {.max_tokens = 128, .top_logprobs = -1, .lookup_drafts = 1}};
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (!o.model_dir) {
+        o.model_dir = DEFAULT_MODEL;
+        if (!fs_exists(o.model_dir)) {
+            fprintf(stderr, "error: no --model given and %s does not exist here\n", o.model_dir);
             fprintf(stderr, "hint: run from the repository root or pass --model DIR\n");
             return 2;
         }
     }
-    int rc = 1;
-    struct tokenizer *tok = NULL;
-    struct model *m = NULL;
-    struct sampler *s = NULL;
-    struct detok *dt = NULL;
+    char draft_default[4096];
+    if (o.gp.mode == GEN_DRAFT && !o.drafter_dir) {
+        snprintf(draft_default, sizeof draft_default, "%s-draft", o.model_dir);
+        o.drafter_dir = draft_default;
+    }
+    o.gp.max_draft = o.max_draft >= 0 ? o.max_draft : o.gp.mode == GEN_LOOKUP ? 6 : 4;
+    o.gp.stop = o.stop;
+    o.gp.n_stop = o.n_stop;
+    o.gp.trace = o.json;
+    rc = 1;
+    struct gen_engine e = {0};
     int32_t *ids = NULL;
     int n_ids = 0;
-    if (tokenizer_load(model_dir, &tok)) goto done;
-    struct model_opts mo = {.n_threads = threads, .show_progress = progress && isatty(2),
-                            .bf16_activations = bf16_acts};
-    if (model_load(model_dir, &mo, &m)) goto done;
-    const struct hf_config *c = model_config(m);
+    struct gen_result res = {0};
+    char tokjson[4096];
+    int have_tok = fs_join(tokjson, sizeof tokjson, o.model_dir, "tokenizer.json") == OK &&
+                   fs_exists(tokjson);
+    if ((o.prompt || !o.json || o.n_stop || have_tok) && tokenizer_load(o.model_dir, &e.tok))
+        goto done;
+    struct model_opts mo = {.n_threads = o.threads, .show_progress = o.progress && isatty(2),
+                            .bf16_activations = o.bf16_acts};
+    if (model_load(o.model_dir, &mo, &e.target)) goto done;
+    if (o.gp.mode == GEN_DRAFT) {
+        struct model_opts dmo = mo;
+        dmo.pool = model_pool(e.target); /* one set of threads for both models */
+        if (model_load(o.drafter_dir, &dmo, &e.draft)) goto done;
+    }
+    const struct hf_config *c = model_config(e.target);
     /* generation_config.json supplies the defaults when it asks for sampling */
-    struct sample_params sp = {
-        .temperature = temperature >= 0 ? temperature : (c->do_sample ? c->temperature : 0),
-        .top_p = top_p >= 0 ? top_p : (c->do_sample ? c->top_p : 1),
-        .top_k = top_k >= 0 ? top_k : (c->do_sample ? c->top_k : 0),
-        .presence_penalty = pp,
-        .frequency_penalty = fp,
-        .seed = seed,
-    };
-    if (!(s = sampler_new(&sp, c->vocab_size)) || !(dt = detok_new(tok))) goto done;
-    if (tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n_ids)) goto done;
-    int32_t tok_eos = tokenizer_eos_id(tok);
-    struct gen_opts go = {.max_tokens = max_tokens, .ignore_eos = ignore_eos,
-                          .extra_eos = &tok_eos, .n_extra_eos = tok_eos >= 0};
-    struct out_ctx oc = {.dt = dt};
-    struct gen_stats st;
-    fwrite(prompt, 1, strlen(prompt), stdout);
-    fflush(stdout);
-    if (gen_run(m, s, ids, n_ids, &go, on_token, &oc, &st)) goto done;
-    const char *tail;
-    size_t tail_len;
-    if (detok_flush(dt, &tail, &tail_len) == OK) fwrite(tail, 1, tail_len, stdout);
-    printf("\n");
-    fflush(stdout);
-    int n_dec = st.n_generated > 1 ? st.n_generated - 1 : 0; /* the first token comes from prefill */
-    fprintf(stderr,
-            "prefill: %d tokens in %.3f s (%.1f tok/s) | decode: %d tokens in %.3f s "
-            "(%.1f tok/s) | %d threads%s\n",
-            st.n_prompt, st.prefill_s, st.n_prompt / (st.prefill_s > 0 ? st.prefill_s : 1e-9),
-            n_dec, st.decode_s, n_dec / (st.decode_s > 0 ? st.decode_s : 1e-9),
-            threads > 0 ? threads : cpu_count(), st.hit_eos ? " | stopped at EOS" : "");
+    o.gp.sp.temperature = o.temperature >= 0 ? o.temperature : (c->do_sample ? c->temperature : 0);
+    o.gp.sp.top_p = o.top_p >= 0 ? o.top_p : (c->do_sample ? c->top_p : 1);
+    o.gp.sp.top_k = o.top_k >= 0 ? o.top_k : (c->do_sample ? c->top_k : 0);
+    if (o.prompt_ids ? parse_ids(o.prompt_ids, &ids, &n_ids)
+                     : tokenizer_encode(e.tok, o.prompt, strlen(o.prompt), &ids, &n_ids))
+        goto done;
+    if (!o.json && o.prompt) {
+        fwrite(o.prompt, 1, strlen(o.prompt), stdout);
+        fflush(stdout);
+    }
+    if (gen_run(&e, ids, n_ids, &o.gp, o.json ? NULL : on_token, NULL, &res)) goto done;
+    const struct gen_stats *st = &res.stats;
+    if (o.json) {
+        print_json(&res, &o.gp);
+    } else {
+        printf("\n");
+        fflush(stdout);
+        fprintf(stderr,
+                "prefill: %d tokens in %.3f s (%.1f tok/s) | decode: %d tokens in %.3f s "
+                "(%.1f tok/s) | %d threads\n",
+                st->n_prompt, st->prefill_s,
+                st->n_prompt / (st->prefill_s > 0 ? st->prefill_s : 1e-9), st->n_generated,
+                st->decode_s, st->n_generated / (st->decode_s > 0 ? st->decode_s : 1e-9),
+                o.threads > 0 ? o.threads : cpu_count());
+        if (o.gp.mode != GEN_BASELINE)
+            fprintf(stderr,
+                    "speculation: %d rounds, %.2f drafts accepted per round (%d of %d), "
+                    "%d lookup rounds, drafting %.3f s\n",
+                    st->rounds, st->rounds ? (double)st->accepted / st->rounds : 0,
+                    st->accepted, st->drafted, st->lookup_rounds, st->draft_s);
+    }
     rc = 0;
 done:
+    gen_result_free(&res);
     free(ids);
-    detok_free(dt);
-    sampler_free(s);
-    model_free(m);
-    tokenizer_free(tok);
+    model_free(e.draft);
+    model_free(e.target);
+    tokenizer_free(e.tok);
     return rc;
 }

@@ -1,65 +1,291 @@
-/* engine/generate.c: see generate.h. */
+/* engine/generate.c: see generate.h. The loop: prefill all prompt tokens but the last, then
+ * rounds of (propose, verify) with the newest token pending, until EOS, a stop string, the
+ * token budget or the context's end. Committed text passes through a stop-string filter that
+ * holds back the longest stop string's length minus one byte. */
 #include "engine/generate.h"
 
 #include "base/err.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "spec/drafter.h"
+#include "spec/verify.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static int is_stop(const struct model *m, const struct gen_opts *o, int32_t id) {
-    if (o->ignore_eos) return 0;
-    if (hf_config_is_eos(model_config(m), id)) return 1;
-    for (int i = 0; i < o->n_extra_eos; i++)
-        if (o->extra_eos[i] == id) return 1;
-    return 0;
+struct run {
+    const struct gen_engine *e;
+    const struct gen_params *p;
+    gen_emit_fn *emit;
+    void *ctx;
+    struct gen_result *out;
+    int32_t *seq; /* prompt + committed output */
+    int n_seq, cap_seq;
+    int ids_cap;
+    size_t text_cap, emitted; /* text[0..emitted) was passed to emit */
+    size_t max_stop;
+    struct detok *dt;
+    int32_t tok_eos;
+    int done;
+    int rc;
+};
+
+static int push_id(int32_t **a, int *n, int *cap, int32_t id) {
+    if (*n == *cap) {
+        int c = *cap ? *cap * 2 : 256;
+        int32_t *b = realloc(*a, sizeof(int32_t) * (size_t)c);
+        if (!b) return ERR_NOMEM;
+        *a = b;
+        *cap = c;
+    }
+    (*a)[(*n)++] = id;
+    return OK;
 }
 
-int gen_run(struct model *m, struct sampler *s, const int32_t *prompt, int n_prompt,
-            const struct gen_opts *o, gen_token_fn *on_token, void *ctx,
-            struct gen_stats *st) {
-    memset(st, 0, sizeof *st);
+static int append_text(struct run *r, const char *s, size_t n) {
+    struct gen_result *o = r->out;
+    if (o->text_len + n + 1 > r->text_cap) {
+        size_t c = r->text_cap ? r->text_cap : 256;
+        while (c < o->text_len + n + 1) c *= 2;
+        char *t = realloc(o->text, c);
+        if (!t) return ERR_NOMEM;
+        o->text = t;
+        r->text_cap = c;
+    }
+    memcpy(o->text + o->text_len, s, n);
+    o->text_len += n;
+    o->text[o->text_len] = 0;
+    return OK;
+}
+
+static int is_eos(const struct run *r, int32_t id) {
+    for (int i = 0; i < r->p->n_stop_ids; i++)
+        if (r->p->stop_ids[i] == id) return 1;
+    if (r->p->ignore_eos) return 0;
+    return hf_config_is_eos(model_config(r->e->target), id) || id == r->tok_eos;
+}
+
+/* Earliest stop string in text at or after `from`; returns its start or -1. */
+static long find_stop(const struct run *r, size_t from) {
+    const char *t = r->out->text;
+    long best = -1;
+    for (int i = 0; i < r->p->n_stop; i++) {
+        const char *s = r->p->stop[i];
+        size_t n = strlen(s);
+        if (!n) continue;
+        const char *hit = memmem(t + from, r->out->text_len - from, s, n);
+        if (hit && (best < 0 || hit - t < best)) best = hit - t;
+    }
+    return best;
+}
+
+/* How much text may be shown: everything except what could still begin a stop string, never
+ * cutting a UTF-8 character. */
+static size_t safe_len(const struct run *r) {
+    size_t n = r->out->text_len;
+    if (r->max_stop > 1 && !r->done) n = n > r->max_stop - 1 ? n - (r->max_stop - 1) : 0;
+    const char *t = r->out->text;
+    while (n > r->emitted && n < r->out->text_len && ((unsigned char)t[n] & 0xc0) == 0x80) n--;
+    return n < r->emitted ? r->emitted : n;
+}
+
+static int commit(void *ctx, int32_t id, const struct logprobs *lp) {
+    struct run *r = ctx;
+    struct gen_result *o = r->out;
+    if ((r->rc = push_id(&o->ids, &o->n_ids, &r->ids_cap, id)) ||
+        (r->rc = push_id(&r->seq, &r->n_seq, &r->cap_seq, id)))
+        return 1;
+    o->stats.n_generated++;
+    if (is_eos(r, id)) {
+        o->finish = GEN_FINISH_STOP;
+        r->done = 1;
+    } else if (r->dt) {
+        const char *piece;
+        size_t len;
+        if (detok_push(r->dt, id, &piece, &len) == OK && len) {
+            size_t from = o->text_len;
+            if ((r->rc = append_text(r, piece, len))) return 1;
+            if (r->p->n_stop) {
+                size_t back = r->max_stop - 1;
+                long at = find_stop(r, from > back ? from - back : 0);
+                if (at >= 0) {
+                    o->text_len = (size_t)at;
+                    o->text[at] = 0;
+                    o->finish = GEN_FINISH_STOP;
+                    r->done = 1;
+                }
+            }
+        }
+    }
+    if (!r->done && o->stats.n_generated >= r->p->max_tokens) {
+        o->finish = GEN_FINISH_LENGTH;
+        r->done = 1;
+    }
+    if (r->done && r->dt && o->finish == GEN_FINISH_LENGTH) {
+        const char *tail;
+        size_t len;
+        if (detok_flush(r->dt, &tail, &len) == OK && len && (r->rc = append_text(r, tail, len)))
+            return 1;
+    }
+    size_t safe = safe_len(r);
+    if (r->emit && r->emit(r->ctx, id, o->text + r->emitted, safe - r->emitted, lp)) r->done = 1;
+    r->emitted = safe;
+    return r->done;
+}
+
+static int record_round(struct run *r, const struct draft *d, int acc, int from_lookup,
+                        int *drafted_cap) {
+    struct gen_result *o = r->out;
+    int n = o->stats.rounds;
+    struct gen_round *rr = realloc(o->rounds, sizeof *rr * (size_t)(n + 1));
+    if (!rr) return ERR_NOMEM;
+    o->rounds = rr;
+    int n_drafted = 0;
+    for (int i = 0; i < n; i++) n_drafted += rr[i].n_drafted;
+    rr[n] = (struct gen_round){d->n, acc, from_lookup, n_drafted};
+    for (int i = 0; i < d->n; i++) {
+        int rc = push_id(&o->drafted, &n_drafted, drafted_cap, d->ids[i]);
+        if (rc) return rc;
+    }
+    return OK;
+}
+
+static int setup_drafters(const struct gen_params *p, const struct gen_engine *e,
+                          struct drafter *lookup, struct drafter *dm) {
+    int rc = OK;
+    if (p->mode == GEN_LOOKUP) rc = lookup_drafter_new(3, 4, lookup);
+    if (p->mode == GEN_DRAFT) {
+        if (!e->draft) {
+            log_error("draft mode needs a draft model (--drafter DIR)");
+            return ERR_ARG;
+        }
+        if (model_config(e->draft)->vocab_size > model_config(e->target)->vocab_size) {
+            log_error("the draft model's vocabulary (%d) is larger than the target's (%d)",
+                      model_config(e->draft)->vocab_size, model_config(e->target)->vocab_size);
+            log_hint("the draft model must share the target's tokenizer");
+            return ERR_ARG;
+        }
+        if (p->lookup_drafts) rc = lookup_drafter_new(4, 5, lookup);
+        if (!rc) rc = draft_model_drafter_new(e->draft, &p->sp, p->max_draft, dm);
+    }
+    return rc;
+}
+
+int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
+            const struct gen_params *p, gen_emit_fn *emit, void *ctx, struct gen_result *out) {
+    memset(out, 0, sizeof *out);
+    struct gen_stats *st = &out->stats;
     st->n_prompt = n_prompt;
-    if (n_prompt <= 0) {
-        log_error("the prompt is empty: at least one token is needed");
+    const struct hf_config *c = model_config(e->target);
+    if (n_prompt <= 0 || p->max_tokens <= 0) {
+        log_error(n_prompt <= 0 ? "the prompt is empty: at least one token is needed"
+                                : "max_tokens must be at least 1");
         return ERR_ARG;
     }
-    const struct hf_config *c = model_config(m);
     if (n_prompt >= c->max_pos) {
         log_error("the prompt has %d tokens; the model's context is %d", n_prompt, c->max_pos);
         return ERR_FULL;
     }
-    int cap = n_prompt + (o->max_tokens > 0 ? o->max_tokens : 0);
-    if (cap > c->max_pos) cap = c->max_pos;
+    int max_draft = p->mode == GEN_BASELINE ? 0 : p->max_draft;
+    if (max_draft < 0) max_draft = 0;
+    if (max_draft > 64) max_draft = 64;
+    struct run r = {.e = e, .p = p, .emit = emit, .ctx = ctx, .out = out, .tok_eos = -1};
+    struct drafter lookup = {0}, dm = {0};
     struct kv_cache *kv = NULL;
-    float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
-    int rc = logits ? kv_new(m, cap, &kv) : ERR_NOMEM;
-    if (rc) goto done;
+    struct sampler *s = NULL;
+    struct verify v = {0};
+    int rc, drafted_cap = 0;
+    long cap = (long)n_prompt + p->max_tokens + max_draft + 1;
+    if (cap > c->max_pos) cap = c->max_pos;
+    for (int i = 0; i < p->n_stop; i++)
+        if (strlen(p->stop[i]) > r.max_stop) r.max_stop = strlen(p->stop[i]);
+    if (e->tok) {
+        r.tok_eos = tokenizer_eos_id(e->tok);
+        if (!(r.dt = detok_new(e->tok))) return ERR_NOMEM;
+    }
+    if ((rc = append_text(&r, "", 0))) goto done;
+    if (!(s = sampler_new(&p->sp, c->vocab_size))) {
+        rc = ERR_NOMEM;
+        goto done;
+    }
+    if ((rc = kv_new(e->target, (int)cap, &kv)) ||
+        (rc = verify_init(&v, e->target, kv, s, max_draft, p->top_logprobs)) ||
+        (rc = setup_drafters(p, e, &lookup, &dm)))
+        goto done;
+    for (int i = 0; i < n_prompt; i++)
+        if ((rc = push_id(&r.seq, &r.n_seq, &r.cap_seq, prompt[i]))) goto done;
     double t0 = timer_now();
-    if ((rc = model_forward(m, kv, prompt, n_prompt, logits, 0))) goto done;
+    if (n_prompt > 1) {
+        if ((rc = model_forward(e->target, kv, prompt, n_prompt - 1, NULL, 0))) goto done;
+        st->target_forwards += (n_prompt - 2) / 256 + 1;
+    }
     st->prefill_s = timer_now() - t0;
     t0 = timer_now();
-    for (;;) {
-        int32_t id = sampler_sample(s, logits);
-        if (id < 0) {
-            log_error("the model produced unusable logits (NaN or infinite)");
-            rc = ERR_FORMAT;
+    int32_t ids[64];
+    const struct sample_dist *qs[64];
+    while (!r.done) {
+        int room = (int)cap - kv_len(kv) - 1;
+        int remaining = p->max_tokens - st->n_generated;
+        if (room < 0) {
+            out->finish = GEN_FINISH_LENGTH;
             break;
         }
-        if ((rc = sampler_accept(s, id))) break;
-        st->n_generated++;
-        if (is_stop(m, o, id)) {
-            st->hit_eos = 1;
+        int kmax = max_draft;
+        if (kmax > remaining - 1) kmax = remaining - 1;
+        if (kmax > room) kmax = room;
+        struct draft d = {.ids = ids, .q = qs, .n = 0, .cap = 64};
+        int from_lookup = 0;
+        double td = timer_now();
+        if (kmax > 0 && lookup.ops) {
+            if ((rc = lookup.ops->propose(&lookup, r.seq, r.n_seq, kmax < 6 ? kmax : 6, &d)))
+                break;
+            from_lookup = d.n > 0;
+        }
+        if (kmax > 0 && !d.n && dm.ops && (rc = dm.ops->propose(&dm, r.seq, r.n_seq, kmax, &d)))
+            break;
+        st->draft_s += timer_now() - td;
+        int acc, stopped;
+        if ((rc = verify_round(&v, r.seq[r.n_seq - 1], &d, commit, &r, &acc, &stopped))) break;
+        if (r.rc) {
+            rc = r.rc;
             break;
         }
-        if (on_token && on_token(ctx, id)) break;
-        if (st->n_generated >= o->max_tokens || kv_len(kv) >= cap) break;
-        if ((rc = model_forward(m, kv, &id, 1, logits, 0))) break;
+        if (p->trace && (rc = record_round(&r, &d, acc, from_lookup, &drafted_cap))) break;
+        st->rounds++;
+        st->target_forwards++;
+        st->drafted += d.n;
+        st->accepted += acc;
+        st->lookup_rounds += from_lookup;
+        if (kv_len(kv) >= cap - 1 && !r.done) {
+            out->finish = GEN_FINISH_LENGTH;
+            break;
+        }
     }
     st->decode_s = timer_now() - t0;
+    if (!rc && !r.done && r.dt) { /* context end: show what was held back */
+        r.done = 1;
+        size_t safe = safe_len(&r);
+        if (r.emit && safe > r.emitted) r.emit(r.ctx, -1, out->text + r.emitted, safe - r.emitted, NULL);
+    }
 done:
+    drafter_free(&lookup);
+    drafter_free(&dm);
+    verify_deinit(&v);
+    sampler_free(s);
     kv_free(kv);
-    free(logits);
+    detok_free(r.dt);
+    free(r.seq);
+    if (rc) gen_result_free(out);
     return rc;
+}
+
+void gen_result_free(struct gen_result *r) {
+    free(r->ids);
+    free(r->text);
+    free(r->rounds);
+    free(r->drafted);
+    struct gen_stats st = r->stats;
+    memset(r, 0, sizeof *r);
+    r->stats = st;
 }

@@ -1,32 +1,80 @@
-/* engine/generate.h: plain autoregressive generation of one sequence: prefill the prompt,
- * then sample one token per forward until EOS or the token budget. The caller owns the
- * model and the sampler; gen_run() owns a KV cache for the duration of the call. Each
- * committed token is passed to the callback, which may stop generation by returning nonzero. */
+/* engine/generate.h: generation of one sequence, plain or speculative. Every mode runs the
+ * same loop: the drafter (if any) proposes, spec/verify.c commits; baseline is a round with
+ * no drafts. Greedy output is therefore token-identical across modes (the kernels are
+ * batch-invariant), and sampled output is an exact sample of the same distribution.
+ * The caller owns the models and the tokenizer; gen_run() allocates the sequence's KV cache,
+ * sampler and drafters and frees them before returning. struct gen_result owns its arrays
+ * until gen_result_free(). Not thread-safe: one gen_run() per model at a time. */
 #ifndef DSPARK_ENGINE_GENERATE_H
 #define DSPARK_ENGINE_GENERATE_H
 
 #include "model/model.h"
+#include "sample/logprobs.h"
 #include "sample/sampler.h"
 
+#include <stddef.h>
 #include <stdint.h>
+
+struct tokenizer;
+
+enum gen_mode { GEN_BASELINE, GEN_LOOKUP, GEN_DRAFT };
+enum gen_finish { GEN_FINISH_LENGTH, GEN_FINISH_STOP };
+
+struct gen_engine {
+    struct model *target;
+    struct model *draft;    /* GEN_DRAFT's draft model (same tokenizer), or NULL */
+    struct tokenizer *tok;  /* for text, EOS and stop strings; may be NULL (ids only) */
+};
+
+struct gen_params {
+    int max_tokens;          /* new tokens at most (>= 1) */
+    int ignore_eos;
+    struct sample_params sp;
+    const char *const *stop; /* stop strings, matched on the decoded text */
+    int n_stop;
+    const int32_t *stop_ids; /* further end-of-sequence token ids */
+    int n_stop_ids;
+    int top_logprobs;        /* < 0: none; else raw logprobs with this many alternatives */
+    enum gen_mode mode;
+    int max_draft;           /* drafts per round at most (lookup default 6) */
+    int lookup_drafts;       /* GEN_DRAFT: verify an n-gram continuation when there is one */
+    int trace;               /* record every round's drafts in the result */
+};
 
 struct gen_stats {
     int n_prompt, n_generated;
-    double prefill_s, decode_s; /* wall time of the prefill and of the decode steps */
-    int hit_eos;                /* stopped on an end-of-sequence token */
+    int rounds;          /* verify rounds (target forwards after the prefill) */
+    int target_forwards; /* rounds plus prefill passes */
+    int drafted;         /* draft tokens verified */
+    int accepted;        /* draft tokens kept */
+    int lookup_rounds;   /* rounds whose drafts came from the n-gram index */
+    double prefill_s, decode_s, draft_s; /* draft_s is part of decode_s */
 };
 
-typedef int gen_token_fn(void *ctx, int32_t id);
-
-struct gen_opts {
-    int max_tokens;   /* new tokens at most */
-    int ignore_eos;   /* keep going past EOS ids */
-    const int32_t *extra_eos; /* further stop ids (e.g. the tokenizer's EOS), n_extra_eos of them */
-    int n_extra_eos;
+struct gen_round {
+    int n_drafted, n_accepted;
+    int from_lookup;
+    int first; /* index of its drafts in gen_result.drafted */
 };
 
-int gen_run(struct model *m, struct sampler *s, const int32_t *prompt, int n_prompt,
-            const struct gen_opts *opts, gen_token_fn *on_token, void *ctx,
-            struct gen_stats *stats);
+struct gen_result {
+    int32_t *ids;      /* [n_ids] committed tokens (EOS included when it ended the output) */
+    int n_ids;
+    char *text;        /* decoded output, stop string excluded, NUL-terminated */
+    size_t text_len;
+    enum gen_finish finish;
+    struct gen_stats stats;
+    struct gen_round *rounds; /* [stats.rounds] when params.trace */
+    int32_t *drafted;         /* all rounds' drafts, concatenated */
+};
+
+/* Called for each committed token with the text it made safe to show (possibly empty: text
+ * is held back while it could be the start of a stop string). Nonzero cancels generation. */
+typedef int gen_emit_fn(void *ctx, int32_t id, const char *text, size_t len,
+                        const struct logprobs *lp);
+
+int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
+            const struct gen_params *p, gen_emit_fn *emit, void *ctx, struct gen_result *out);
+void gen_result_free(struct gen_result *r);
 
 #endif

@@ -174,7 +174,12 @@ int model_load(const char *dir, const struct model_opts *opts, struct model **ou
     if (rc) goto fail;
     const struct hf_config *c = &m->cfg;
     m->act_bf16 = opts && opts->bf16_activations;
-    m->pool = pool_new(opts ? opts->n_threads : 0);
+    if (opts && opts->pool) {
+        m->pool = opts->pool;
+    } else {
+        m->pool = pool_new(opts ? opts->n_threads : 0);
+        m->owns_pool = 1;
+    }
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->pool || !m->layers || (rc = alloc_scratch(m))) {
         rc = ERR_NOMEM;
@@ -219,10 +224,11 @@ void model_free(struct model *m) {
     free(m->final_norm);
     free(m->x), free(m->xn), free(m->q), free(m->k), free(m->v), free(m->att);
     free(m->g), free(m->u), free(m->last_logits), free(m->attn_scratch), free(m->inv_freq);
-    pool_free(m->pool);
+    if (m->owns_pool) pool_free(m->pool);
     st_close(m->st);
     free(m);
 }
 
 const struct hf_config *model_config(const struct model *m) { return &m->cfg; }
+struct pool *model_pool(struct model *m) { return m->pool; }
 size_t model_weight_bytes(const struct model *m) { return m->weight_bytes; }

@@ -13,8 +13,11 @@
 struct model;
 struct kv_cache;
 
+struct pool;
+
 struct model_opts {
     int n_threads;    /* <= 0: one per CPU */
+    struct pool *pool; /* threads shared with another model (not owned); NULL: make one */
     int show_progress; /* progress bar on stderr while reading weights */
     /* Round activations to bfloat16 where transformers' bfloat16 path rounds them, to
      * reproduce a bf16 checkpoint's reference logits. 0 (default): float32 activations. */
@@ -23,6 +26,7 @@ struct model_opts {
 
 int model_load(const char *dir, const struct model_opts *opts, struct model **out);
 void model_free(struct model *m); /* NULL is a no-op */
+struct pool *model_pool(struct model *m); /* to share with a draft model */
 const struct hf_config *model_config(const struct model *m);
 size_t model_weight_bytes(const struct model *m); /* bytes read per decode step */
 

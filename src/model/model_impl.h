@@ -30,6 +30,7 @@ struct model {
     struct hf_config cfg;
     struct st_set *st;     /* owns the weight maps */
     struct pool *pool;
+    int owns_pool;
     struct weight embed;   /* [vocab, H] */
     struct weight lm_head; /* [vocab, H]; equals embed when tied */
     float *final_norm;     /* [H] */

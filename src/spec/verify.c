@@ -1,0 +1,116 @@
+/* spec/verify.c: see verify.h. */
+#include "spec/verify.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "model/model.h"
+#include "sample/dist.h"
+#include "sample/residual.h"
+#include "sample/sampler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int verify_init(struct verify *v, struct model *m, struct kv_cache *kv, struct sampler *s,
+                int max_draft, int top_logprobs) {
+    memset(v, 0, sizeof *v);
+    int V = model_config(m)->vocab_size;
+    v->m = m;
+    v->kv = kv;
+    v->s = s;
+    v->max_draft = max_draft < 0 ? 0 : max_draft;
+    v->top_logprobs = top_logprobs;
+    v->logits = malloc(sizeof(float) * (size_t)V * (size_t)(v->max_draft + 1));
+    v->raw = malloc(sizeof(float) * (size_t)V);
+    v->dense = calloc((size_t)V, sizeof(float));
+    if (!v->logits || !v->raw || !v->dense) {
+        verify_deinit(v);
+        return ERR_NOMEM;
+    }
+    return OK;
+}
+
+void verify_deinit(struct verify *v) {
+    free(v->logits);
+    free(v->raw);
+    free(v->dense);
+    memset(v, 0, sizeof *v);
+}
+
+/* Decides row i: returns the token to commit and whether it is the draft (accepted). */
+static int decide(struct verify *v, float *row, const struct draft *d, int i, int32_t *id,
+                  int *accepted) {
+    const struct sample_params *sp = sampler_params(v->s);
+    int V = model_config(v->m)->vocab_size;
+    int has_draft = i < d->n;
+    *accepted = 0;
+    if (sp->temperature <= 0) {
+        penalty_apply(sampler_counts(v->s), sp->presence_penalty, sp->frequency_penalty, row, V,
+                      NULL, 0);
+        *id = sample_greedy(row, V);
+        *accepted = has_draft && d->ids[i] == *id;
+        return OK;
+    }
+    const struct sample_dist *p;
+    int rc = sampler_build_dist(v->s, row, NULL, 0, &p);
+    if (rc) {
+        log_error("the model produced unusable logits (NaN or infinite)");
+        return rc;
+    }
+    struct rng *r = sampler_rng(v->s);
+    if (!has_draft) {
+        *id = sample_dist_draw(p, r);
+        return OK;
+    }
+    int32_t t = d->ids[i];
+    const struct sample_dist *q = d->q ? d->q[i] : NULL;
+    float pt = sample_dist_prob(p, t), qt = q ? sample_dist_prob(q, t) : 1.0f;
+    if (sample_accept(r, pt, qt)) {
+        *id = t;
+        *accepted = 1;
+    } else {
+        *id = q ? sample_residual(p, q, v->dense, r) : sample_residual_onehot(p, t, r);
+    }
+    return OK;
+}
+
+int verify_round(struct verify *v, int32_t pending, const struct draft *d, verify_commit_fn *cb,
+                 void *ctx, int *n_accepted, int *stopped) {
+    int V = model_config(v->m)->vocab_size;
+    int k = d ? d->n : 0;
+    static const struct draft none = {0};
+    if (!d) d = &none;
+    if (k > v->max_draft) k = v->max_draft;
+    *n_accepted = 0;
+    *stopped = 0;
+    int32_t ids[1 + 64];
+    int32_t *in = k + 1 <= (int)(sizeof ids / sizeof ids[0]) ? ids : malloc(sizeof(int32_t) * (size_t)(k + 1));
+    if (!in) return ERR_NOMEM;
+    in[0] = pending;
+    if (k) memcpy(in + 1, d->ids, sizeof(int32_t) * (size_t)k);
+    int base = kv_len(v->kv);
+    int rc = model_forward(v->m, v->kv, in, k + 1, v->logits, 1);
+    if (in != ids) free(in);
+    if (rc) return rc;
+    struct draft dk = *d;
+    dk.n = k;
+    for (int i = 0; i <= k; i++) {
+        float *row = v->logits + (size_t)i * V;
+        if (v->top_logprobs >= 0) memcpy(v->raw, row, sizeof(float) * (size_t)V);
+        int32_t id;
+        int accepted;
+        if ((rc = decide(v, row, &dk, i, &id, &accepted))) break;
+        if ((rc = sampler_accept(v->s, id))) break;
+        struct logprobs lp, *lpp = NULL;
+        if (v->top_logprobs >= 0 && logprobs_compute(v->raw, V, id, v->top_logprobs, &lp) == OK)
+            lpp = &lp;
+        *n_accepted += accepted;
+        if (cb && cb(ctx, id, lpp)) {
+            *stopped = 1;
+            break;
+        }
+        if (!accepted) break;
+    }
+    kv_truncate(v->kv, base + 1 + *n_accepted);
+    return rc;
+}

@@ -1,0 +1,48 @@
+/* spec/verify.h: one speculative round, the only place the acceptance rule lives. The target
+ * runs the pending token plus k drafts in one forward pass; row i of its logits decides
+ * position i: greedy keeps the longest prefix of drafts equal to the target's argmax, sampling
+ * accepts draft d with probability min(1, p(d)/q(d)) and draws a rejection from
+ * norm(max(0, p - q)); the token after the last accepted draft (correction or bonus) is
+ * always committed. p is the target's distribution after penalties (counting the tokens
+ * committed before that row), temperature, top-k and top-p, so every committed token is an
+ * exact sample of what plain decoding would sample. Tokens are committed one by one through a
+ * callback, which may end the round early (EOS, stop string, token budget). */
+#ifndef DSPARK_SPEC_VERIFY_H
+#define DSPARK_SPEC_VERIFY_H
+
+#include "sample/logprobs.h"
+#include "spec/drafter.h"
+
+#include <stdint.h>
+
+struct model;
+struct kv_cache;
+struct sampler;
+struct sample_dist;
+
+struct verify {
+    struct model *m;
+    struct kv_cache *kv;
+    struct sampler *s;
+    int max_draft;    /* drafts per round at most */
+    int top_logprobs; /* < 0: no logprobs; else report the chosen token and this many others */
+    float *logits;    /* [max_draft + 1, vocab] */
+    float *raw;       /* [vocab] a row before penalties, for logprobs */
+    float *dense;     /* [vocab] zeros, scratch of sample_residual */
+};
+
+/* Receives each committed token (and its raw logprobs when asked for); nonzero stops. */
+typedef int verify_commit_fn(void *ctx, int32_t id, const struct logprobs *lp);
+
+int verify_init(struct verify *v, struct model *m, struct kv_cache *kv, struct sampler *s,
+                int max_draft, int top_logprobs);
+void verify_deinit(struct verify *v);
+
+/* Runs one round. The cache must hold every token before `pending`. On return it holds every
+ * token before the new pending token (the last one committed): rejected rows are rolled back.
+ * *n_accepted counts the drafts kept; *stopped is set when the callback ended the round.
+ * Returns OK or an error code (then nothing was committed by this call). */
+int verify_round(struct verify *v, int32_t pending, const struct draft *d, verify_commit_fn *cb,
+                 void *ctx, int *n_accepted, int *stopped);
+
+#endif
