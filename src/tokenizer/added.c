@@ -17,7 +17,8 @@ static int32_t new_node(struct tok_trie *tr, uint8_t byte) {
         tr->nodes = v;
         tr->cap = cap;
     }
-    tr->nodes[tr->n] = (struct tok_trie_node){.child = -1, .sibling = -1, .added = -1, .byte = byte};
+    tr->nodes[tr->n] =
+        (struct tok_trie_node){.child = -1, .sibling = -1, .added = -1, .byte = byte};
     return (int32_t)tr->n++;
 }
 
@@ -146,9 +147,12 @@ int tok_split_added(const struct tokenizer *t, const struct tok_trie *trie,
     for (size_t i = 0; i < in->n; i++) {
         const struct tok_piece *pc = &in->v[i];
         int rc;
-        if (pc->id >= 0) rc = tok_pieces_add_id(out, pc->id);
-        else if (!trie->n) rc = tok_pieces_add(out, in->buf.p + pc->off, pc->len, pc->first);
-        else rc = split_piece(t, trie, in->buf.p + pc->off, pc->len, pc->first, out);
+        if (pc->id >= 0)
+            rc = tok_pieces_add_id(out, pc->id);
+        else if (!trie->n)
+            rc = tok_pieces_add(out, in->buf.p + pc->off, pc->len, pc->first);
+        else
+            rc = split_piece(t, trie, in->buf.p + pc->off, pc->len, pc->first, out);
         if (rc) return rc;
     }
     return OK;

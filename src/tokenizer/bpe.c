@@ -86,8 +86,7 @@ static void add_sym(struct sym *sy, size_t *m, int32_t id, uint32_t len) {
 }
 
 /* The initial symbols: one per character (HF's BPE::merge_word). Returns their count. */
-static size_t initial_symbols(const struct tokenizer *t, const char *s, size_t n,
-                              struct sym *sy) {
+static size_t initial_symbols(const struct tokenizer *t, const char *s, size_t n, struct sym *sy) {
     size_t m = 0, i = 0;
     uint32_t unk_len = 0; /* bytes of a pending unknown token */
     while (i < n) {

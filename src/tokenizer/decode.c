@@ -104,9 +104,11 @@ static int parse_one(const cJSON *j, struct tok_dec *steps, int *n, const char *
             log_error("%s: decoder Metaspace needs a one-character \"replacement\"", file);
             return ERR_FORMAT;
         }
-        if (scheme) s.prepend = strcmp(scheme, "never") ? TOK_PREPEND_ALWAYS : TOK_PREPEND_NEVER;
-        else s.prepend = tok_json_bool(j, "add_prefix_space", 1, &bad) ? TOK_PREPEND_ALWAYS
-                                                                        : TOK_PREPEND_NEVER;
+        if (scheme)
+            s.prepend = strcmp(scheme, "never") ? TOK_PREPEND_ALWAYS : TOK_PREPEND_NEVER;
+        else
+            s.prepend = tok_json_bool(j, "add_prefix_space", 1, &bad) ? TOK_PREPEND_ALWAYS
+                                                                      : TOK_PREPEND_NEVER;
         if (bad) return ERR_FORMAT;
     } else {
         log_error("%s: decoder type \"%s\" is not supported", file, type);
@@ -207,7 +209,8 @@ static int run_step(const struct tok_dec *d, int k, struct tok_dec_state *st, si
         char c = (char)b;
         return tok_buf_add(next, &c, 1);
     }
-    case TOK_DEC_FUSE: return tok_buf_add(next, s, n);
+    case TOK_DEC_FUSE:
+        return tok_buf_add(next, s, n);
     case TOK_DEC_STRIP: {
         size_t a = 0, b = n, cl = (size_t)d->ch_len;
         int left = d->joined ? st->strip_left[k] : d->start;

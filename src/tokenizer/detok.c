@@ -45,10 +45,14 @@ static int char_status(const unsigned char *s, size_t n) {
     if (c < 0x80) return 1;
     int need;
     unsigned lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) need = 2;
-    else if (c >= 0xe0 && c <= 0xef) need = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
-    else if (c >= 0xf0 && c <= 0xf4) need = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-    else return -1;
+    if (c >= 0xc2 && c <= 0xdf)
+        need = 2;
+    else if (c >= 0xe0 && c <= 0xef)
+        need = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4)
+        need = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    else
+        return -1;
     for (int i = 1; i < need; i++) {
         if ((size_t)i >= n) return 0;
         if (s[i] < lo || s[i] > hi) return -i;

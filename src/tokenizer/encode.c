@@ -33,8 +33,10 @@ int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, in
     if ((rc = tok_pretokenize(t->pretok, t->n_pretok, &a, &b))) goto done;
     for (size_t i = 0; i < a.n && !rc; i++) {
         const struct tok_piece *pc = &a.v[i];
-        if (pc->id >= 0) rc = tok_ids_add(&out, pc->id);
-        else rc = tok_bpe(t, a.buf.p + pc->off, pc->len, &out);
+        if (pc->id >= 0)
+            rc = tok_ids_add(&out, pc->id);
+        else
+            rc = tok_bpe(t, a.buf.p + pc->off, pc->len, &out);
     }
     if (!rc && out.n > INT32_MAX) rc = ERR_NOMEM;
 done:

@@ -112,8 +112,8 @@ static int load(const char *json, size_t len, const char *file, const char *conf
     if ((rc = tok_norm_parse(cJSON_GetObjectItemCaseSensitive(root, "normalizer"), &t->norm,
                              &t->n_norm, file)))
         goto done;
-    if ((rc = tok_pretok_parse(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"),
-                               &t->pretok, &t->n_pretok, file)))
+    if ((rc = tok_pretok_parse(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), &t->pretok,
+                               &t->n_pretok, file)))
         goto done;
     if ((rc = tok_dec_parse(dec, &t->dec, &t->n_dec, file))) goto done;
     if ((rc = build_tries(t))) goto done;
@@ -183,9 +183,15 @@ void tokenizer_free(struct tokenizer *t) {
 
 /* ---- accessors ---- */
 
-int tokenizer_n_vocab(const struct tokenizer *t) { return t->n_vocab; }
-int32_t tokenizer_bos_id(const struct tokenizer *t) { return t->bos_id; }
-int32_t tokenizer_eos_id(const struct tokenizer *t) { return t->eos_id; }
+int tokenizer_n_vocab(const struct tokenizer *t) {
+    return t->n_vocab;
+}
+int32_t tokenizer_bos_id(const struct tokenizer *t) {
+    return t->bos_id;
+}
+int32_t tokenizer_eos_id(const struct tokenizer *t) {
+    return t->eos_id;
+}
 
 int32_t tokenizer_find(const struct tokenizer *t, const char *token_text) {
     size_t n = strlen(token_text);

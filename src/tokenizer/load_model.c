@@ -71,8 +71,8 @@ static int parse_added(const cJSON *e, int32_t id, struct added_src *a, const ch
 static int gather_added(const cJSON *root, const cJSON *config, const char *file,
                         const char *cfg_file, struct added_src **out, int *n_out) {
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-    const cJSON *dec = config ? cJSON_GetObjectItemCaseSensitive(config, "added_tokens_decoder")
-                              : NULL;
+    const cJSON *dec =
+        config ? cJSON_GetObjectItemCaseSensitive(config, "added_tokens_decoder") : NULL;
     if (list && !cJSON_IsNull(list) && !cJSON_IsArray(list)) {
         log_error("%s: \"added_tokens\" is not an array", file);
         return ERR_FORMAT;
@@ -88,8 +88,8 @@ static int gather_added(const cJSON *root, const cJSON *config, const char *file
     const cJSON *e;
     if (cJSON_IsArray(list)) {
         cJSON_ArrayForEach(e, list) {
-            int32_t id = cJSON_IsObject(e) ? json_id(cJSON_GetObjectItemCaseSensitive(e, "id"))
-                                           : -1;
+            int32_t id =
+                cJSON_IsObject(e) ? json_id(cJSON_GetObjectItemCaseSensitive(e, "id")) : -1;
             if ((rc = parse_added(e, id, &v[n], file))) goto fail;
             n++;
         }
@@ -227,7 +227,9 @@ static int load_merges(struct tokenizer *t, const cJSON *merges, const char *fil
             log_error("%s: merge %u (\"%.*s\" + \"%.*s\") names a token that is not in the "
                       "vocabulary: \"%.40s\"",
                       file, rank, (int)(la > 40 ? 40 : la), a, (int)(lb > 40 ? 40 : lb), b,
-                      ia < 0 ? a : ib < 0 ? b : cat.p);
+                      ia < 0   ? a
+                      : ib < 0 ? b
+                               : cat.p);
             rc = ERR_FORMAT;
             break;
         }
@@ -253,8 +255,7 @@ static int load_options(struct tokenizer *t, const cJSON *model, const char *fil
         return ERR_FORMAT;
     }
     if ((pre && *pre) || (suf && *suf)) {
-        log_error("%s: BPE continuing_subword_prefix / end_of_word_suffix are not supported",
-                  file);
+        log_error("%s: BPE continuing_subword_prefix / end_of_word_suffix are not supported", file);
         return ERR_UNSUPPORTED;
     }
     if (cJSON_IsNumber(dropout) && dropout->valuedouble > 0 && dropout->valuedouble < 1) {
@@ -277,8 +278,8 @@ static int load_options(struct tokenizer *t, const cJSON *model, const char *fil
     return OK;
 }
 
-int tok_load_model(struct tokenizer *t, const cJSON *root, const cJSON *config,
-                   const char *file, const char *config_file) {
+int tok_load_model(struct tokenizer *t, const cJSON *root, const cJSON *config, const char *file,
+                   const char *config_file) {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     int bad = 0;
     const char *type = cJSON_IsObject(model) ? tok_json_str(model, "type", &bad) : NULL;

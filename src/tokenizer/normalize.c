@@ -28,8 +28,7 @@ static int dup_str(const char *s, char **out, size_t *len) {
     return OK;
 }
 
-static int parse_one(const cJSON *j, struct tok_norm **steps, int *n, const char *file,
-                     int depth) {
+static int parse_one(const cJSON *j, struct tok_norm **steps, int *n, const char *file, int depth) {
     if (!j || cJSON_IsNull(j)) return OK;
     if (depth > 8) {
         log_error("%s: normalizers nested too deeply", file);
@@ -266,18 +265,23 @@ static int strip(const struct tok_norm *st, const char *s, size_t n, struct tok_
 
 static int apply(const struct tok_norm *st, const char *s, size_t n, struct tok_buf *out) {
     switch (st->kind) {
-    case TOK_NORM_NFC: return unicode_form(s, n, UTF8PROC_STABLE | UTF8PROC_COMPOSE, out);
-    case TOK_NORM_NFD: return unicode_form(s, n, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE, out);
+    case TOK_NORM_NFC:
+        return unicode_form(s, n, UTF8PROC_STABLE | UTF8PROC_COMPOSE, out);
+    case TOK_NORM_NFD:
+        return unicode_form(s, n, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE, out);
     case TOK_NORM_NFKC:
         return unicode_form(s, n, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT, out);
     case TOK_NORM_NFKD:
         return unicode_form(s, n, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, out);
-    case TOK_NORM_LOWERCASE: return lowercase(s, n, out);
+    case TOK_NORM_LOWERCASE:
+        return lowercase(s, n, out);
     case TOK_NORM_PREPEND:
         if (n && tok_buf_add(out, st->a, st->a_len)) return ERR_NOMEM;
         return tok_buf_add(out, s, n);
-    case TOK_NORM_REPLACE: return replace(st, s, n, out);
-    case TOK_NORM_STRIP: return strip(st, s, n, out);
+    case TOK_NORM_REPLACE:
+        return replace(st, s, n, out);
+    case TOK_NORM_STRIP:
+        return strip(st, s, n, out);
     }
     return ERR_UNSUPPORTED;
 }

@@ -22,8 +22,7 @@ static int32_t byte_to_cp(unsigned b) {
 }
 
 int tok_char_to_byte(int32_t cp) {
-    if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255))
-        return cp;
+    if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255)) return cp;
     if (cp >= 256 && cp <= 288) return cp - 256;
     if (cp >= 289 && cp <= 322) return cp - 289 + 127;
     if (cp == 323) return 173;
@@ -32,8 +31,8 @@ int tok_char_to_byte(int32_t cp) {
 
 int tok_bytes_to_chars(const char *s, size_t n, struct tok_buf *out) {
     if (tok_buf_reserve(out, 2 * n)) return ERR_NOMEM;
-    for (size_t i = 0; i < n; i++) out->n += (size_t)tok_utf8_put(out->p + out->n,
-                                                                 byte_to_cp((unsigned char)s[i]));
+    for (size_t i = 0; i < n; i++)
+        out->n += (size_t)tok_utf8_put(out->p + out->n, byte_to_cp((unsigned char)s[i]));
     out->p[out->n] = 0;
     return OK;
 }
@@ -63,10 +62,14 @@ static int one_char(const char *s, char *dst, int *len) {
 static int parse_prepend(const cJSON *j, enum tok_prepend *p, int *bad) {
     const char *scheme = tok_json_str(j, "prepend_scheme", bad);
     if (scheme) {
-        if (!strcmp(scheme, "always")) *p = TOK_PREPEND_ALWAYS;
-        else if (!strcmp(scheme, "first")) *p = TOK_PREPEND_FIRST;
-        else if (!strcmp(scheme, "never")) *p = TOK_PREPEND_NEVER;
-        else return ERR_FORMAT;
+        if (!strcmp(scheme, "always"))
+            *p = TOK_PREPEND_ALWAYS;
+        else if (!strcmp(scheme, "first"))
+            *p = TOK_PREPEND_FIRST;
+        else if (!strcmp(scheme, "never"))
+            *p = TOK_PREPEND_NEVER;
+        else
+            return ERR_FORMAT;
         return OK;
     }
     *p = tok_json_bool(j, "add_prefix_space", 1, bad) ? TOK_PREPEND_ALWAYS : TOK_PREPEND_NEVER;
@@ -126,8 +129,8 @@ static int parse_one(const cJSON *j, struct tok_pretok **steps, int *n, const ch
         s.kind = TOK_PRE_METASPACE;
         const char *r = tok_json_str(j, "replacement", &bad);
         s.split = tok_json_bool(j, "split", 1, &bad);
-        if (!r || bad || one_char(r, s.repl, &s.repl_len) ||
-            parse_prepend(j, &s.prepend, &bad) || bad) {
+        if (!r || bad || one_char(r, s.repl, &s.repl_len) || parse_prepend(j, &s.prepend, &bad) ||
+            bad) {
             log_error("%s: pre-tokenizer Metaspace needs a one-character \"replacement\" and a "
                       "valid \"prepend_scheme\"",
                       file);
@@ -225,15 +228,18 @@ static void apply_behavior(struct segs *s, enum tok_split_behavior b, int invert
     size_t k = 0;
     int prev = 0;
     switch (b) {
-    case TOK_SPLIT_ISOLATED: return;
+    case TOK_SPLIT_ISOLATED:
+        return;
     case TOK_SPLIT_REMOVED:
         for (size_t i = 0; i < s->n; i++) s->v[i].match = s->v[i].match ? 2 : 0;
         return;
     case TOK_SPLIT_MERGED_PREV:
         for (size_t i = 0; i < s->n; i++) {
             int m = s->v[i].match;
-            if (m && !prev && k) s->v[k - 1].end = s->v[i].end;
-            else s->v[k++] = s->v[i];
+            if (m && !prev && k)
+                s->v[k - 1].end = s->v[i].end;
+            else
+                s->v[k++] = s->v[i];
             prev = m;
         }
         break;
@@ -242,8 +248,10 @@ static void apply_behavior(struct segs *s, enum tok_split_behavior b, int invert
         k = s->n;
         for (size_t i = s->n; i-- > 0;) {
             int m = s->v[i].match;
-            if (m && !prev && k < s->n) s->v[k].start = s->v[i].start;
-            else s->v[--k] = s->v[i];
+            if (m && !prev && k < s->n)
+                s->v[k].start = s->v[i].start;
+            else
+                s->v[--k] = s->v[i];
             prev = m;
         }
         memmove(s->v, s->v + k, (s->n - k) * sizeof *s->v);
@@ -252,8 +260,10 @@ static void apply_behavior(struct segs *s, enum tok_split_behavior b, int invert
     case TOK_SPLIT_CONTIGUOUS:
         for (size_t i = 0; i < s->n; i++) {
             int m = s->v[i].match;
-            if (m == prev && k) s->v[k - 1].end = s->v[i].end;
-            else s->v[k++] = s->v[i];
+            if (m == prev && k)
+                s->v[k - 1].end = s->v[i].end;
+            else
+                s->v[k++] = s->v[i];
             prev = m;
         }
         break;
@@ -337,8 +347,10 @@ static int run_step(const struct tok_pretok *st, const struct tok_piece *pc, con
             n = src.n;
         }
         s->n = 0;
-        if (st->re) rc = split_regex(st->re, q, n, s);
-        else rc = n ? segs_add(s, 0, n, 0) : OK;
+        if (st->re)
+            rc = split_regex(st->re, q, n, s);
+        else
+            rc = n ? segs_add(s, 0, n, 0) : OK;
         for (size_t i = 0; i < s->n && !rc; i++) {
             tmp->n = 0;
             rc = tok_bytes_to_chars(q + s->v[i].start, s->v[i].end - s->v[i].start, tmp);
@@ -360,8 +372,10 @@ int tok_pretokenize(const struct tok_pretok *steps, int n_steps, struct tok_piec
         tok_pieces_reset(tmp);
         for (size_t i = 0; i < in->n && !rc; i++) {
             const struct tok_piece *pc = &in->v[i];
-            if (pc->id >= 0) rc = tok_pieces_add_id(tmp, pc->id);
-            else rc = run_step(&steps[k], pc, in->buf.p + pc->off, tmp, &s, &buf);
+            if (pc->id >= 0)
+                rc = tok_pieces_add_id(tmp, pc->id);
+            else
+                rc = run_step(&steps[k], pc, in->buf.p + pc->off, tmp, &s, &buf);
         }
         struct tok_pieces t = *in;
         *in = *tmp;

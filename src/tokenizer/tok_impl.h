@@ -113,15 +113,15 @@ enum tok_prepend { TOK_PREPEND_NEVER, TOK_PREPEND_FIRST, TOK_PREPEND_ALWAYS };
 
 struct tok_pretok {
     enum tok_pretok_kind kind;
-    struct tok_regex *re;       /* SPLIT; BYTELEVEL when use_regex */
+    struct tok_regex *re; /* SPLIT; BYTELEVEL when use_regex */
     enum tok_split_behavior behavior;
-    int invert;                 /* SPLIT */
-    int add_prefix_space;       /* BYTELEVEL */
-    char repl[8];               /* METASPACE replacement character */
+    int invert;           /* SPLIT */
+    int add_prefix_space; /* BYTELEVEL */
+    char repl[8];         /* METASPACE replacement character */
     int repl_len;
-    enum tok_prepend prepend;   /* METASPACE */
-    int split;                  /* METASPACE */
-    int individual;             /* DIGITS */
+    enum tok_prepend prepend; /* METASPACE */
+    int split;                /* METASPACE */
+    int individual;           /* DIGITS */
 };
 
 int tok_pretok_parse(const cJSON *j, struct tok_pretok **steps, int *n, const char *file);
@@ -152,10 +152,10 @@ struct tok_dec {
     size_t a_len, b_len;
     char ch[8]; /* STRIP content / METASPACE replacement character */
     int ch_len;
-    int start, stop;       /* STRIP */
+    int start, stop;          /* STRIP */
     enum tok_prepend prepend; /* METASPACE */
-    int joined;            /* an earlier step joins all tokens into one (Fuse, ByteLevel) */
-    int bytes_grouped;     /* an earlier ByteFallback step groups runs of byte tokens */
+    int joined;               /* an earlier step joins all tokens into one (Fuse, ByteLevel) */
+    int bytes_grouped;        /* an earlier ByteFallback step groups runs of byte tokens */
 };
 
 #define TOK_MAX_DEC 16 /* decoder steps */
@@ -216,18 +216,18 @@ int tok_bpe(const struct tokenizer *t, const char *s, size_t n, struct tok_ids *
 #define TOK_NO_TOKEN UINT32_MAX
 
 struct tokenizer {
-    int32_t n_vocab;     /* one past the largest id */
-    char *blob;          /* every token text, each NUL-terminated */
+    int32_t n_vocab; /* one past the largest id */
+    char *blob;      /* every token text, each NUL-terminated */
     size_t blob_len;
-    uint32_t *tok_off;   /* [n_vocab] offset of the id's text in blob */
-    uint32_t *tok_len;   /* [n_vocab] its length, or TOK_NO_TOKEN for a hole */
-    uint8_t *tok_special; /* [n_vocab] 1 for special added tokens */
-    struct hash_str vocab;    /* model vocabulary: text -> id */
+    uint32_t *tok_off;         /* [n_vocab] offset of the id's text in blob */
+    uint32_t *tok_len;         /* [n_vocab] its length, or TOK_NO_TOKEN for a hole */
+    uint8_t *tok_special;      /* [n_vocab] 1 for special added tokens */
+    struct hash_str vocab;     /* model vocabulary: text -> id */
     struct hash_str added_ids; /* added tokens: text -> id */
-    struct hash_u64 merges;   /* (left id << 32 | right id) -> (rank << 32 | merged id) */
-    int32_t unk_id;           /* -1 when the model has no unknown token */
+    struct hash_u64 merges;    /* (left id << 32 | right id) -> (rank << 32 | merged id) */
+    int32_t unk_id;            /* -1 when the model has no unknown token */
     int byte_fallback, fuse_unk, ignore_merges;
-    int32_t byte_id[256];     /* ids of <0xNN>, -1 where missing */
+    int32_t byte_id[256]; /* ids of <0xNN>, -1 where missing */
 
     struct tok_added *added;
     int n_added;
@@ -246,8 +246,8 @@ struct tokenizer {
 };
 
 /* load_model.c: model section, added tokens, blob and id tables. */
-int tok_load_model(struct tokenizer *t, const cJSON *root, const cJSON *config,
-                   const char *file, const char *config_file);
+int tok_load_model(struct tokenizer *t, const cJSON *root, const cJSON *config, const char *file,
+                   const char *config_file);
 /* JSON helpers: a string member (NULL when absent or null; *bad set for other types). */
 const char *tok_json_str(const cJSON *obj, const char *key, int *bad);
 int tok_json_bool(const cJSON *obj, const char *key, int dflt, int *bad);

@@ -33,8 +33,7 @@ int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, in
                      int *n_ids);
 /* Decodes ids to the raw bytes the tokens stand for (NUL-terminated heap copy, len excludes the
  * NUL). Special tokens decode to their text. An id outside [0, n_vocab) gives ERR_ARG. */
-int tokenizer_decode(const struct tokenizer *t, const int32_t *ids, int n, char **out,
-                     size_t *len);
+int tokenizer_decode(const struct tokenizer *t, const int32_t *ids, int n, char **out, size_t *len);
 
 int32_t tokenizer_find(const struct tokenizer *t, const char *token_text); /* id or -1 */
 /* The token text of id (not decoded: "Ġthe", "<0x0A>"), or NULL for an unknown id. */

@@ -97,10 +97,14 @@ int tok_utf8_next(const char *s, size_t n, int32_t *cp) {
     }
     int len;
     int32_t v, min;
-    if (c >= 0xc2 && c <= 0xdf) len = 2, v = c & 0x1f, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef) len = 3, v = c & 0x0f, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4) len = 4, v = c & 0x07, min = 0x10000;
-    else return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2, v = c & 0x1f, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef)
+        len = 3, v = c & 0x0f, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4)
+        len = 4, v = c & 0x07, min = 0x10000;
+    else
+        return 1;
     if ((size_t)len > n) return 1;
     for (int i = 1; i < len; i++) {
         if ((u[i] & 0xc0) != 0x80) return 1;
@@ -154,8 +158,10 @@ int tok_is_word(int32_t cp) {
     case UTF8PROC_CATEGORY_ME:
     case UTF8PROC_CATEGORY_ND:
     case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_PC: return 1;
-    default: return 0;
+    case UTF8PROC_CATEGORY_PC:
+        return 1;
+    default:
+        return 0;
     }
 }
 

@@ -24,7 +24,8 @@ static const char BL_JSON[] =
     "{\"id\":34,\"content\":\"[W]\",\"single_word\":true,\"normalized\":false},"
     "{\"id\":35,\"content\":\"\xc3\xa9t\xc3\xa9\",\"normalized\":true}],"
     "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,\"abc\":4,"
-    "\"\xc4\xa0\":5,\"\xc4\xa0" "a\":6,\"x\":7,\"y\":8,\"xy\":9,\"\xc3\x83\":10,\"\xc2\xa9\":11,"
+    "\"\xc4\xa0\":5,\"\xc4\xa0"
+    "a\":6,\"x\":7,\"y\":8,\"xy\":9,\"\xc3\x83\":10,\"\xc2\xa9\":11,"
     "\"\xc3\x83\xc2\xa9\":12,\"t\":13,\"[\":14,\"]\":15,\"L\":16,\"R\":17,\"W\":18},"
     "\"merges\":[[\"a\",\"b\"],\"\xc4\xa0 a\",\"x y\",\"\xc3\x83 \xc2\xa9\"]}}";
 
@@ -84,13 +85,16 @@ TEST(byte_level_merges) {
     struct tokenizer *t = load_str(BL_JSON, NULL);
     REQUIRE(t);
     CHECK(tokenizer_n_vocab(t) == 36);
-    CHECK(ENC(t, "abc", 3, 2));        /* "abc" is in the vocab, but no merge makes it */
-    CHECK(ENC(t, "ab ab", 3, 5, 3));   /* a+b (rank 0) goes before Ġ+a (rank 1) */
+    CHECK(ENC(t, "abc", 3, 2));      /* "abc" is in the vocab, but no merge makes it */
+    CHECK(ENC(t, "ab ab", 3, 5, 3)); /* a+b (rank 0) goes before Ġ+a (rank 1) */
     CHECK(ENC(t, " abab", 5, 3, 3));
     CHECK(ENC(t, " a", 6));
     CHECK(ENC(t, "xy", 9));
-    CHECK(ENC(t, "\xc3\xa9", 12));     /* é */
-    CHECK(ENC(t, "e\xcc\x81" "a", 12, 0)); /* NFC first */
+    CHECK(ENC(t, "\xc3\xa9", 12)); /* é */
+    CHECK(ENC(t,
+              "e\xcc\x81"
+              "a",
+              12, 0)); /* NFC first */
     CHECK(round_trips(t, "ab xy abc", 9));
     CHECK(tokenizer_find(t, "ab") == 3);
     CHECK(tokenizer_find(t, "<|s|>") == 30);
@@ -121,7 +125,7 @@ TEST(added_tokens) {
     struct tokenizer *t = load_str(BL_JSON, NULL);
     REQUIRE(t);
     CHECK(ENC(t, "a<|s|>b", 0, 30, 1));
-    CHECK(ENC(t, "<|s|>xy", 31, 8)); /* longest match wins */
+    CHECK(ENC(t, "<|s|>xy", 31, 8));    /* longest match wins */
     CHECK(ENC(t, "a  [L]b", 0, 32, 1)); /* lstrip eats the spaces before */
     CHECK(ENC(t, "a[R]  b", 0, 33, 1)); /* rstrip eats the spaces after */
     CHECK(ENC(t, "a [W] b", 0, 5, 34, 5, 1));
@@ -148,7 +152,10 @@ TEST(byte_level_invalid_utf8) {
     REQUIRE(t);
     /* Only the bytes in the vocab survive here; with a full byte alphabet (tiny_bpe) every byte
      * round-trips, which the golden-free check below covers. */
-    CHECK(ENC(t, "a\xff" "b", 0, 1));
+    CHECK(ENC(t,
+              "a\xff"
+              "b",
+              0, 1));
     tokenizer_free(t);
     REQUIRE(tokenizer_load("tests/data/tokenizer/tiny_bpe", &t) == OK);
     const char bytes[] = "a\xff\xfe b\xc3 \xe4\xb8 \xed\xa0\x80 \xf4\x90\x80\x80 \x80x\xc0\xaf";
@@ -162,10 +169,10 @@ TEST(spm_byte_fallback) {
     REQUIRE(t);
     CHECK(ENC(t, "hi", 11));
     CHECK(ENC(t, "hi hi", 11, 11));
-    CHECK(ENC(t, "A", 7, 2));                   /* A only as a byte token */
-    CHECK(ENC(t, "\xe4\xb8\xad", 7, 4, 5, 6));  /* 中 as three byte tokens */
-    CHECK(ENC(t, "Z", 7, 0));                   /* no byte token for Z: unknown */
-    CHECK(ENC(t, "ZZ", 7, 0));                  /* fuse_unk */
+    CHECK(ENC(t, "A", 7, 2));                  /* A only as a byte token */
+    CHECK(ENC(t, "\xe4\xb8\xad", 7, 4, 5, 6)); /* 中 as three byte tokens */
+    CHECK(ENC(t, "Z", 7, 0));                  /* no byte token for Z: unknown */
+    CHECK(ENC(t, "ZZ", 7, 0));                 /* fuse_unk */
     CHECK(ENC(t, "<s>hi", 1, 11));
     /* Invalid UTF-8: each bad byte is its own unit; 0xFF has a byte token. */
     CHECK(ENC(t, "hi\xff", 11, 3));
@@ -253,7 +260,7 @@ TEST(detok_strip_and_specials) {
     const char *s;
     size_t len;
     CHECK(detok_flush(d, &s, &len) == OK && len == 0);
-    CHECK(pushes(d, 7, ""));  /* a new stream: its first space is stripped again */
+    CHECK(pushes(d, 7, "")); /* a new stream: its first space is stripped again */
     CHECK(pushes(d, 11, " hi"));
     detok_free(d);
     tokenizer_free(t);
@@ -320,8 +327,7 @@ TEST(malformed) {
     /* Every prefix of a real file fails cleanly. */
     char *text = NULL;
     size_t n = 0;
-    REQUIRE(fs_read_file("tests/data/tokenizer/tiny_bpe/tokenizer.json", &text, &n, 1 << 20) ==
-            OK);
+    REQUIRE(fs_read_file("tests/data/tokenizer/tiny_bpe/tokenizer.json", &text, &n, 1 << 20) == OK);
     int all = 1;
     for (size_t k = 0; k + 2 < n; k += 7) all &= load_fails(text, k, ERR_FORMAT);
     CHECK(all);
