@@ -157,7 +157,8 @@ TEST(byte_level_invalid_utf8) {
               "b",
               0, 1));
     tokenizer_free(t);
-    REQUIRE(tokenizer_load("tests/data/tokenizer/tiny_bpe", &t) == OK);
+    int rc = tokenizer_load("tests/data/tokenizer/tiny_bpe", &t);
+    REQUIRE(rc == OK); /* REQUIRE evaluates its argument twice: no calls inside */
     const char bytes[] = "a\xff\xfe b\xc3 \xe4\xb8 \xed\xa0\x80 \xf4\x90\x80\x80 \x80x\xc0\xaf";
     CHECK(round_trips(t, bytes, sizeof bytes - 1));
     CHECK(round_trips(t, "\0a\0", 3));
@@ -212,11 +213,13 @@ static int pushes(struct detok *d, int32_t id, const char *want) {
 
 TEST(detok_split_characters) {
     struct tokenizer *t = NULL;
-    REQUIRE(tokenizer_load("tests/data/tokenizer/tiny_bpe", &t) == OK);
+    int rc = tokenizer_load("tests/data/tokenizer/tiny_bpe", &t);
+    REQUIRE(rc == OK);
     /* 中 is E4 B8 AD: the tiny vocab has ä¸Ń (E4 B8 AD) but 文 (E6 96 87) is byte by byte. */
     int32_t *ids = NULL;
     int n = 0;
-    REQUIRE(tokenizer_encode(t, "\xe6\x96\x87\xf0\x9f\xa4\x97!", 8, &ids, &n) == OK);
+    rc = tokenizer_encode(t, "\xe6\x96\x87\xf0\x9f\xa4\x97!", 8, &ids, &n);
+    REQUIRE(rc == OK);
     REQUIRE(n == 8);
     struct detok *d = detok_new(t);
     REQUIRE(d);
@@ -322,12 +325,13 @@ TEST(malformed) {
     CHECK(BAD("{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},\"decoder\":{\"type\":\"Strip\"}}"));
     CHECK(load_fails("{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},\"normalizer\":{\"type\":"
                      "\"Precompiled\"}}",
-                     91, ERR_UNSUPPORTED));
+                     75, ERR_UNSUPPORTED));
     CHECK(load_fails("{\"model\":{\"type\":\"Unigram\",\"vocab\":[]}}", 39, ERR_UNSUPPORTED));
     /* Every prefix of a real file fails cleanly. */
     char *text = NULL;
     size_t n = 0;
-    REQUIRE(fs_read_file("tests/data/tokenizer/tiny_bpe/tokenizer.json", &text, &n, 1 << 20) == OK);
+    int rc = fs_read_file("tests/data/tokenizer/tiny_bpe/tokenizer.json", &text, &n, 1 << 20);
+    REQUIRE(rc == OK);
     int all = 1;
     for (size_t k = 0; k + 2 < n; k += 7) all &= load_fails(text, k, ERR_FORMAT);
     CHECK(all);
