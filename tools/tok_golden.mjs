@@ -77,7 +77,8 @@ const emoji = ['😀', '👍🏽', '👨‍👩‍👧‍👦', '🏳️‍🌈'
 const combining = ['e\u0301', 'a\u0308', 'n\u0303', 'o\u0302\u0323', 'Z\u0351\u036b\u0343\u036a\u0302', 'i\u0307', '\u1100\u1161\u11a8', 'ก\u0e34\u0e4a'];
 const specials = ['<|im_start|>', '<|im_end|>', '<|endoftext|>', '<|begin_of_text|>', '<|end_of_text|>',
     '<|eot_id|>', '<|start_header_id|>', '<|end_header_id|>', '<think>', '</think>', '<tool_call>',
-    '<|fim_prefix|>', '<s>', '</s>', '<unk>', '<|im_start', 'im_end|>', '<|endoftext', '<|reserved_special_token_5|>'];
+    '<|fim_prefix|>', '<s>', '</s>', '<unk>', '<|im_start', 'im_end|>', '<|endoftext', '<|reserved_special_token_5|>',
+    '<tool>', ' <tool> ', '<|user|>', '[W]', ' [W] ', 'x[W]', '[W]y', 'café', 'cafe\u0301', '  <|sys|>', '\t<|sys|> '];
 const spaces = [' ', '  ', '   ', '\t', '\n', '\n\n', '\r\n', '\r', ' \n', '\t\t', '    ', '\u00a0', '\u3000', '\u2028', '\u0085', '\u200b', '\u2009', '\u000b', '\u000c', ' \t \n'];
 const words = ['hello', 'world', 'Hello', 'WORLD', 'token', 'izer', 'the', 'a', 'of', 'inference',
     'engine', 'quantum', 'naïve', 'café', 'résumé', 'über', 'Ärger', 'straße', 'ΑΒΓ', 'Ωμέγα', 'мир',
