@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -45,7 +46,9 @@ static void *worker_main(void *arg) {
         int spins = 0;
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
             if (++spins < SPIN_ITERS) {
-                _mm_pause();
+                /* on an oversubscribed machine, let the thread we wait for run */
+                if (spins % 64 == 0) sched_yield();
+                else _mm_pause();
                 continue;
             }
             pthread_mutex_lock(&p->mu);
@@ -108,7 +111,11 @@ void pool_run(struct pool *p, pool_fn *fn, void *ctx) {
     p->ctx = ctx;
     publish(p);
     fn(ctx, 0, p->n);
-    while (atomic_load_explicit(&p->done, memory_order_acquire) != p->n - 1) _mm_pause();
+    for (unsigned spins = 1; atomic_load_explicit(&p->done, memory_order_acquire) != p->n - 1;
+         spins++) {
+        if (spins % 64 == 0) sched_yield();
+        else _mm_pause();
+    }
 }
 
 void pool_free(struct pool *p) {

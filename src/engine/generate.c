@@ -189,7 +189,7 @@ int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
     }
     int max_draft = p->mode == GEN_BASELINE ? 0 : p->max_draft;
     if (max_draft < 0) max_draft = 0;
-    if (max_draft > 64) max_draft = 64;
+    if (max_draft > VERIFY_MAX_DRAFT) max_draft = VERIFY_MAX_DRAFT;
     struct run r = {.e = e, .p = p, .emit = emit, .ctx = ctx, .out = out, .tok_eos = -1};
     struct drafter lookup = {0}, dm = {0};
     struct kv_cache *kv = NULL;
@@ -222,8 +222,8 @@ int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
     }
     st->prefill_s = timer_now() - t0;
     t0 = timer_now();
-    int32_t ids[64];
-    const struct sample_dist *qs[64];
+    int32_t ids[VERIFY_MAX_DRAFT];
+    const struct sample_dist *qs[VERIFY_MAX_DRAFT];
     while (!r.done) {
         int room = (int)cap - kv_len(kv) - 1;
         int remaining = p->max_tokens - st->n_generated;
@@ -234,7 +234,7 @@ int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
         int kmax = max_draft;
         if (kmax > remaining - 1) kmax = remaining - 1;
         if (kmax > room) kmax = room;
-        struct draft d = {.ids = ids, .q = qs, .n = 0, .cap = 64};
+        struct draft d = {.ids = ids, .q = qs, .n = 0, .cap = VERIFY_MAX_DRAFT};
         int from_lookup = 0;
         double td = timer_now();
         if (kmax > 0 && lookup.ops) {

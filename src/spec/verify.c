@@ -18,7 +18,7 @@ int verify_init(struct verify *v, struct model *m, struct kv_cache *kv, struct s
     v->m = m;
     v->kv = kv;
     v->s = s;
-    v->max_draft = max_draft < 0 ? 0 : max_draft;
+    v->max_draft = max_draft < 0 ? 0 : max_draft > VERIFY_MAX_DRAFT ? VERIFY_MAX_DRAFT : max_draft;
     v->top_logprobs = top_logprobs;
     v->logits = malloc(sizeof(float) * (size_t)V * (size_t)(v->max_draft + 1));
     v->raw = malloc(sizeof(float) * (size_t)V);
@@ -74,26 +74,15 @@ static int decide(struct verify *v, float *row, const struct draft *d, int i, in
     return OK;
 }
 
-int verify_round(struct verify *v, int32_t pending, const struct draft *d, verify_commit_fn *cb,
-                 void *ctx, int *n_accepted, int *stopped) {
+int verify_decide(struct verify *v, const struct draft *d, verify_commit_fn *cb, void *ctx,
+                  int *n_accepted, int *stopped) {
     int V = model_config(v->m)->vocab_size;
-    int k = d ? d->n : 0;
-    static const struct draft none = {0};
-    if (!d) d = &none;
-    if (k > v->max_draft) k = v->max_draft;
-    *n_accepted = 0;
-    *stopped = 0;
-    int32_t ids[1 + 64];
-    int32_t *in = k + 1 <= (int)(sizeof ids / sizeof ids[0]) ? ids : malloc(sizeof(int32_t) * (size_t)(k + 1));
-    if (!in) return ERR_NOMEM;
-    in[0] = pending;
-    if (k) memcpy(in + 1, d->ids, sizeof(int32_t) * (size_t)k);
-    int base = kv_len(v->kv);
-    int rc = model_forward(v->m, v->kv, in, k + 1, v->logits, 1);
-    if (in != ids) free(in);
-    if (rc) return rc;
+    int k = d->n < v->max_draft ? d->n : v->max_draft;
     struct draft dk = *d;
     dk.n = k;
+    *n_accepted = 0;
+    *stopped = 0;
+    int rc = OK;
     for (int i = 0; i <= k; i++) {
         float *row = v->logits + (size_t)i * V;
         if (v->top_logprobs >= 0) memcpy(v->raw, row, sizeof(float) * (size_t)V);
@@ -111,6 +100,27 @@ int verify_round(struct verify *v, int32_t pending, const struct draft *d, verif
         }
         if (!accepted) break;
     }
+    return rc;
+}
+
+int verify_round(struct verify *v, int32_t pending, const struct draft *d, verify_commit_fn *cb,
+                 void *ctx, int *n_accepted, int *stopped) {
+    static const struct draft none = {0};
+    if (!d) d = &none;
+    int k = d->n < v->max_draft ? d->n : v->max_draft;
+    int32_t in[1 + VERIFY_MAX_DRAFT];
+    if (k > VERIFY_MAX_DRAFT) k = VERIFY_MAX_DRAFT;
+    in[0] = pending;
+    if (k) memcpy(in + 1, d->ids, sizeof(int32_t) * (size_t)k);
+    int base = kv_len(v->kv);
+    int rc = model_forward(v->m, v->kv, in, k + 1, v->logits, 1);
+    if (rc) {
+        *n_accepted = *stopped = 0;
+        return rc;
+    }
+    struct draft dk = *d;
+    dk.n = k;
+    rc = verify_decide(v, &dk, cb, ctx, n_accepted, stopped);
     kv_truncate(v->kv, base + 1 + *n_accepted);
     return rc;
 }

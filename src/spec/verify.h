@@ -20,6 +20,8 @@ struct kv_cache;
 struct sampler;
 struct sample_dist;
 
+#define VERIFY_MAX_DRAFT 64
+
 struct verify {
     struct model *m;
     struct kv_cache *kv;
@@ -41,8 +43,12 @@ void verify_deinit(struct verify *v);
 /* Runs one round. The cache must hold every token before `pending`. On return it holds every
  * token before the new pending token (the last one committed): rejected rows are rolled back.
  * *n_accepted counts the drafts kept; *stopped is set when the callback ended the round.
- * Returns OK or an error code (then nothing was committed by this call). */
+ * Returns OK or an error code (then generation must end). */
 int verify_round(struct verify *v, int32_t pending, const struct draft *d, verify_commit_fn *cb,
                  void *ctx, int *n_accepted, int *stopped);
+/* The decision half of verify_round(), on logits already in v->logits (rows 0..d->n): commits
+ * through cb and leaves the cache alone. Exposed so tests can replay one round many times. */
+int verify_decide(struct verify *v, const struct draft *d, verify_commit_fn *cb, void *ctx,
+                  int *n_accepted, int *stopped);
 
 #endif

@@ -1,0 +1,229 @@
+/* tests/unit/test_spec.c: speculative decoding never changes the output. Greedy: every mode
+ * and draft length gives the baseline's tokens, including rounds cut by EOS and by the token
+ * budget. Sampling: with a deliberately poor draft distribution, the committed tokens follow
+ * the truncated, penalised target distribution. Uses the golden models in tests/data (all
+ * share a 151-token vocabulary, so any of them can draft for another). */
+#include "test.h"
+
+#include "base/fs.h"
+#include "base/log.h"
+#include "engine/generate.h"
+#include "model/model.h"
+#include "sample/dist.h"
+#include "sample/rng.h"
+#include "sample/sampler.h"
+#include "spec/drafter.h"
+#include "spec/verify.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TARGET "tests/data/golden/qwen3_f32"
+#define POOR "tests/data/golden/llama3_f32"
+
+static struct model *load(const char *dir) {
+    struct model *m = NULL;
+    /* one thread: these models are too small for a second to pay off */
+    model_load(dir, &(struct model_opts){.n_threads = 1}, &m);
+    return m;
+}
+
+/* 50 prompts: random ones, and copy-heavy ones that repeat a span so n-gram lookup fires. */
+static int make_prompt(int i, int32_t *p) {
+    uint64_t x = 0x1234567ull * (uint64_t)(i + 1);
+    int n = 8 + i % 23;
+    for (int j = 0; j < n; j++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        p[j] = 3 + (int32_t)((x >> 33) % 148);
+    }
+    if (i % 2) { /* copy-heavy: the prompt ends by repeating its own beginning */
+        int span = n < 12 ? n : 12;
+        memcpy(p + n, p, sizeof(int32_t) * (size_t)span);
+        n += span;
+    }
+    return n;
+}
+
+static int run(struct gen_engine *e, const int32_t *prompt, int n, struct gen_params *gp,
+               struct gen_result *r) {
+    return gen_run(e, prompt, n, gp, NULL, NULL, r);
+}
+
+TEST(greedy_identical_in_every_mode) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *t = load(TARGET), *self = load(TARGET), *poor = load(POOR);
+    REQUIRE(t && self && poor);
+    int n_cases = 0, n_lookup_rounds = 0, n_accepted = 0, n_cut = 0;
+    for (int i = 0; i < 50; i++) {
+        int32_t prompt[64];
+        int n = make_prompt(i, prompt);
+        struct gen_engine e = {.target = t};
+        struct gen_params base = {.max_tokens = 24 + i % 17, .top_logprobs = -1};
+        struct gen_result ref;
+        REQUIRE(run(&e, prompt, n, &base, &ref) == 0);
+        /* every 5th prompt also ends at an "EOS": a token the baseline produces mid-way */
+        int32_t stop_id = ref.ids[ref.n_ids / 2];
+        if (i % 5 == 0) {
+            gen_result_free(&ref);
+            base.stop_ids = &stop_id;
+            base.n_stop_ids = 1;
+            REQUIRE(run(&e, prompt, n, &base, &ref) == 0);
+            CHECK(ref.finish == GEN_FINISH_STOP && ref.ids[ref.n_ids - 1] == stop_id);
+        }
+        for (int mode = GEN_LOOKUP; mode <= GEN_DRAFT; mode++) {
+            for (int dsrc = 0; dsrc < (mode == GEN_DRAFT ? 2 : 1); dsrc++) {
+                static const int ks[] = {1, 2, 4, 8};
+                for (int ki = 0; ki < 4; ki++) {
+                    struct gen_engine es = {.target = t, .draft = dsrc ? poor : self};
+                    struct gen_params gp = base;
+                    gp.mode = (enum gen_mode)mode;
+                    gp.max_draft = ks[ki];
+                    gp.lookup_drafts = i % 3 != 0;
+                    struct gen_result r;
+                    REQUIRE(run(&es, prompt, n, &gp, &r) == 0);
+                    int same = r.n_ids == ref.n_ids &&
+                               !memcmp(r.ids, ref.ids, sizeof(int32_t) * (size_t)r.n_ids);
+                    if (!same)
+                        printf("  prompt %d mode %d drafter %d k %d: differs\n", i, mode, dsrc,
+                               ks[ki]);
+                    CHECK(same);
+                    CHECK(r.finish == ref.finish);
+                    CHECK(r.stats.n_generated == ref.stats.n_generated);
+                    n_lookup_rounds += r.stats.lookup_rounds;
+                    n_accepted += r.stats.accepted;
+                    n_cut += r.stats.rounds > 0 && r.finish == GEN_FINISH_LENGTH;
+                    n_cases++;
+                    gen_result_free(&r);
+                }
+            }
+        }
+        gen_result_free(&ref);
+    }
+    printf("  %d runs equal to baseline; %d lookup rounds, %d drafts accepted\n", n_cases,
+           n_lookup_rounds, n_accepted);
+    CHECK(n_lookup_rounds > 0 && n_accepted > 1000 && n_cut > 0); /* the paths were exercised */
+    model_free(t), model_free(self), model_free(poor);
+}
+
+/* The committed tokens of a round whose first draft comes from a reversed distribution q must
+ * follow p at row 0, and at row 1 given that the first draft was kept. The round's logits are
+ * computed once and replayed through verify_decide(). */
+struct stat_case {
+    float temperature, top_p;
+    int top_k;
+    float presence, frequency;
+};
+
+struct record {
+    int32_t got[3];
+    int n;
+};
+
+static int record_cb(void *ctx, int32_t id, const struct logprobs *lp) {
+    (void)lp;
+    struct record *r = ctx;
+    r->got[r->n++] = id;
+    return 0;
+}
+
+static double tv(const double *a, const double *b, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += fabs(a[i] - b[i]);
+    return s / 2;
+}
+
+#define HIST 4
+static const int32_t history[HIST] = {17, 99, 99, 23}; /* "already generated": penalties */
+
+/* Back to the history's counts; the rng keeps going (sampler_reset would reseed it). */
+static void reset_counts(struct sampler *s) {
+    penalty_clear(sampler_counts(s));
+    for (int i = 0; i < HIST; i++) sampler_accept(s, history[i]);
+}
+
+TEST(sampling_matches_target_distribution) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *t = load(TARGET);
+    REQUIRE(t);
+    int V = model_config(t)->vocab_size;
+    REQUIRE(V <= 512);
+    static const struct stat_case cases[] = {
+        {8, 1, 0, 0, 0}, {6, 0.9f, 0, 0, 0}, {10, 1, 12, 0, 0}, {8, 0.95f, 20, 1.5f, 0.7f}};
+    int32_t prompt[12] = {1, 17, 99, 23, 5, 88, 140, 3, 61, 42, 77, 9};
+    float *rows = malloc(sizeof(float) * V * 2);
+    void *qmem = malloc(sample_dist_bytes(V));
+    struct sample_dist q;
+    sample_dist_init(&q, qmem, V);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const struct stat_case *c = &cases[ci];
+        struct sample_params sp = {c->temperature, c->top_p, c->top_k, c->presence, c->frequency,
+                                   1000 + ci};
+        struct sampler *s = sampler_new(&sp, V);
+        struct kv_cache *kv;
+        REQUIRE(s && kv_new(t, 64, &kv) == 0);
+        struct verify v;
+        REQUIRE(verify_init(&v, t, kv, s, 2, -1) == 0);
+        /* row 0: after the prompt; its expected p and a reversed q */
+        REQUIRE(model_forward(t, kv, prompt, 12, v.logits, 0) == 0);
+        memcpy(rows, v.logits, sizeof(float) * V);
+        float rev[512];
+        for (int i = 0; i < V; i++) rev[i] = -rows[i];
+        REQUIRE(sample_dist_build(&q, rev, c->temperature, 0, 1) == 0);
+        double exp0[512] = {0}, emp0[512] = {0}, exp1[512] = {0}, emp1[512] = {0};
+        float tmp[512];
+        const struct sample_dist *pd;
+        reset_counts(s);
+        memcpy(tmp, rows, sizeof(float) * V);
+        REQUIRE(sampler_build_dist(s, tmp, NULL, 0, &pd) == 0);
+        int32_t d0 = pd->ids[0];
+        for (int i = 0; i < pd->n; i++) {
+            exp0[pd->ids[i]] = pd->probs[i];
+            if (pd->probs[i] > exp0[d0]) d0 = pd->ids[i];
+        }
+        /* row 1: after prompt + d0, with d0 counted as generated */
+        int32_t next[1] = {d0};
+        REQUIRE(model_forward(t, kv, next, 1, v.logits, 0) == 0);
+        memcpy(rows + V, v.logits, sizeof(float) * V);
+        sampler_accept(s, d0);
+        memcpy(tmp, rows + V, sizeof(float) * V);
+        REQUIRE(sampler_build_dist(s, tmp, NULL, 0, &pd) == 0);
+        for (int i = 0; i < pd->n; i++) exp1[pd->ids[i]] = pd->probs[i];
+        struct rng dr;
+        rng_seed(&dr, 77 + ci);
+        int n0 = 0, n1 = 0;
+        int bad = 0;
+        for (int it = 0; (n0 < 40000 || n1 < 40000) && it < 4000000 && !bad; it++) {
+            reset_counts(s);
+            memcpy(v.logits, rows, sizeof(float) * V * 2);
+            /* half the rounds draft from the reversed q, half propose d0 one-hot; the second
+             * draft is a fixed one-hot guess (id 7) */
+            int32_t ids[2] = {it % 2 ? d0 : sample_dist_draw(&q, &dr), 7};
+            const struct sample_dist *qs[2] = {it % 2 ? NULL : &q, NULL};
+            struct draft d = {ids, qs, 2, 2};
+            struct record rec = {{0}, 0};
+            int acc, stopped;
+            bad = verify_decide(&v, &d, record_cb, &rec, &acc, &stopped) != 0;
+            if (n0 < 40000) emp0[rec.got[0]]++, n0++;
+            if (acc >= 1 && rec.got[0] == d0 && n1 < 40000) emp1[rec.got[1]]++, n1++;
+        }
+        CHECK(!bad && n1 == 40000);
+        for (int i = 0; i < V; i++) emp0[i] /= n0, emp1[i] /= n1 ? n1 : 1;
+        double tv0 = tv(emp0, exp0, V), tv1 = tv(emp1, exp1, V);
+        printf("  T=%.0f top_p=%.2f top_k=%d penalties=%.1f/%.1f: TV row0 %.4f, row1 %.4f "
+               "(%d draws each)\n",
+               c->temperature, c->top_p, c->top_k, c->presence, c->frequency, tv0, tv1, n0);
+        CHECK(tv0 < 0.02);
+        CHECK(tv1 < 0.02);
+        verify_deinit(&v);
+        kv_free(kv);
+        sampler_free(s);
+    }
+    free(rows), free(qmem);
+    model_free(t);
+}
+
+int main(void) {
+    RUN(greedy_identical_in_every_mode);
+    RUN(sampling_matches_target_distribution);
+    return test_report();
+}
