@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "format/safetensors.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -151,6 +152,63 @@ TEST(golden_folders) {
     CHECK(n > 0);
 }
 
+/* The shipped models: our tokenizer gives transformers' prompt ids, and greedy decoding gives
+ * its 64 tokens, compared up to the first step whose margin is a near-tie (< 1e-3) that
+ * float rounding may break either way. */
+static void check_shipped(const char *dir, const char *golden) {
+    if (!fs_exists(dir) || !fs_exists(golden)) SKIP("models/ or its golden file is absent");
+    char *text;
+    size_t len;
+    REQUIRE(fs_read_file(golden, &text, &len, 1 << 24) == 0);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    REQUIRE(root);
+    struct model *m;
+    struct tokenizer *tok;
+    REQUIRE(model_load(dir, &(struct model_opts){.n_threads = 2}, &m) == 0);
+    REQUIRE(tokenizer_load(dir, &tok) == 0);
+    int V = model_config(m)->vocab_size, n_cases = 0, n_tokens = 0;
+    float *logits = malloc(sizeof(float) * V);
+    const cJSON *cases = cJSON_GetObjectItem(root, "cases");
+    for (const cJSON *c = cases ? cases->child : NULL; c; c = c->next) {
+        int32_t want_prompt[512], want[512];
+        int np = read_ids(c, "prompt_ids", want_prompt, 512);
+        int ng = read_ids(c, "greedy_ids", want, 512);
+        const cJSON *margins = cJSON_GetObjectItem(c, "margins");
+        const char *prompt = cJSON_GetObjectItem(c, "prompt")->valuestring;
+        int32_t *ids;
+        int n;
+        REQUIRE(tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n) == 0);
+        CHECK(n == np && !memcmp(ids, want_prompt, sizeof(int32_t) * (size_t)n));
+        struct kv_cache *kv;
+        REQUIRE(kv_new(m, 256, &kv) == 0);
+        CHECK(model_forward(m, kv, ids, n, logits, 0) == 0);
+        int t = 0;
+        for (; t < ng; t++) {
+            int32_t tok_id = argmax(logits, V);
+            CHECK(tok_id == want[t]);
+            if (tok_id != want[t]) break;
+            if (cJSON_GetArrayItem(margins, t)->valuedouble < 1e-3) break;
+            CHECK(model_forward(m, kv, &tok_id, 1, logits, 0) == 0);
+        }
+        n_tokens += t;
+        n_cases++;
+        kv_free(kv);
+        free(ids);
+    }
+    printf("  %s: %d prompts, %d greedy tokens equal to transformers\n", dir, n_cases, n_tokens);
+    CHECK(n_cases == 5 && n_tokens >= 5 * 30);
+    free(logits);
+    tokenizer_free(tok);
+    model_free(m);
+    cJSON_Delete(root);
+}
+
+TEST(shipped_models) {
+    check_shipped("models/pycoder", "tests/data/pycoder_greedy.json");
+    check_shipped("models/pycoder-draft", "tests/data/pycoder_draft_greedy.json");
+}
+
 /* A verify pass over k tokens must give the same rows, bit for bit, as k single steps; and
  * rolling the cache back must reproduce the same logits again. */
 TEST(verify_rows_equal_single_steps) {
@@ -191,5 +249,6 @@ int main(void) {
     RUN(shared_golden_target);
     RUN(golden_folders);
     RUN(verify_rows_equal_single_steps);
+    RUN(shipped_models);
     return test_report();
 }
