@@ -1,0 +1,67 @@
+#!/bin/sh
+# Black-box tests of `dspark generate` on the shipped model: text and JSON output, modes that
+# must agree, stop strings, seeds, and clear failures on bad flags and broken model folders.
+set -u
+D=${DSPARK:-build/dspark}
+M=models/pycoder
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+[ -d "$M" ] || { echo "skipped: $M is absent"; exit 0; }
+
+# plain text: the prompt, then the continuation; speed on stderr
+"$D" generate --prompt "def add(a, b):" --max-tokens 12 --temperature 0 --no-progress \
+    >"$tmp/out" 2>"$tmp/err" && head -c 14 "$tmp/out" | grep -q "def add(a, b):" &&
+    grep -q "decode: .* tok/s" "$tmp/err" && ok "text output and speed report" || bad "text output"
+
+# every mode gives the same greedy ids
+P="def parse_args(argv):"
+for mode in baseline lookup draft; do
+    "$D" generate --model $M --prompt "$P" --max-tokens 40 --temperature 0 --ignore-eos \
+        --mode $mode --json --no-progress >"$tmp/$mode.json" 2>/dev/null ||
+        bad "mode $mode exit status"
+    sed 's/.*"ids":\(\[[^]]*\]\).*/\1/' "$tmp/$mode.json" >"$tmp/$mode.ids"
+done
+cmp -s "$tmp/baseline.ids" "$tmp/lookup.ids" && cmp -s "$tmp/baseline.ids" "$tmp/draft.ids" &&
+    ok "baseline, lookup and draft ids are equal" || bad "modes disagree"
+grep -q '"rounds":\[{"drafted"' "$tmp/draft.json" && ok "json has per-round drafts" ||
+    bad "json rounds"
+
+# a stop string ends the text before it
+"$D" generate --model $M --prompt "def add(a, b):" --max-tokens 40 --temperature 0 \
+    --stop "return" --json --no-progress >"$tmp/stop.json" 2>/dev/null
+grep -q '"finish_reason":"stop"' "$tmp/stop.json" && ! grep -q '"text":"[^"]*return' \
+    "$tmp/stop.json" && ok "stop string" || bad "stop string"
+
+# the same seed gives the same sample
+for i in 1 2; do
+    "$D" generate --model $M --prompt "import os" --max-tokens 24 --temperature 1 --seed 7 \
+        --no-progress >"$tmp/s$i" 2>/dev/null
+done
+cmp -s "$tmp/s1" "$tmp/s2" && ok "seeded sampling is reproducible" || bad "seed"
+
+# failures: clear message, non-zero exit, no crash
+"$D" generate --prompt x --bogus >/dev/null 2>"$tmp/e1"
+[ $? -eq 2 ] && grep -q "unknown flag" "$tmp/e1" && ok "unknown flag" || bad "unknown flag"
+"$D" generate --prompt x --temperature abc >/dev/null 2>"$tmp/e2"
+[ $? -eq 2 ] && grep -q "temperature" "$tmp/e2" && ok "bad number" || bad "bad number"
+"$D" generate --model "$tmp/nowhere" --prompt x >/dev/null 2>"$tmp/e3"
+st=$?
+[ $st -ne 0 ] && [ $st -lt 128 ] && grep -q "error:" "$tmp/e3" && ok "missing folder" ||
+    bad "missing folder"
+mkdir -p "$tmp/broken"
+cp $M/tokenizer.json $M/tokenizer_config.json "$tmp/broken/"
+printf '{"architectures": ["Qwen3ForCausalLM"], "hidden_size": -3}' >"$tmp/broken/config.json"
+"$D" generate --model "$tmp/broken" --prompt x >/dev/null 2>"$tmp/e4"
+st=$?
+[ $st -ne 0 ] && [ $st -lt 128 ] && grep -q "config.json" "$tmp/e4" && ok "broken config.json" ||
+    bad "broken config.json"
+cp $M/config.json "$tmp/broken/"
+head -c 100000 $M/model.safetensors >"$tmp/broken/model.safetensors"
+"$D" generate --model "$tmp/broken" --prompt x >/dev/null 2>"$tmp/e5"
+st=$?
+[ $st -ne 0 ] && [ $st -lt 128 ] && grep -q "model.safetensors" "$tmp/e5" &&
+    ok "truncated safetensors" || bad "truncated safetensors"
+exit $fail
