@@ -254,6 +254,11 @@ int tok_dec_token(const struct tokenizer *t, struct tok_dec_state *st, int32_t i
         for (int k = 0; k < t->n_dec && !rc; k++) {
             const struct tok_dec *d = &t->dec[k];
             rc = run_step(d, k, st, d->bytes_grouped ? group : st->n_tokens, cur, next);
+            if (!rc && next->n > 64 * (size_t)TOK_MAX_TOKEN) {
+                log_error("tokenizer: the decoder makes token %d longer than %d bytes", id,
+                          64 * TOK_MAX_TOKEN);
+                rc = ERR_UNSUPPORTED;
+            }
             struct tok_buf *x = cur;
             cur = next;
             next = x;

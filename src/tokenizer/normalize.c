@@ -13,6 +13,7 @@
 /* ---- parsing ---- */
 
 static int add_step(struct tok_norm **steps, int *n, struct tok_norm s) {
+    if (*n >= TOK_MAX_STEPS) return ERR_UNSUPPORTED;
     struct tok_norm *v = realloc(*steps, (size_t)(*n + 1) * sizeof *v);
     if (!v) return ERR_NOMEM;
     *steps = v;
@@ -116,6 +117,7 @@ static int parse_one(const cJSON *j, struct tok_norm **steps, int *n, const char
         return ERR_FORMAT;
     }
     int rc = add_step(steps, n, s);
+    if (rc == ERR_UNSUPPORTED) log_error("%s: more than %d normalizers", file, TOK_MAX_STEPS);
     if (rc) {
         free(s.a);
         free(s.b);
@@ -302,6 +304,11 @@ int tok_normalize(const struct tok_norm *steps, int n_steps, const char *s, size
         rc = apply(&steps[i], src, src_n, dst);
         src = dst->p;
         src_n = dst->n;
+        if (!rc && src_n / TOK_MAX_GROWTH > n + 4096) {
+            log_error("tokenizer: the normalizer makes the text over %d times longer",
+                      TOK_MAX_GROWTH);
+            rc = ERR_UNSUPPORTED;
+        }
     }
     tok_buf_free(&tmp);
     return rc;

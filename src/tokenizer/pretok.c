@@ -159,6 +159,11 @@ static int parse_one(const cJSON *j, struct tok_pretok **steps, int *n, const ch
         tok_regex_free(s.re);
         return ERR_FORMAT;
     }
+    if (*n >= TOK_MAX_STEPS) {
+        log_error("%s: more than %d pre-tokenizers", file, TOK_MAX_STEPS);
+        tok_regex_free(s.re);
+        return ERR_UNSUPPORTED;
+    }
     struct tok_pretok *v = realloc(*steps, (size_t)(*n + 1) * sizeof *v);
     if (!v) {
         tok_regex_free(s.re);
@@ -368,6 +373,7 @@ int tok_pretokenize(const struct tok_pretok *steps, int n_steps, struct tok_piec
     struct segs s = {0};
     struct tok_buf buf = {0};
     int rc = OK;
+    size_t limit = in->buf.n + 4096;
     for (int k = 0; k < n_steps && !rc; k++) {
         tok_pieces_reset(tmp);
         for (size_t i = 0; i < in->n && !rc; i++) {
@@ -380,6 +386,11 @@ int tok_pretokenize(const struct tok_pretok *steps, int n_steps, struct tok_piec
         struct tok_pieces t = *in;
         *in = *tmp;
         *tmp = t;
+        if (!rc && in->buf.n / TOK_MAX_GROWTH > limit) {
+            log_error("tokenizer: the pre-tokenizer makes the text over %d times longer",
+                      TOK_MAX_GROWTH);
+            rc = ERR_UNSUPPORTED;
+        }
     }
     free(s.v);
     tok_buf_free(&buf);

@@ -16,6 +16,10 @@
 #define TOK_MAX_IDS   (1 << 24)  /* ids must be below this */
 #define TOK_MAX_TOKEN (1 << 16)  /* bytes in one token's text */
 #define TOK_MAX_JSON  (1u << 30) /* bytes in tokenizer.json */
+#define TOK_MAX_STEPS 32         /* normalizer / pre-tokenizer steps */
+/* Normalizers and pre-tokenizers may make text longer (NFKD, Replace, ByteLevel), but a real
+ * tokenizer never by more than this factor (plus a constant); a crafted file could. */
+#define TOK_MAX_GROWTH 32
 
 /* ---- growable byte buffer and piece lists ---- */
 

@@ -343,6 +343,41 @@ TEST(malformed) {
     tokenizer_free(NULL);
 }
 
+/* A crafted normalizer that doubles the text at each step is stopped, not run out of memory. */
+TEST(runaway_growth) {
+    char json[4096];
+    size_t k = (size_t)snprintf(json, sizeof json,
+                                "{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},"
+                                "\"normalizer\":{\"type\":\"Sequence\","
+                                "\"normalizers\":[");
+    for (int i = 0; i < 30; i++)
+        k += (size_t)snprintf(json + k, sizeof json - k,
+                              "%s{\"type\":\"Replace\",\"pattern\":{\"String\":\"a\"},"
+                              "\"content\":\"aa\"}",
+                              i ? "," : "");
+    snprintf(json + k, sizeof json - k, "]}}");
+    struct tokenizer *t = load_str(json, NULL);
+    REQUIRE(t);
+    int32_t *ids = NULL;
+    int n = 0;
+    log_set_errors_quiet(1);
+    CHECK(tokenizer_encode(t, "aaaa", 4, &ids, &n) == ERR_UNSUPPORTED && !ids);
+    CHECK(tokenizer_encode(t, "b", 1, &ids, &n) == OK && n == 0);
+    free(ids);
+    tokenizer_free(t);
+    /* More steps than any real file has. */
+    k = (size_t)snprintf(json, sizeof json,
+                         "{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},"
+                         "\"pre_tokenizer\":{\"type\":\"Sequence\","
+                         "\"pretokenizers\":[");
+    for (int i = 0; i < 40; i++)
+        k +=
+            (size_t)snprintf(json + k, sizeof json - k, "%s{\"type\":\"ByteLevel\"}", i ? "," : "");
+    snprintf(json + k, sizeof json - k, "]}}");
+    CHECK(load_fails(json, strlen(json), ERR_UNSUPPORTED));
+    log_set_errors_quiet(0);
+}
+
 int main(void) {
     log_set_quiet(1);
     RUN(byte_level_merges);
@@ -354,5 +389,6 @@ int main(void) {
     RUN(detok_split_characters);
     RUN(detok_strip_and_specials);
     RUN(malformed);
+    RUN(runaway_growth);
     return test_report();
 }
