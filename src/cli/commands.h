@@ -4,6 +4,7 @@
 #define DSPARK_CLI_COMMANDS_H
 
 int cmd_generate(int argc, char **argv);
+int cmd_render(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 
 #endif

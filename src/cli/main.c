@@ -12,6 +12,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"generate", cmd_generate, "generate text from a prompt on the CPU"},
+    {"render", cmd_render, "render a chat template with a JSON context"},
     {"tokenize", cmd_tokenize, "print the token ids of text"},
 };
 
