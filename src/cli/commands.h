@@ -3,6 +3,7 @@
 #ifndef DSPARK_CLI_COMMANDS_H
 #define DSPARK_CLI_COMMANDS_H
 
+int cmd_benchmark(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_render(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

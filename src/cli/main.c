@@ -14,6 +14,7 @@ static const struct {
     {"generate", cmd_generate, "generate text from a prompt on the CPU"},
     {"render", cmd_render, "render a chat template with a JSON context"},
     {"tokenize", cmd_tokenize, "print the token ids of text"},
+    {"benchmark", cmd_benchmark, "measure decoding speed of each mode over prompt sets"},
 };
 
 static void usage(FILE *f) {
