@@ -27,8 +27,13 @@ static int test_failed, test_checks, test_current_failed;
     } while (0)
 #define REQUIRE(c)                                                                                 \
     do {                                                                                           \
-        CHECK(c);                                                                                  \
-        if (!(c)) return;                                                                          \
+        int require_ok_ = !!(c); /* evaluated once: c may have side effects */                     \
+        test_checks++;                                                                             \
+        if (!require_ok_) {                                                                        \
+            printf("  %s:%d: REQUIRE(%s) failed\n", __FILE__, __LINE__, #c);                       \
+            test_current_failed = 1;                                                               \
+            return;                                                                                \
+        }                                                                                          \
     } while (0)
 #define CHECK_NEAR(a, b, tol) CHECK(fabs((double)(a) - (double)(b)) <= (tol))
 /* Tests that need data from outside the repo (../shared) call SKIP with the reason. */
