@@ -1,7 +1,9 @@
 /* tokenizer/regex.c: the pre-tokenizer's regular expressions, on PCRE2. tokenizer.json patterns
  * are written for Oniguruma; the constructs real files use (\p{L}, \p{N}, (?i:...), lookahead,
  * possessive classes) mean the same in PCRE2 with PCRE2_UTF | PCRE2_UCP. PCRE2_MATCH_INVALID_UTF
- * lets the subject hold invalid UTF-8: such bytes match nothing. */
+ * lets the subject hold invalid UTF-8: such bytes match nothing. Known difference: \p{...}
+ * follows the Unicode version of the installed PCRE2 (14.0 for 10.42), so characters assigned
+ * later (CJK extensions H/I, Kaktovik numerals, ...) can pre-tokenize differently from HF. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer/tok_impl.h"
 
