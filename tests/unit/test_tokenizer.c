@@ -166,6 +166,31 @@ TEST(golden_llama2) {
         run_golden(NPM_DIR "tokenizer-llama2/models", "tests/data/tokenizer/llama2.jsonl");
 }
 
+/* BOS/EOS come from tokenizer_config.json; special tokens decode to their text. */
+TEST(real_config_tokens) {
+    struct tokenizer *t = NULL;
+    if (have_npm("tokenizer-qwen3")) {
+        int rc = tokenizer_load(NPM_DIR "tokenizer-qwen3/models", &t);
+        REQUIRE(rc == OK);
+        CHECK(tokenizer_n_vocab(t) == 151669);
+        CHECK(tokenizer_bos_id(t) == -1 && tokenizer_eos_id(t) == 151645);
+        CHECK(tokenizer_find(t, "<|im_start|>") == 151644 && tokenizer_is_special(t, 151644));
+        int32_t ids[] = {151644, 872, 198};
+        char *out = NULL;
+        size_t len = 0;
+        CHECK(tokenizer_decode(t, ids, 3, &out, &len) == OK && !strcmp(out, "<|im_start|>user\n"));
+        free(out);
+        tokenizer_free(t);
+    }
+    if (have_npm("tokenizer-llama3_1")) {
+        int rc = tokenizer_load(NPM_DIR "tokenizer-llama3_1/models", &t);
+        REQUIRE(rc == OK);
+        CHECK(tokenizer_n_vocab(t) == 128256);
+        CHECK(tokenizer_bos_id(t) == 128000 && tokenizer_eos_id(t) == 128009);
+        tokenizer_free(t);
+    }
+}
+
 /* ---- long inputs: no quadratic behaviour ---- */
 
 /* CPU time of this process: other jobs on a busy machine do not count against us. */
@@ -232,6 +257,7 @@ int main(void) {
     RUN(golden_llama3);
     RUN(golden_llama2);
     RUN(golden_deepseek_v3);
+    RUN(real_config_tokens);
     RUN(long_inputs_tiny);
     RUN(long_inputs_real);
     return test_report();
