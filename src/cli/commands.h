@@ -6,6 +6,7 @@
 int cmd_benchmark(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_render(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 
 #endif

@@ -13,6 +13,7 @@ static const struct {
 } commands[] = {
     {"generate", cmd_generate, "generate text from a prompt on the CPU"},
     {"render", cmd_render, "render a chat template with a JSON context"},
+    {"serve", cmd_serve, "serve the OpenAI-compatible HTTP API"},
     {"tokenize", cmd_tokenize, "print the token ids of text"},
     {"benchmark", cmd_benchmark, "measure decoding speed of each mode over prompt sets"},
 };

@@ -141,8 +141,7 @@ static int record_round(struct run *r, const struct draft *d, int acc, int from_
     struct gen_round *rr = realloc(o->rounds, sizeof *rr * (size_t)(n + 1));
     if (!rr) return ERR_NOMEM;
     o->rounds = rr;
-    int n_drafted = 0;
-    for (int i = 0; i < n; i++) n_drafted += rr[i].n_drafted;
+    int n_drafted = o->stats.drafted; /* drafts of the rounds before this one */
     rr[n] = (struct gen_round){d->n, acc, from_lookup, n_drafted};
     for (int i = 0; i < d->n; i++) {
         int rc = push_id(&o->drafted, &n_drafted, drafted_cap, d->ids[i]);
@@ -256,6 +255,7 @@ int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
         st->target_forwards++;
         st->drafted += d.n;
         st->accepted += acc;
+        st->accept_hist[acc < GEN_ACCEPT_BUCKETS - 1 ? acc : GEN_ACCEPT_BUCKETS - 1]++;
         st->lookup_rounds += from_lookup;
         if (kv_len(kv) >= cap - 1 && !r.done) {
             out->finish = GEN_FINISH_LENGTH;

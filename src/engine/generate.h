@@ -41,6 +41,8 @@ struct gen_params {
     int trace;               /* record every round's drafts in the result */
 };
 
+#define GEN_ACCEPT_BUCKETS 10 /* rounds by drafts accepted: 0..8, and 9 or more */
+
 struct gen_stats {
     int n_prompt, n_generated;
     int rounds;          /* verify rounds (target forwards after the prefill) */
@@ -48,6 +50,7 @@ struct gen_stats {
     int drafted;         /* draft tokens verified */
     int accepted;        /* draft tokens kept */
     int lookup_rounds;   /* rounds whose drafts came from the n-gram index */
+    int accept_hist[GEN_ACCEPT_BUCKETS];
     double prefill_s, decode_s, draft_s; /* draft_s is part of decode_s */
 };
 

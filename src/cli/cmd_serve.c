@@ -1,0 +1,116 @@
+/* cli/cmd_serve.c: `dspark serve`: the OpenAI-compatible HTTP server. */
+#include "cli/args.h"
+#include "cli/commands.h"
+
+#include "base/fs.h"
+#include "server/server.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dspark serve [--model DIR] [flags]\n\n"
+            "  --model DIR              Hugging Face model folder (default: models/pycoder)\n"
+            "  --drafter DIR            draft model for --mode draft (default: DIR-draft)\n"
+            "  --mode M                 baseline | lookup | draft (default lookup)\n"
+            "  --max-draft N            drafts verified per round at most (default 6 lookup,\n"
+            "                           4 draft)\n"
+            "  --no-lookup-drafts       in draft mode, always ask the draft model\n"
+            "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
+            "  --port N                 TCP port (default 8080; 0 picks a free one)\n"
+            "  --api-key KEY            require Authorization: Bearer KEY\n"
+            "  --no-thinking            enable_thinking=false unless a request says otherwise\n"
+            "  --default-max-tokens N   max_tokens when a request gives none (default 2048)\n"
+            "  --max-tokens-cap N       clamp every request's max_tokens (default 32768)\n"
+            "  --default-temperature T  sampling defaults (request > these > generation_config\n"
+            "  --default-top-p P          > greedy)\n"
+            "  --default-top-k K\n"
+            "  --max-body-mb N          reject larger request bodies with 413 (default 8)\n"
+            "  --max-queue N            queued requests beyond this get 503 (default 64)\n"
+            "  --threads N              CPU threads (default: all cores)\n");
+}
+
+int cmd_serve(int argc, char **argv) {
+    struct server_opts o = {
+        .model_dir = "models/pycoder", .host = "127.0.0.1", .port = 8080, .mode = GEN_LOOKUP, .max_draft = -1,
+        .lookup_drafts = 1, .thinking = 1, .default_temperature = -1, .default_top_p = -1,
+        .default_top_k = -1, .show_progress = isatty(2),
+    };
+    int mb = 8;
+    char draft_default[4096];
+    struct args a = {.argc = argc, .argv = argv};
+    for (a.i = 1; a.i < argc; a.i++) {
+        const char *arg = argv[a.i];
+        int bad = 0;
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (args_flag(&a, "--model")) {
+            bad = !(o.model_dir = a.value);
+        } else if (args_flag(&a, "--drafter")) {
+            bad = !(o.drafter_dir = a.value);
+        } else if (args_flag(&a, "--mode")) {
+            if (a.value && !strcmp(a.value, "baseline")) o.mode = GEN_BASELINE;
+            else if (a.value && !strcmp(a.value, "lookup")) o.mode = GEN_LOOKUP;
+            else if (a.value && !strcmp(a.value, "draft")) o.mode = GEN_DRAFT;
+            else bad = fprintf(stderr, "error: --mode takes baseline, lookup or draft\n");
+        } else if (args_flag(&a, "--max-draft")) {
+            bad = args_int(arg, a.value, 0, 64, &o.max_draft);
+        } else if (args_flag(&a, "--host")) {
+            bad = !(o.host = a.value);
+        } else if (args_flag(&a, "--port")) {
+            bad = args_int("--port", a.value, 0, 65535, &o.port);
+        } else if (args_flag(&a, "--api-key")) {
+            bad = !(o.api_key = a.value);
+        } else if (args_flag(&a, "--default-max-tokens")) {
+            bad = args_int("--default-max-tokens", a.value, 1, 1 << 24, &o.default_max_tokens);
+        } else if (args_flag(&a, "--max-tokens-cap")) {
+            bad = args_int("--max-tokens-cap", a.value, 1, 1 << 24, &o.max_tokens_cap);
+        } else if (args_flag(&a, "--default-temperature")) {
+            bad = args_float("--default-temperature", a.value, 0, 2, &o.default_temperature);
+        } else if (args_flag(&a, "--default-top-p")) {
+            bad = args_float("--default-top-p", a.value, 0, 1, &o.default_top_p);
+        } else if (args_flag(&a, "--default-top-k")) {
+            bad = args_int("--default-top-k", a.value, 0, 1 << 24, &o.default_top_k);
+        } else if (args_flag(&a, "--max-body-mb")) {
+            bad = args_int("--max-body-mb", a.value, 1, 4096, &mb);
+        } else if (args_flag(&a, "--max-queue")) {
+            bad = args_int("--max-queue", a.value, 1, 1 << 16, &o.max_queue);
+        } else if (args_flag(&a, "--threads")) {
+            bad = args_int("--threads", a.value, 1, 1024, &o.n_threads);
+        } else if (!strcmp(arg, "--no-thinking")) {
+            o.thinking = 0;
+        } else if (!strcmp(arg, "--no-lookup-drafts")) {
+            o.lookup_drafts = 0;
+        } else {
+            fprintf(stderr, "error: unknown flag '%s' (see dspark serve --help)\n", arg);
+            return 2;
+        }
+        if (bad) return 2;
+    }
+    o.max_body_bytes = (size_t)mb << 20;
+    if (o.max_draft < 0) o.max_draft = o.mode == GEN_LOOKUP ? 6 : 4;
+    if (o.mode == GEN_DRAFT && !o.drafter_dir) {
+        snprintf(draft_default, sizeof draft_default, "%s-draft", o.model_dir);
+        o.drafter_dir = draft_default;
+    }
+    /* every thread started from here on leaves SIGINT/SIGTERM to server_run's sigwait */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    struct server *s;
+    if (server_new(&o, &s)) return 1;
+    printf("dspark serving %s on http://%s:%d (mode %s)\n", o.model_dir, o.host, server_port(s),
+           o.mode == GEN_LOOKUP ? "lookup" : o.mode == GEN_DRAFT ? "draft" : "baseline");
+    fflush(stdout);
+    server_run(s);
+    server_free(s);
+    return 0;
+}

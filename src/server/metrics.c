@@ -1,0 +1,97 @@
+/* server/metrics.c: counters for GET /metrics in the Prometheus text format. */
+#include "server/server_impl.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void metrics_record(struct server *s, const struct gen_stats *st) {
+    pthread_mutex_lock(&s->mu);
+    struct metrics *m = &s->m;
+    m->prompt_tokens += st->n_prompt;
+    m->completion_tokens += st->n_generated;
+    m->target_forwards += st->target_forwards;
+    m->rounds += st->rounds;
+    m->lookup_rounds += st->lookup_rounds;
+    m->accepted += st->accepted;
+    m->drafted += st->drafted;
+    m->decode_seconds += st->decode_s;
+    if (st->decode_s > 0) m->last_tokens_per_sec = st->n_generated / st->decode_s;
+    for (int i = 0; i < METRICS_ACCEPT_BUCKETS && i < GEN_ACCEPT_BUCKETS; i++)
+        m->accept_hist[i] += st->accept_hist[i];
+    pthread_mutex_unlock(&s->mu);
+}
+
+struct out {
+    char *buf;
+    size_t len, cap;
+};
+
+static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct out *o, const char *fmt, ...) {
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if (o->len + (size_t)n + 1 > o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 4096;
+        while (cap < o->len + (size_t)n + 1) cap *= 2;
+        char *b = realloc(o->buf, cap);
+        if (!b) return;
+        o->buf = b;
+        o->cap = cap;
+    }
+    memcpy(o->buf + o->len, line, (size_t)n + 1);
+    o->len += (size_t)n;
+}
+
+static void counter(struct out *o, const char *name, const char *help, long v) {
+    put(o, "# HELP %s %s\n# TYPE %s counter\n%s %ld\n", name, help, name, name, v);
+}
+
+static void gauge(struct out *o, const char *name, const char *help, double v) {
+    put(o, "# HELP %s %s\n# TYPE %s gauge\n%s %g\n", name, help, name, name, v);
+}
+
+char *metrics_render(struct server *s) {
+    struct out o = {0};
+    pthread_mutex_lock(&s->mu);
+    struct metrics m = s->m;
+    int queued = s->q_len, running = s->running;
+    pthread_mutex_unlock(&s->mu);
+    put(&o, "# HELP dspark_requests_total Completion requests by outcome.\n"
+            "# TYPE dspark_requests_total counter\n"
+            "dspark_requests_total{outcome=\"ok\"} %ld\n"
+            "dspark_requests_total{outcome=\"error\"} %ld\n",
+        m.requests_ok, m.requests_err);
+    counter(&o, "dspark_prompt_tokens_total", "Prompt tokens processed.", m.prompt_tokens);
+    counter(&o, "dspark_completion_tokens_total", "Tokens generated.", m.completion_tokens);
+    counter(&o, "dspark_target_forwards_total", "Forward passes of the target model.",
+            m.target_forwards);
+    counter(&o, "dspark_lookup_rounds_total", "Rounds drafted by n-gram lookup.", m.lookup_rounds);
+    counter(&o, "dspark_draft_tokens_total", "Draft tokens verified.", m.drafted);
+    counter(&o, "dspark_accepted_tokens_total", "Draft tokens accepted.", m.accepted);
+    put(&o, "# HELP dspark_accepted_length Drafts accepted per verify round.\n"
+            "# TYPE dspark_accepted_length histogram\n");
+    long cum = 0, sum = 0;
+    for (int i = 0; i < METRICS_ACCEPT_BUCKETS - 1; i++) {
+        cum += m.accept_hist[i];
+        sum += (long)i * m.accept_hist[i];
+        put(&o, "dspark_accepted_length_bucket{le=\"%d\"} %ld\n", i, cum);
+    }
+    cum += m.accept_hist[METRICS_ACCEPT_BUCKETS - 1];
+    put(&o, "dspark_accepted_length_bucket{le=\"+Inf\"} %ld\n", cum);
+    put(&o, "dspark_accepted_length_sum %ld\ndspark_accepted_length_count %ld\n",
+        sum + (long)(METRICS_ACCEPT_BUCKETS - 1) * m.accept_hist[METRICS_ACCEPT_BUCKETS - 1],
+        cum);
+    gauge(&o, "dspark_decode_tokens_per_second", "Decode speed of the last generation.",
+          m.last_tokens_per_sec);
+    gauge(&o, "dspark_mean_tokens_per_second", "Tokens generated over decode time, all requests.",
+          m.decode_seconds > 0 ? m.completion_tokens / m.decode_seconds : 0);
+    gauge(&o, "dspark_queue_depth", "Requests waiting for the engine.", queued);
+    gauge(&o, "dspark_requests_running", "Requests the engine is generating.", running);
+    return o.buf;
+}

@@ -1,0 +1,89 @@
+/* server/server.c: server lifetime: load the models, start the engine thread and the HTTP
+ * listener, wait for a signal, stop both. */
+#include "server/server_impl.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "tokenizer/tokenizer.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int server_new(const struct server_opts *opts, struct server **out) {
+    *out = NULL;
+    struct server *s = calloc(1, sizeof *s);
+    if (!s) return ERR_NOMEM;
+    s->opts = *opts;
+    if (!s->opts.host) s->opts.host = "127.0.0.1";
+    if (s->opts.max_queue <= 0) s->opts.max_queue = 64;
+    if (!s->opts.max_body_bytes) s->opts.max_body_bytes = 8u << 20;
+    if (s->opts.default_max_tokens <= 0) s->opts.default_max_tokens = 2048;
+    if (s->opts.max_tokens_cap <= 0) s->opts.max_tokens_cap = 32768;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    /* the model's name in the API: its folder's last component */
+    const char *base = strrchr(opts->model_dir, '/');
+    base = base && base[1] ? base + 1 : opts->model_dir;
+    snprintf(s->model_name, sizeof s->model_name, "%s", base);
+    int rc;
+    struct model_opts mo = {.n_threads = opts->n_threads, .show_progress = opts->show_progress};
+    if ((rc = tokenizer_load(opts->model_dir, &s->eng.tok)) ||
+        (rc = model_load(opts->model_dir, &mo, &s->eng.target)))
+        goto fail;
+    s->cfg = model_config(s->eng.target);
+    if (opts->mode == GEN_DRAFT) {
+        mo.pool = model_pool(s->eng.target);
+        if ((rc = model_load(opts->drafter_dir, &mo, &s->eng.draft))) goto fail;
+    }
+    if ((rc = server_load_chat(s))) goto fail;
+    if (!(s->queue = calloc((size_t)s->opts.max_queue, sizeof *s->queue))) {
+        rc = ERR_NOMEM;
+        goto fail;
+    }
+    if (pthread_create(&s->engine_thread, NULL, engine_main, s)) {
+        rc = ERR_NOMEM;
+        goto fail;
+    }
+    s->engine_started = 1;
+    if ((rc = http_start(s))) goto fail;
+    *out = s;
+    return OK;
+fail:
+    server_free(s);
+    return rc;
+}
+
+int server_port(const struct server *s) { return s->port; }
+
+void server_run(struct server *s) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    int sig;
+    sigwait(&set, &sig);
+    log_info("signal %d: shutting down", sig);
+    (void)s;
+}
+
+void server_free(struct server *s) {
+    if (!s) return;
+    http_stop(s);
+    if (s->engine_started) {
+        pthread_mutex_lock(&s->mu);
+        s->stopping = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->engine_thread, NULL);
+    }
+    server_free_chat(s);
+    free(s->queue);
+    model_free(s->eng.draft);
+    model_free(s->eng.target);
+    tokenizer_free(s->eng.tok);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}

@@ -1,0 +1,38 @@
+/* server/server.h: the OpenAI-compatible HTTP server. server_new() loads the model folder(s),
+ * starts the engine thread (the only thread that touches the models) and the HTTP listener;
+ * server_run() blocks until SIGINT/SIGTERM; server_free() stops both and frees everything. */
+#ifndef DSPARK_SERVER_SERVER_H
+#define DSPARK_SERVER_SERVER_H
+
+#include "engine/generate.h"
+
+#include <stddef.h>
+
+struct server_opts {
+    const char *model_dir;
+    const char *drafter_dir; /* draft model for GEN_DRAFT, or NULL */
+    const char *host;        /* default 127.0.0.1 */
+    int port;                /* default 8080; 0 picks a free port (printed) */
+    const char *api_key;     /* NULL: no authentication */
+    enum gen_mode mode;
+    int max_draft;
+    int lookup_drafts;
+    int thinking;            /* default for enable_thinking in the chat template */
+    int default_max_tokens;  /* when a request gives none (2048) */
+    int max_tokens_cap;      /* requests are clamped to this (32768) */
+    float default_temperature, default_top_p; /* < 0: unset */
+    int default_top_k;                        /* < 0: unset */
+    size_t max_body_bytes;   /* larger bodies get 413 (default 8 MiB) */
+    int max_queue;           /* queued requests beyond this get 503 (default 64) */
+    int n_threads;
+    int show_progress;
+};
+
+struct server;
+
+int server_new(const struct server_opts *opts, struct server **out);
+int server_port(const struct server *s); /* the port actually bound */
+void server_run(struct server *s);       /* until SIGINT or SIGTERM */
+void server_free(struct server *s);      /* NULL is a no-op */
+
+#endif

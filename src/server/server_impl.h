@@ -1,0 +1,76 @@
+/* server/server_impl.h: struct server and the functions its files share. Not public.
+ * Threads: the HTTP library's connection threads parse requests and render prompts (the
+ * tokenizer and templates are read-only), then hand jobs to the single engine thread through
+ * the queue; only the engine thread runs the models. `mu` guards the queue and the metrics. */
+#ifndef DSPARK_SERVER_IMPL_H
+#define DSPARK_SERVER_IMPL_H
+
+#include "server/job.h"
+#include "server/server.h"
+
+#include <pthread.h>
+
+struct MHD_Daemon;
+struct chat_template;
+struct cJSON;
+
+#define METRICS_ACCEPT_BUCKETS 10
+
+struct metrics {
+    long requests_ok, requests_err;
+    long prompt_tokens, completion_tokens;
+    long target_forwards, rounds, lookup_rounds, accepted, drafted;
+    long accept_hist[METRICS_ACCEPT_BUCKETS]; /* rounds by drafts accepted: 0..8, 9+ */
+    double decode_seconds;
+    double last_tokens_per_sec;
+};
+
+struct server {
+    struct server_opts opts;
+    struct gen_engine eng;
+    const struct hf_config *cfg;
+    char model_name[128];
+    void *chat; /* prompt.c's state: the parsed chat template and tool-call format */
+    struct MHD_Daemon *http;
+    int port;
+    pthread_t engine_thread;
+    int engine_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct job **queue; /* FIFO ring of max_queue slots */
+    int q_head, q_len;
+    int running; /* the job the engine is on */
+    int stopping;
+    struct metrics m;
+};
+
+/* http.c */
+int http_start(struct server *s);
+void http_stop(struct server *s);
+
+/* queue.c */
+int queue_push(struct server *s, struct job *j); /* ERR_FULL when the queue is full */
+void *engine_main(void *arg);
+
+/* openai.c: request → job, and the response shapes */
+int oa_parse_request(struct server *s, const char *body, size_t len, int chat, struct job *j,
+                     int *status, char *err, size_t err_cap);
+void oa_run_job(struct server *s, struct job *j); /* on the engine thread */
+char *oa_error_body(const char *message, const char *type, const char *code);
+
+/* prompt.c: the model's chat template and tool-call formats */
+int server_load_chat(struct server *s);
+void server_free_chat(struct server *s);
+int server_render_chat(struct server *s, const struct cJSON *messages, const struct cJSON *tools,
+                       const struct cJSON *kwargs, int thinking, char **out, char *err,
+                       size_t err_cap);
+/* Splits generated text into content (NULL when empty) and an OpenAI tool_calls array (NULL
+ * when there is none). Both are new allocations owned by the caller. */
+int server_parse_tools(struct server *s, const char *text, char **content,
+                       struct cJSON **tool_calls);
+
+/* metrics.c */
+char *metrics_render(struct server *s);
+void metrics_record(struct server *s, const struct gen_stats *st);
+
+#endif

@@ -1,0 +1,50 @@
+#!/bin/sh
+# Black-box tests of `dspark serve`: starts the real binary on models/pycoder (one open, one
+# with an API key) on free ports, drives both with the openai SDK (tests/js/server.test.mjs),
+# and checks /metrics with promtool when it is installed.
+set -u
+D=${DSPARK:-build/dspark}
+M=models/pycoder
+[ -d "$M" ] || { echo "skipped: $M is absent"; exit 0; }
+[ -d tests/js/node_modules/openai ] || {
+    echo "skipped: the openai SDK is absent (npm ci --prefix tests/js)"
+    exit 0
+}
+tmp=$(mktemp -d)
+pids=""
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null; done
+    for p in $pids; do wait "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+start() { # start NAME FLAGS...: sets URL
+    name=$1
+    shift
+    "$D" serve --model $M --port 0 --threads 2 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    pids="$pids $!"
+    for i in $(seq 1 100); do
+        URL=$(sed -n "s/.* on \(http:[^ ]*\) .*/\1/p" "$tmp/$name.out" 2>/dev/null)
+        [ -n "$URL" ] && return 0
+        sleep 0.1
+    done
+    echo "FAIL server $name did not start:"
+    cat "$tmp/$name.err"
+    exit 1
+}
+start open
+OPEN=$URL
+start keyed --api-key sekret --mode baseline
+KEYED=$URL
+fail=0
+DSPARK_URL=$OPEN DSPARK_URL_KEY=$KEYED node tests/js/server.test.mjs || fail=1
+if command -v promtool >/dev/null; then
+    curl -s "$OPEN/metrics" | promtool check metrics && echo "ok   promtool check metrics" ||
+        { echo "FAIL promtool check metrics"; fail=1; }
+else
+    echo "skipped: promtool (Debian package prometheus) is not installed"
+fi
+kill -TERM $pids
+for p in $pids; do wait "$p" || { echo "FAIL server exit status"; fail=1; }; done
+pids=""
+exit $fail
