@@ -13,10 +13,14 @@ int utf8_valid(const char *s, size_t len) {
         }
         int n;
         uint32_t cp, min;
-        if ((c & 0xe0) == 0xc0) n = 1, cp = c & 0x1f, min = 0x80;
-        else if ((c & 0xf0) == 0xe0) n = 2, cp = c & 0x0f, min = 0x800;
-        else if ((c & 0xf8) == 0xf0) n = 3, cp = c & 0x07, min = 0x10000;
-        else return 0;
+        if ((c & 0xe0) == 0xc0)
+            n = 1, cp = c & 0x1f, min = 0x80;
+        else if ((c & 0xf0) == 0xe0)
+            n = 2, cp = c & 0x0f, min = 0x800;
+        else if ((c & 0xf8) == 0xf0)
+            n = 3, cp = c & 0x07, min = 0x10000;
+        else
+            return 0;
         if (end - p <= n) return 0;
         for (int i = 1; i <= n; i++) {
             if ((p[i] & 0xc0) != 0x80) return 0;
@@ -41,8 +45,7 @@ cJSON *json_parse(const char *text, size_t len, const char **why) {
         *why = "not valid JSON";
         return NULL;
     }
-    while (end < text + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
-        end++;
+    while (end < text + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
     if (end != text + len && !(end == text + len - 1 && *end == 0)) {
         cJSON_Delete(j);
         *why = "trailing bytes after the JSON value";

@@ -6,8 +6,12 @@
 
 static int quiet_info, quiet_errors;
 
-void log_set_quiet(int quiet) { quiet_info = quiet; }
-void log_set_errors_quiet(int quiet) { quiet_errors = quiet; }
+void log_set_quiet(int quiet) {
+    quiet_info = quiet;
+}
+void log_set_errors_quiet(int quiet) {
+    quiet_errors = quiet;
+}
 
 static void emit(const char *prefix, const char *fmt, va_list ap) {
     char line[2048];

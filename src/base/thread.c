@@ -47,8 +47,10 @@ static void *worker_main(void *arg) {
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
             if (++spins < SPIN_ITERS) {
                 /* on an oversubscribed machine, let the thread we wait for run */
-                if (spins % 64 == 0) sched_yield();
-                else _mm_pause();
+                if (spins % 64 == 0)
+                    sched_yield();
+                else
+                    _mm_pause();
                 continue;
             }
             pthread_mutex_lock(&p->mu);
@@ -113,8 +115,10 @@ void pool_run(struct pool *p, pool_fn *fn, void *ctx) {
     fn(ctx, 0, p->n);
     for (unsigned spins = 1; atomic_load_explicit(&p->done, memory_order_acquire) != p->n - 1;
          spins++) {
-        if (spins % 64 == 0) sched_yield();
-        else _mm_pause();
+        if (spins % 64 == 0)
+            sched_yield();
+        else
+            _mm_pause();
     }
 }
 
@@ -129,4 +133,6 @@ void pool_free(struct pool *p) {
     free(p);
 }
 
-int pool_size(const struct pool *p) { return p->n; }
+int pool_size(const struct pool *p) {
+    return p->n;
+}

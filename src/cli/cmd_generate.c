@@ -19,36 +19,35 @@
 #include <unistd.h>
 
 #define DEFAULT_MODEL "models/pycoder"
-#define MAX_STOP 8
+#define MAX_STOP      8
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark generate [--model DIR] (--prompt TEXT | --prompt-ids IDS) [flags]\n\n"
-            "  --model DIR            Hugging Face model folder (default: " DEFAULT_MODEL ")\n"
-            "  --prompt TEXT          prompt text, used as is (no chat template)\n"
-            "  --prompt-ids IDS       prompt as comma-separated token ids\n"
-            "  --max-tokens N         new tokens at most (default 128)\n"
-            "  --temperature T        0 = greedy (default: generation_config.json, else 0)\n"
-            "  --top-p P              nucleus sampling mass (default: generation_config.json)\n"
-            "  --top-k K              keep the K most likely tokens (0 = off)\n"
-            "  --presence-penalty X   OpenAI presence penalty (default 0)\n"
-            "  --frequency-penalty X  OpenAI frequency penalty (default 0)\n"
-            "  --seed S               random seed (default 0): same seed, same output\n"
-            "  --stop TEXT            stop before this text (repeatable, up to 8)\n"
-            "  --ignore-eos           do not stop at end-of-sequence tokens\n"
-            "  --mode M               baseline | lookup | draft (default baseline)\n"
-            "  --drafter DIR          draft model folder for --mode draft (default: DIR-draft)\n"
-            "  --max-draft N          drafts verified per round at most (default 6 lookup,\n"
-            "                         4 draft)\n"
-            "  --lookup-drafts        in draft mode, verify an n-gram continuation when the\n"
-            "                         prompt or output has one (default on)\n"
-            "  --no-lookup-drafts     always ask the draft model\n"
-            "  --logprobs N           with --json: raw logprobs with N alternatives per token\n"
-            "  --json                 print one JSON object (ids, text, stats, rounds)\n"
-            "  --threads N            CPU threads (default: all cores)\n"
-            "  --activations f32|bf16 activation precision (default f32; bf16 rounds where\n"
-            "                         transformers' bfloat16 path rounds, to reproduce it)\n"
-            "  --no-progress          no progress bar while loading\n");
+    fprintf(f, "usage: dspark generate [--model DIR] (--prompt TEXT | --prompt-ids IDS) [flags]\n\n"
+               "  --model DIR            Hugging Face model folder (default: " DEFAULT_MODEL ")\n"
+               "  --prompt TEXT          prompt text, used as is (no chat template)\n"
+               "  --prompt-ids IDS       prompt as comma-separated token ids\n"
+               "  --max-tokens N         new tokens at most (default 128)\n"
+               "  --temperature T        0 = greedy (default: generation_config.json, else 0)\n"
+               "  --top-p P              nucleus sampling mass (default: generation_config.json)\n"
+               "  --top-k K              keep the K most likely tokens (0 = off)\n"
+               "  --presence-penalty X   OpenAI presence penalty (default 0)\n"
+               "  --frequency-penalty X  OpenAI frequency penalty (default 0)\n"
+               "  --seed S               random seed (default 0): same seed, same output\n"
+               "  --stop TEXT            stop before this text (repeatable, up to 8)\n"
+               "  --ignore-eos           do not stop at end-of-sequence tokens\n"
+               "  --mode M               baseline | lookup | draft (default baseline)\n"
+               "  --drafter DIR          draft model folder for --mode draft (default: DIR-draft)\n"
+               "  --max-draft N          drafts verified per round at most (default 6 lookup,\n"
+               "                         4 draft)\n"
+               "  --lookup-drafts        in draft mode, verify an n-gram continuation when the\n"
+               "                         prompt or output has one (default on)\n"
+               "  --no-lookup-drafts     always ask the draft model\n"
+               "  --logprobs N           with --json: raw logprobs with N alternatives per token\n"
+               "  --json                 print one JSON object (ids, text, stats, rounds)\n"
+               "  --threads N            CPU threads (default: all cores)\n"
+               "  --activations f32|bf16 activation precision (default f32; bf16 rounds where\n"
+               "                         transformers' bfloat16 path rounds, to reproduce it)\n"
+               "  --no-progress          no progress bar while loading\n");
 }
 
 struct opts {
@@ -198,7 +197,8 @@ static void print_json(const struct gen_result *r, const struct gen_params *gp) 
     cJSON_AddNumberToObject(s, "prefill_s", st->prefill_s);
     cJSON_AddNumberToObject(s, "decode_s", st->decode_s);
     cJSON_AddNumberToObject(s, "draft_s", st->draft_s);
-    cJSON_AddNumberToObject(s, "decode_tok_s", st->decode_s > 0 ? st->n_generated / st->decode_s : 0);
+    cJSON_AddNumberToObject(s, "decode_tok_s",
+                            st->decode_s > 0 ? st->n_generated / st->decode_s : 0);
     cJSON *rounds = cJSON_AddArrayToObject(o, "rounds");
     for (int i = 0; gp->trace && i < st->rounds; i++) {
         const struct gen_round *rr = &r->rounds[i];
@@ -215,7 +215,10 @@ static void print_json(const struct gen_result *r, const struct gen_params *gp) 
 }
 
 int cmd_generate(int argc, char **argv) {
-    struct opts o = {.progress = 1, .temperature = -1, .top_p = -1, .top_k = -1,
+    struct opts o = {.progress = 1,
+                     .temperature = -1,
+                     .top_p = -1,
+                     .top_k = -1,
                      .max_draft = -1,
                      .gp = {.max_tokens = 128, .top_logprobs = -1, .lookup_drafts = 1}};
     int rc = parse(argc, argv, &o);
@@ -243,11 +246,12 @@ int cmd_generate(int argc, char **argv) {
     int n_ids = 0;
     struct gen_result res = {0};
     char tokjson[4096];
-    int have_tok = fs_join(tokjson, sizeof tokjson, o.model_dir, "tokenizer.json") == OK &&
-                   fs_exists(tokjson);
+    int have_tok =
+        fs_join(tokjson, sizeof tokjson, o.model_dir, "tokenizer.json") == OK && fs_exists(tokjson);
     if ((o.prompt || !o.json || o.n_stop || have_tok) && tokenizer_load(o.model_dir, &e.tok))
         goto done;
-    struct model_opts mo = {.n_threads = o.threads, .show_progress = o.progress && isatty(2),
+    struct model_opts mo = {.n_threads = o.threads,
+                            .show_progress = o.progress && isatty(2),
                             .bf16_activations = o.bf16_acts};
     if (model_load(o.model_dir, &mo, &e.target)) goto done;
     if (o.gp.mode == GEN_DRAFT) {
@@ -285,8 +289,8 @@ int cmd_generate(int argc, char **argv) {
             fprintf(stderr,
                     "speculation: %d rounds, %.2f drafts accepted per round (%d of %d), "
                     "%d lookup rounds, drafting %.3f s\n",
-                    st->rounds, st->rounds ? (double)st->accepted / st->rounds : 0,
-                    st->accepted, st->drafted, st->lookup_rounds, st->draft_s);
+                    st->rounds, st->rounds ? (double)st->accepted / st->rounds : 0, st->accepted,
+                    st->drafted, st->lookup_rounds, st->draft_s);
     }
     rc = 0;
 done:

@@ -12,33 +12,40 @@
 #include <unistd.h>
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark serve [--model DIR] [flags]\n\n"
-            "  --model DIR              Hugging Face model folder (default: models/pycoder)\n"
-            "  --drafter DIR            draft model for --mode draft (default: DIR-draft)\n"
-            "  --mode M                 baseline | lookup | draft (default lookup)\n"
-            "  --max-draft N            drafts verified per round at most (default 6 lookup,\n"
-            "                           4 draft)\n"
-            "  --no-lookup-drafts       in draft mode, always ask the draft model\n"
-            "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
-            "  --port N                 TCP port (default 8080; 0 picks a free one)\n"
-            "  --api-key KEY            require Authorization: Bearer KEY\n"
-            "  --no-thinking            enable_thinking=false unless a request says otherwise\n"
-            "  --default-max-tokens N   max_tokens when a request gives none (default 2048)\n"
-            "  --max-tokens-cap N       clamp every request's max_tokens (default 32768)\n"
-            "  --default-temperature T  sampling defaults (request > these > generation_config\n"
-            "  --default-top-p P          > greedy)\n"
-            "  --default-top-k K\n"
-            "  --max-body-mb N          reject larger request bodies with 413 (default 8)\n"
-            "  --max-queue N            queued requests beyond this get 503 (default 64)\n"
-            "  --threads N              CPU threads (default: all cores)\n");
+    fprintf(f, "usage: dspark serve [--model DIR] [flags]\n\n"
+               "  --model DIR              Hugging Face model folder (default: models/pycoder)\n"
+               "  --drafter DIR            draft model for --mode draft (default: DIR-draft)\n"
+               "  --mode M                 baseline | lookup | draft (default lookup)\n"
+               "  --max-draft N            drafts verified per round at most (default 6 lookup,\n"
+               "                           4 draft)\n"
+               "  --no-lookup-drafts       in draft mode, always ask the draft model\n"
+               "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
+               "  --port N                 TCP port (default 8080; 0 picks a free one)\n"
+               "  --api-key KEY            require Authorization: Bearer KEY\n"
+               "  --no-thinking            enable_thinking=false unless a request says otherwise\n"
+               "  --default-max-tokens N   max_tokens when a request gives none (default 2048)\n"
+               "  --max-tokens-cap N       clamp every request's max_tokens (default 32768)\n"
+               "  --default-temperature T  sampling defaults (request > these > generation_config\n"
+               "  --default-top-p P          > greedy)\n"
+               "  --default-top-k K\n"
+               "  --max-body-mb N          reject larger request bodies with 413 (default 8)\n"
+               "  --max-queue N            queued requests beyond this get 503 (default 64)\n"
+               "  --threads N              CPU threads (default: all cores)\n");
 }
 
 int cmd_serve(int argc, char **argv) {
     struct server_opts o = {
-        .model_dir = "models/pycoder", .host = "127.0.0.1", .port = 8080, .mode = GEN_LOOKUP, .max_draft = -1,
-        .lookup_drafts = 1, .thinking = 1, .default_temperature = -1, .default_top_p = -1,
-        .default_top_k = -1, .show_progress = isatty(2),
+        .model_dir = "models/pycoder",
+        .host = "127.0.0.1",
+        .port = 8080,
+        .mode = GEN_LOOKUP,
+        .max_draft = -1,
+        .lookup_drafts = 1,
+        .thinking = 1,
+        .default_temperature = -1,
+        .default_top_p = -1,
+        .default_top_k = -1,
+        .show_progress = isatty(2),
     };
     int mb = 8;
     char draft_default[4096];
@@ -54,10 +61,14 @@ int cmd_serve(int argc, char **argv) {
         } else if (args_flag(&a, "--drafter")) {
             bad = !(o.drafter_dir = a.value);
         } else if (args_flag(&a, "--mode")) {
-            if (a.value && !strcmp(a.value, "baseline")) o.mode = GEN_BASELINE;
-            else if (a.value && !strcmp(a.value, "lookup")) o.mode = GEN_LOOKUP;
-            else if (a.value && !strcmp(a.value, "draft")) o.mode = GEN_DRAFT;
-            else bad = fprintf(stderr, "error: --mode takes baseline, lookup or draft\n");
+            if (a.value && !strcmp(a.value, "baseline"))
+                o.mode = GEN_BASELINE;
+            else if (a.value && !strcmp(a.value, "lookup"))
+                o.mode = GEN_LOOKUP;
+            else if (a.value && !strcmp(a.value, "draft"))
+                o.mode = GEN_DRAFT;
+            else
+                bad = fprintf(stderr, "error: --mode takes baseline, lookup or draft\n");
         } else if (args_flag(&a, "--max-draft")) {
             bad = args_int(arg, a.value, 0, 64, &o.max_draft);
         } else if (args_flag(&a, "--host")) {
@@ -108,7 +119,9 @@ int cmd_serve(int argc, char **argv) {
     struct server *s;
     if (server_new(&o, &s)) return 1;
     printf("dspark serving %s on http://%s:%d (mode %s)\n", o.model_dir, o.host, server_port(s),
-           o.mode == GEN_LOOKUP ? "lookup" : o.mode == GEN_DRAFT ? "draft" : "baseline");
+           o.mode == GEN_LOOKUP  ? "lookup"
+           : o.mode == GEN_DRAFT ? "draft"
+                                 : "baseline");
     fflush(stdout);
     server_run(s);
     server_free(s);

@@ -19,8 +19,9 @@ static const struct {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "dspark %s: fast, lossless LLM inference\n\n"
-               "usage: dspark <command> [flags]\n\ncommands:\n",
+    fprintf(f,
+            "dspark %s: fast, lossless LLM inference\n\n"
+            "usage: dspark <command> [flags]\n\ncommands:\n",
             DSPARK_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);

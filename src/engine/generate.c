@@ -237,8 +237,7 @@ int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
         int from_lookup = 0;
         double td = timer_now();
         if (kmax > 0 && lookup.ops) {
-            if ((rc = lookup.ops->propose(&lookup, r.seq, r.n_seq, kmax < 6 ? kmax : 6, &d)))
-                break;
+            if ((rc = lookup.ops->propose(&lookup, r.seq, r.n_seq, kmax < 6 ? kmax : 6, &d))) break;
             from_lookup = d.n > 0;
         }
         if (kmax > 0 && !d.n && dm.ops && (rc = dm.ops->propose(&dm, r.seq, r.n_seq, kmax, &d)))
@@ -266,7 +265,8 @@ int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
     if (!rc && !r.done && r.dt) { /* context end: show what was held back */
         r.done = 1;
         size_t safe = safe_len(&r);
-        if (r.emit && safe > r.emitted) r.emit(r.ctx, -1, out->text + r.emitted, safe - r.emitted, NULL);
+        if (r.emit && safe > r.emitted)
+            r.emit(r.ctx, -1, out->text + r.emitted, safe - r.emitted, NULL);
     }
 done:
     drafter_free(&lookup);

@@ -22,23 +22,23 @@ enum gen_finish { GEN_FINISH_LENGTH, GEN_FINISH_STOP };
 
 struct gen_engine {
     struct model *target;
-    struct model *draft;    /* GEN_DRAFT's draft model (same tokenizer), or NULL */
-    struct tokenizer *tok;  /* for text, EOS and stop strings; may be NULL (ids only) */
+    struct model *draft;   /* GEN_DRAFT's draft model (same tokenizer), or NULL */
+    struct tokenizer *tok; /* for text, EOS and stop strings; may be NULL (ids only) */
 };
 
 struct gen_params {
-    int max_tokens;          /* new tokens at most (>= 1) */
+    int max_tokens; /* new tokens at most (>= 1) */
     int ignore_eos;
     struct sample_params sp;
     const char *const *stop; /* stop strings, matched on the decoded text */
     int n_stop;
     const int32_t *stop_ids; /* further end-of-sequence token ids */
     int n_stop_ids;
-    int top_logprobs;        /* < 0: none; else raw logprobs with this many alternatives */
+    int top_logprobs; /* < 0: none; else raw logprobs with this many alternatives */
     enum gen_mode mode;
-    int max_draft;           /* drafts per round at most (lookup default 6) */
-    int lookup_drafts;       /* GEN_DRAFT: verify an n-gram continuation when there is one */
-    int trace;               /* record every round's drafts in the result */
+    int max_draft;     /* drafts per round at most (lookup default 6) */
+    int lookup_drafts; /* GEN_DRAFT: verify an n-gram continuation when there is one */
+    int trace;         /* record every round's drafts in the result */
 };
 
 #define GEN_ACCEPT_BUCKETS 10 /* rounds by drafts accepted: 0..8, and 9 or more */
@@ -61,9 +61,9 @@ struct gen_round {
 };
 
 struct gen_result {
-    int32_t *ids;      /* [n_ids] committed tokens (EOS included when it ended the output) */
+    int32_t *ids; /* [n_ids] committed tokens (EOS included when it ended the output) */
     int n_ids;
-    char *text;        /* decoded output, stop string excluded, NUL-terminated */
+    char *text; /* decoded output, stop string excluded, NUL-terminated */
     size_t text_len;
     enum gen_finish finish;
     struct gen_stats stats;

@@ -159,12 +159,10 @@ int hf_config_parse(const char *json, size_t len, const char *label, struct hf_c
     c->qk_norm = c->arch == ARCH_QWEN3;
     if ((rc = get_int(root, "vocab_size", 1, 1 << 22, -1, label, &c->vocab_size)) ||
         (rc = get_int(root, "hidden_size", 1, 1 << 16, -1, label, &c->hidden_size)) ||
-        (rc = get_int(root, "intermediate_size", 1, 1 << 20, -1, label,
-                      &c->intermediate_size)) ||
+        (rc = get_int(root, "intermediate_size", 1, 1 << 20, -1, label, &c->intermediate_size)) ||
         (rc = get_int(root, "num_hidden_layers", 1, 1024, -1, label, &c->n_layers)) ||
         (rc = get_int(root, "num_attention_heads", 1, 1024, -1, label, &c->n_heads)) ||
-        (rc = get_int(root, "num_key_value_heads", 1, 1024, c->n_heads, label,
-                      &c->n_kv_heads)) ||
+        (rc = get_int(root, "num_key_value_heads", 1, 1024, c->n_heads, label, &c->n_kv_heads)) ||
         (rc = get_int(root, "max_position_embeddings", 1, 1 << 24, 4096, label, &c->max_pos)) ||
         (rc = get_float(root, "rms_norm_eps", 0, 1, 1e-6, label, &c->rms_eps)) ||
         (rc = get_bool(root, "tie_word_embeddings", 0, label, &c->tie_embeddings)))
@@ -175,8 +173,7 @@ int hf_config_parse(const char *json, size_t len, const char *label, struct hf_c
         rc = ERR_FORMAT;
         goto done;
     }
-    if ((rc = get_int(root, "head_dim", 2, 1024, c->hidden_size / c->n_heads, label,
-                      &c->head_dim)))
+    if ((rc = get_int(root, "head_dim", 2, 1024, c->hidden_size / c->n_heads, label, &c->head_dim)))
         goto done;
     if (c->head_dim % 2 || c->n_heads % c->n_kv_heads) {
         log_error("%s: head_dim %d must be even and num_attention_heads %d a multiple of "

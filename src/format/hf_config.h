@@ -14,18 +14,18 @@ enum arch { ARCH_QWEN3, ARCH_QWEN2, ARCH_LLAMA, ARCH_MISTRAL };
 
 struct hf_config {
     enum arch arch;
-    char arch_name[64];       /* architectures[0], e.g. "Qwen3ForCausalLM" */
+    char arch_name[64]; /* architectures[0], e.g. "Qwen3ForCausalLM" */
     int vocab_size;
-    int hidden_size;          /* H */
-    int intermediate_size;    /* FFN width */
+    int hidden_size;       /* H */
+    int intermediate_size; /* FFN width */
     int n_layers;
-    int n_heads;              /* query heads */
-    int n_kv_heads;           /* key/value heads (GQA: n_heads % n_kv_heads == 0) */
-    int head_dim;             /* D */
-    int max_pos;              /* max_position_embeddings */
-    int sliding_window;       /* 0: full attention */
-    int tie_embeddings;       /* lm_head = embed_tokens */
-    int qk_norm;              /* per-head RMSNorm on q and k (Qwen3) */
+    int n_heads;        /* query heads */
+    int n_kv_heads;     /* key/value heads (GQA: n_heads % n_kv_heads == 0) */
+    int head_dim;       /* D */
+    int max_pos;        /* max_position_embeddings */
+    int sliding_window; /* 0: full attention */
+    int tie_embeddings; /* lm_head = embed_tokens */
+    int qk_norm;        /* per-head RMSNorm on q and k (Qwen3) */
     float rms_eps;
     float rope_theta;
     /* rope_scaling "llama3" (rope_factor == 0: none) */

@@ -26,8 +26,12 @@ struct st_set {
     int n_files;
 };
 
-int st_count(const struct st_set *s) { return s->n_tensors; }
-const struct st_tensor *st_at(const struct st_set *s, int i) { return &s->tensors[i]; }
+int st_count(const struct st_set *s) {
+    return s->n_tensors;
+}
+const struct st_tensor *st_at(const struct st_set *s, int i) {
+    return &s->tensors[i];
+}
 
 int64_t st_numel(const struct st_tensor *t) {
     int64_t n = 1;
@@ -62,11 +66,11 @@ static size_t elem_size(const char *dt, int *known, enum dtype *t) {
         int known;
         enum dtype t;
     } tab[] = {
-        {"F32", 4, 1, DTYPE_F32}, {"F16", 2, 1, DTYPE_F16},  {"BF16", 2, 1, DTYPE_BF16},
-        {"F64", 8, 0, 0},         {"I64", 8, 0, 0},          {"I32", 4, 0, 0},
-        {"I16", 2, 0, 0},         {"I8", 1, 0, 0},           {"U8", 1, 0, 0},
-        {"U16", 2, 0, 0},         {"U32", 4, 0, 0},          {"U64", 8, 0, 0},
-        {"BOOL", 1, 0, 0},        {"F8_E4M3", 1, 0, 0},      {"F8_E5M2", 1, 0, 0},
+        {"F32", 4, 1, DTYPE_F32}, {"F16", 2, 1, DTYPE_F16}, {"BF16", 2, 1, DTYPE_BF16},
+        {"F64", 8, 0, 0},         {"I64", 8, 0, 0},         {"I32", 4, 0, 0},
+        {"I16", 2, 0, 0},         {"I8", 1, 0, 0},          {"U8", 1, 0, 0},
+        {"U16", 2, 0, 0},         {"U32", 4, 0, 0},         {"U64", 8, 0, 0},
+        {"BOOL", 1, 0, 0},        {"F8_E4M3", 1, 0, 0},     {"F8_E5M2", 1, 0, 0},
     };
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
         if (strcmp(dt, tab[i].name) == 0) {

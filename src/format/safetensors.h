@@ -14,14 +14,14 @@
 
 struct st_tensor {
     char *name;
-    char dtype_name[8];         /* as written in the header, e.g. "BF16", "I64" */
-    int dtype_known;            /* 1 when dtype is F32/F16/BF16 */
-    enum dtype dtype;           /* valid when dtype_known */
+    char dtype_name[8]; /* as written in the header, e.g. "BF16", "I64" */
+    int dtype_known;    /* 1 when dtype is F32/F16/BF16 */
+    enum dtype dtype;   /* valid when dtype_known */
     int n_dims;
     int64_t shape[ST_MAX_DIMS]; /* shape[n_dims-1] is contiguous */
     const void *data;           /* points into the file's map */
     size_t n_bytes;
-    const char *file;           /* path of the file holding it */
+    const char *file; /* path of the file holding it */
 };
 
 struct st_set;

@@ -63,10 +63,20 @@ static void attention_block(struct model *m, struct kv_cache *kv, int li, int po
     kv_store(kv, li, pos0, T, m->k, m->v);
     size_t layer_off = (size_t)li * c->n_kv_heads * kv->cap * D;
     struct cpu_attn a = {
-        .out = m->att, .q = m->q, .k = kv->k + layer_off, .v = kv->v + layer_off,
-        .n = T, .pos0 = pos0, .cap = kv->cap, .n_heads = c->n_heads,
-        .n_kv_heads = c->n_kv_heads, .head_dim = D, .window = c->sliding_window,
-        .scale = 1.0f / sqrtf((float)D), .scratch = m->attn_scratch, .bf16 = bf,
+        .out = m->att,
+        .q = m->q,
+        .k = kv->k + layer_off,
+        .v = kv->v + layer_off,
+        .n = T,
+        .pos0 = pos0,
+        .cap = kv->cap,
+        .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads,
+        .head_dim = D,
+        .window = c->sliding_window,
+        .scale = 1.0f / sqrtf((float)D),
+        .scratch = m->attn_scratch,
+        .bf16 = bf,
     };
     cpu_attention(m->pool, &a);
     cpu_matmul(m->pool, m->xn, m->att, l->wo.data, l->wo.dtype, NULL, T, QD, H);
@@ -92,8 +102,7 @@ int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int 
     const struct hf_config *c = &m->cfg;
     if (n <= 0) return ERR_ARG;
     if (n > kv->cap - kv->len) {
-        log_error("context full: %d positions held, %d more do not fit in %d", kv->len, n,
-                  kv->cap);
+        log_error("context full: %d positions held, %d more do not fit in %d", kv->len, n, kv->cap);
         return ERR_FULL;
     }
     for (int i = 0; i < n; i++) {
@@ -117,8 +126,8 @@ int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int 
         int last_chunk = done + T == n;
         if (all_rows) {
             cpu_rmsnorm(m->xn, m->x, m->final_norm, T, H, c->rms_eps, m->act_bf16);
-            cpu_matmul(m->pool, logits + (size_t)done * V, m->xn, m->lm_head.data,
-                       m->lm_head.dtype, NULL, T, H, V);
+            cpu_matmul(m->pool, logits + (size_t)done * V, m->xn, m->lm_head.data, m->lm_head.dtype,
+                       NULL, T, H, V);
             round_if(m, logits + (size_t)done * V, (size_t)T * V);
         } else if (last_chunk) {
             cpu_rmsnorm(m->xn, m->x + (size_t)(T - 1) * H, m->final_norm, 1, H, c->rms_eps,

@@ -38,8 +38,12 @@ void kv_free(struct kv_cache *kv) {
     free(kv);
 }
 
-int kv_len(const struct kv_cache *kv) { return kv->len; }
-int kv_capacity(const struct kv_cache *kv) { return kv->cap; }
+int kv_len(const struct kv_cache *kv) {
+    return kv->len;
+}
+int kv_capacity(const struct kv_cache *kv) {
+    return kv->cap;
+}
 
 void kv_truncate(struct kv_cache *kv, int n) {
     if (n < 0) n = 0;

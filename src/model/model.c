@@ -33,8 +33,8 @@ static const struct st_tensor *need(struct loader *L, const char *name, int64_t 
         for (int i = 0; i < t->n_dims && i < 4; i++)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? "," : "",
                      (long long)t->shape[i]);
-        log_error("%s: tensor '%s' in %s has shape [%s], config.json implies [%lld%s%lld]",
-                  L->dir, name, t->file, got, (long long)d0, nd == 2 ? "," : "",
+        log_error("%s: tensor '%s' in %s has shape [%s], config.json implies [%lld%s%lld]", L->dir,
+                  name, t->file, got, (long long)d0, nd == 2 ? "," : "",
                   nd == 2 ? (long long)d1 : 0LL);
         return NULL;
     }
@@ -229,6 +229,12 @@ void model_free(struct model *m) {
     free(m);
 }
 
-const struct hf_config *model_config(const struct model *m) { return &m->cfg; }
-struct pool *model_pool(struct model *m) { return m->pool; }
-size_t model_weight_bytes(const struct model *m) { return m->weight_bytes; }
+const struct hf_config *model_config(const struct model *m) {
+    return &m->cfg;
+}
+struct pool *model_pool(struct model *m) {
+    return m->pool;
+}
+size_t model_weight_bytes(const struct model *m) {
+    return m->weight_bytes;
+}

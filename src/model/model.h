@@ -16,7 +16,7 @@ struct kv_cache;
 struct pool;
 
 struct model_opts {
-    int n_threads;    /* <= 0: one per CPU */
+    int n_threads;     /* <= 0: one per CPU */
     struct pool *pool; /* threads shared with another model (not owned); NULL: make one */
     int show_progress; /* progress bar on stderr while reading weights */
     /* Round activations to bfloat16 where transformers' bfloat16 path rounds them, to
@@ -25,7 +25,7 @@ struct model_opts {
 };
 
 int model_load(const char *dir, const struct model_opts *opts, struct model **out);
-void model_free(struct model *m); /* NULL is a no-op */
+void model_free(struct model *m);         /* NULL is a no-op */
 struct pool *model_pool(struct model *m); /* to share with a draft model */
 const struct hf_config *model_config(const struct model *m);
 size_t model_weight_bytes(const struct model *m); /* bytes read per decode step */
@@ -33,7 +33,7 @@ size_t model_weight_bytes(const struct model *m); /* bytes read per decode step 
 /* A KV cache for up to max_ctx positions (<= 0: the model's max_position_embeddings). */
 int kv_new(const struct model *m, int max_ctx, struct kv_cache **out);
 void kv_free(struct kv_cache *kv);
-int kv_len(const struct kv_cache *kv);       /* positions held */
+int kv_len(const struct kv_cache *kv); /* positions held */
 int kv_capacity(const struct kv_cache *kv);
 void kv_truncate(struct kv_cache *kv, int n); /* roll back to the first n positions */
 

@@ -40,8 +40,8 @@ static void add_common_headers(struct MHD_Response *r, const char *type) {
 
 static enum MHD_Result respond(struct MHD_Connection *c, int status, const char *type,
                                const char *body) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)body,
-                                                             MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     add_common_headers(r, type);
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
@@ -51,8 +51,10 @@ static enum MHD_Result respond(struct MHD_Connection *c, int status, const char 
 
 static void count(struct server *s, int ok) {
     pthread_mutex_lock(&s->mu);
-    if (ok) s->m.requests_ok++;
-    else s->m.requests_err++;
+    if (ok)
+        s->m.requests_ok++;
+    else
+        s->m.requests_err++;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -82,7 +84,8 @@ static int authorized(const struct server *s, struct MHD_Connection *c) {
     const char *got = h + 7, *want = s->opts.api_key;
     size_t n = strlen(want), m = strlen(got);
     unsigned diff = (unsigned)(n ^ m);
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)want[i] ^ (unsigned char)(i < m ? got[i] : 0);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)want[i] ^ (unsigned char)(i < m ? got[i] : 0);
     return diff == 0;
 }
 
@@ -138,7 +141,8 @@ static void make_id(struct job *j) {
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
         for (size_t i = 0; i < sizeof r; i++) r[i] = (unsigned char)rand();
     int n = snprintf(j->id, sizeof j->id, "%s", j->chat ? "chatcmpl-" : "cmpl-");
-    for (size_t i = 0; i < sizeof r; i++) n += snprintf(j->id + n, sizeof j->id - (size_t)n, "%02x", r[i]);
+    for (size_t i = 0; i < sizeof r; i++)
+        n += snprintf(j->id + n, sizeof j->id - (size_t)n, "%02x", r[i]);
     j->created = (long)time(NULL);
 }
 
@@ -148,8 +152,7 @@ static enum MHD_Result completion(struct server *s, struct MHD_Connection *c, st
     if (!j) return respond_error(s, c, 500, "out of memory");
     int status = 400;
     char err[512];
-    if (oa_parse_request(s, cn->body ? cn->body : "", cn->len, chat, j, &status, err,
-                         sizeof err)) {
+    if (oa_parse_request(s, cn->body ? cn->body : "", cn->len, chat, j, &status, err, sizeof err)) {
         job_release(j);
         return respond_error(s, c, status, err);
     }
@@ -161,10 +164,9 @@ static enum MHD_Result completion(struct server *s, struct MHD_Connection *c, st
     int fd = conn_fd(c);
     if (j->stream) {
         struct stream *st = malloc(sizeof *st);
-        struct MHD_Response *r =
-            st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st,
-                                                   stream_free)
-               : NULL;
+        struct MHD_Response *r = st ? MHD_create_response_from_callback(
+                                          MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free)
+                                    : NULL;
         if (!r) {
             free(st);
             atomic_store(&j->cancelled, 1);
@@ -186,8 +188,8 @@ static enum MHD_Result completion(struct server *s, struct MHD_Connection *c, st
     pthread_mutex_unlock(&j->mu);
     job_release(j);
     count(s, code == 200);
-    enum MHD_Result ret = respond(c, code == 499 ? 400 : code, "application/json",
-                                  body ? body : "{}");
+    enum MHD_Result ret =
+        respond(c, code == 499 ? 400 : code, "application/json", body ? body : "{}");
     free(body);
     return ret;
 }
@@ -195,10 +197,10 @@ static enum MHD_Result completion(struct server *s, struct MHD_Connection *c, st
 static enum MHD_Result get_route(struct server *s, struct MHD_Connection *c, const char *url) {
     if (!strcmp(url, "/health")) {
         char b[256];
-        snprintf(b, sizeof b, "{\"status\":\"ok\",\"model\":\"%s\",\"mode\":\"%s\"}",
-                 s->model_name,
-                 s->opts.mode == GEN_LOOKUP ? "lookup" : s->opts.mode == GEN_DRAFT ? "draft"
-                                                                                   : "baseline");
+        snprintf(b, sizeof b, "{\"status\":\"ok\",\"model\":\"%s\",\"mode\":\"%s\"}", s->model_name,
+                 s->opts.mode == GEN_LOOKUP  ? "lookup"
+                 : s->opts.mode == GEN_DRAFT ? "draft"
+                                             : "baseline");
         return respond(c, 200, "application/json", b);
     }
     if (!strcmp(url, "/metrics")) {

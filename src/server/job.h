@@ -20,7 +20,7 @@ struct job {
     int n_prompt;
     struct gen_params gp;
     char *stop[JOB_MAX_STOP];
-    int n_choices;     /* n */
+    int n_choices; /* n */
     int stream;
     int include_usage; /* stream_options.include_usage */
     int chat;          /* chat.completion (1) or text_completion (0) */
@@ -35,8 +35,8 @@ struct job {
     pthread_cond_t cv;
     char *out;
     size_t out_len, out_cap, out_pos; /* out[out_pos..out_len) not yet sent */
-    int status;  /* HTTP status of a non-streamed response */
-    int done;    /* the engine is finished with this job */
+    int status;                       /* HTTP status of a non-streamed response */
+    int done;                         /* the engine is finished with this job */
     int refs;
 };
 

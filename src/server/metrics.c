@@ -62,10 +62,11 @@ char *metrics_render(struct server *s) {
     struct metrics m = s->m;
     int queued = s->q_len, running = s->running;
     pthread_mutex_unlock(&s->mu);
-    put(&o, "# HELP dspark_requests_total Completion requests by outcome.\n"
-            "# TYPE dspark_requests_total counter\n"
-            "dspark_requests_total{outcome=\"ok\"} %ld\n"
-            "dspark_requests_total{outcome=\"error\"} %ld\n",
+    put(&o,
+        "# HELP dspark_requests_total Completion requests by outcome.\n"
+        "# TYPE dspark_requests_total counter\n"
+        "dspark_requests_total{outcome=\"ok\"} %ld\n"
+        "dspark_requests_total{outcome=\"error\"} %ld\n",
         m.requests_ok, m.requests_err);
     counter(&o, "dspark_prompt_tokens_total", "Prompt tokens processed.", m.prompt_tokens);
     counter(&o, "dspark_completion_tokens_total", "Tokens generated.", m.completion_tokens);
@@ -85,8 +86,7 @@ char *metrics_render(struct server *s) {
     cum += m.accept_hist[METRICS_ACCEPT_BUCKETS - 1];
     put(&o, "dspark_accepted_length_bucket{le=\"+Inf\"} %ld\n", cum);
     put(&o, "dspark_accepted_length_sum %ld\ndspark_accepted_length_count %ld\n",
-        sum + (long)(METRICS_ACCEPT_BUCKETS - 1) * m.accept_hist[METRICS_ACCEPT_BUCKETS - 1],
-        cum);
+        sum + (long)(METRICS_ACCEPT_BUCKETS - 1) * m.accept_hist[METRICS_ACCEPT_BUCKETS - 1], cum);
     gauge(&o, "dspark_decode_tokens_per_second", "Decode speed of the last generation.",
           m.last_tokens_per_sec);
     gauge(&o, "dspark_mean_tokens_per_second", "Tokens generated over decode time, all requests.",

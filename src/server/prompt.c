@@ -16,7 +16,9 @@ int server_load_chat(struct server *s) {
     return OK;
 }
 
-void server_free_chat(struct server *s) { (void)s; }
+void server_free_chat(struct server *s) {
+    (void)s;
+}
 
 struct text {
     char *buf;

@@ -41,8 +41,10 @@ void *engine_main(void *arg) {
         s->q_len--;
         s->running = 1;
         pthread_mutex_unlock(&s->mu);
-        if (!atomic_load(&j->cancelled)) oa_run_job(s, j);
-        else job_finish(j, 499);
+        if (!atomic_load(&j->cancelled))
+            oa_run_job(s, j);
+        else
+            job_finish(j, 499);
         pthread_mutex_lock(&s->mu);
         s->running = 0;
         pthread_mutex_unlock(&s->mu);

@@ -26,16 +26,55 @@ static int fail(struct req_err *e, int status, const char *fmt, const char *arg)
     return ERR_ARG;
 }
 
-static const char *const chat_fields[] = {
-    "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
-    "seed", "stop", "n", "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs",
-    "stream", "stream_options", "tools", "tool_choice", "chat_template_kwargs",
-    "enable_thinking", "user", "metadata", "store", "parallel_tool_calls", "service_tier",
-    "response_format", "logit_bias", "reasoning_effort", NULL};
-static const char *const completion_fields[] = {
-    "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n",
-    "presence_penalty", "frequency_penalty", "logprobs", "stream", "stream_options", "user",
-    "echo", "suffix", "best_of", "logit_bias", NULL};
+static const char *const chat_fields[] = {"model",
+                                          "messages",
+                                          "max_tokens",
+                                          "max_completion_tokens",
+                                          "temperature",
+                                          "top_p",
+                                          "top_k",
+                                          "seed",
+                                          "stop",
+                                          "n",
+                                          "presence_penalty",
+                                          "frequency_penalty",
+                                          "logprobs",
+                                          "top_logprobs",
+                                          "stream",
+                                          "stream_options",
+                                          "tools",
+                                          "tool_choice",
+                                          "chat_template_kwargs",
+                                          "enable_thinking",
+                                          "user",
+                                          "metadata",
+                                          "store",
+                                          "parallel_tool_calls",
+                                          "service_tier",
+                                          "response_format",
+                                          "logit_bias",
+                                          "reasoning_effort",
+                                          NULL};
+static const char *const completion_fields[] = {"model",
+                                                "prompt",
+                                                "max_tokens",
+                                                "temperature",
+                                                "top_p",
+                                                "top_k",
+                                                "seed",
+                                                "stop",
+                                                "n",
+                                                "presence_penalty",
+                                                "frequency_penalty",
+                                                "logprobs",
+                                                "stream",
+                                                "stream_options",
+                                                "user",
+                                                "echo",
+                                                "suffix",
+                                                "best_of",
+                                                "logit_bias",
+                                                NULL};
 
 static int known(const char *const *list, const char *k) {
     for (; *list; list++)
@@ -85,8 +124,7 @@ static int parse_stop(const cJSON *root, struct job *j, struct req_err *e) {
 }
 
 /* Completions: a string, a list whose first entry is used, or token ids. */
-static int completion_prompt(struct server *s, const cJSON *p, struct job *j,
-                             struct req_err *e) {
+static int completion_prompt(struct server *s, const cJSON *p, struct job *j, struct req_err *e) {
     if (cJSON_IsArray(p) && p->child && (cJSON_IsString(p->child) || cJSON_IsArray(p->child)))
         p = p->child;
     if (cJSON_IsString(p)) {
@@ -138,8 +176,8 @@ static int chat_prompt(struct server *s, const cJSON *root, struct job *j, struc
 static int sampling(struct server *s, const cJSON *root, struct job *j, struct req_err *e) {
     const struct hf_config *c = s->cfg;
     const struct server_opts *o = &s->opts;
-    double t = o->default_temperature >= 0 ? o->default_temperature
-                                           : (c->do_sample ? c->temperature : 0);
+    double t =
+        o->default_temperature >= 0 ? o->default_temperature : (c->do_sample ? c->temperature : 0);
     double p = o->default_top_p >= 0 ? o->default_top_p : (c->do_sample ? c->top_p : 1);
     double k = o->default_top_k >= 0 ? o->default_top_k : (c->do_sample ? c->top_k : 0);
     double seed = 0, pp = 0, fp = 0, n = 1, top = 0;
@@ -153,8 +191,10 @@ static int sampling(struct server *s, const cJSON *root, struct job *j, struct r
         (rc = num(root, "n", 1, 8, &n, e)) || (rc = num(root, "max_tokens", 1, 1e12, &max, e)) ||
         (rc = num(root, "max_completion_tokens", 1, 1e12, &max, e)))
         return rc;
-    j->gp.sp = (struct sample_params){.temperature = (float)t, .top_p = (float)p,
-                                      .top_k = (int)k, .presence_penalty = (float)pp,
+    j->gp.sp = (struct sample_params){.temperature = (float)t,
+                                      .top_p = (float)p,
+                                      .top_k = (int)k,
+                                      .presence_penalty = (float)pp,
                                       .frequency_penalty = (float)fp,
                                       .seed = (uint64_t)(int64_t)seed};
     j->n_choices = (int)n;
@@ -203,8 +243,7 @@ int oa_parse_request(struct server *s, const char *body, size_t len, int chat, s
     snprintf(j->model, sizeof j->model, "%s", s->model_name);
     if ((rc = boolean(root, "stream", &j->stream, &e))) goto done;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
-    if (cJSON_IsObject(so) && (rc = boolean(so, "include_usage", &j->include_usage, &e)))
-        goto done;
+    if (cJSON_IsObject(so) && (rc = boolean(so, "include_usage", &j->include_usage, &e))) goto done;
     if ((rc = sampling(s, root, j, &e)) || (rc = parse_stop(root, j, &e))) goto done;
     if (j->stream && j->n_choices > 1) {
         rc = fail(&e, 400, "'n' > 1 cannot be combined with %s", "'stream'");

@@ -67,7 +67,8 @@ static void add_logprobs(struct choice_run *c, int32_t id, const struct logprobs
     cJSON *top = cJSON_CreateObject();
     for (int i = 0; i < lp->n_top; i++) {
         char *tt = token_text(s, lp->top_ids[i], NULL);
-        if (!cJSON_GetObjectItemCaseSensitive(top, tt)) cJSON_AddNumberToObject(top, tt, lp->top[i]);
+        if (!cJSON_GetObjectItemCaseSensitive(top, tt))
+            cJSON_AddNumberToObject(top, tt, lp->top[i]);
         free(tt);
     }
     cJSON_AddItemToArray(c->lp_top, top);
@@ -106,9 +107,9 @@ static void reset_logprobs(struct choice_run *c) {
 static cJSON *envelope(const struct job *j, int chunk) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", j->id);
-    cJSON_AddStringToObject(o, "object", j->chat ? (chunk ? "chat.completion.chunk"
-                                                          : "chat.completion")
-                                                 : "text_completion");
+    cJSON_AddStringToObject(o, "object",
+                            j->chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                    : "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)j->created);
     cJSON_AddStringToObject(o, "model", j->model);
     return o;
@@ -143,8 +144,10 @@ static void send_delta(struct choice_run *c, const char *text, size_t len, const
     free(t);
     cJSON_AddItemToObject(ch, "logprobs", logprobs_json(c));
     reset_logprobs(c);
-    if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
-    else cJSON_AddNullToObject(ch, "finish_reason");
+    if (finish)
+        cJSON_AddStringToObject(ch, "finish_reason", finish);
+    else
+        cJSON_AddNullToObject(ch, "finish_reason");
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), ch);
     send_event(j, o);
 }
@@ -161,8 +164,7 @@ static int on_token(void *ctx, int32_t id, const char *text, size_t len,
 static cJSON *x_dspark(const struct server *s, const struct gen_stats *st) {
     cJSON *x = cJSON_CreateObject();
     cJSON_AddStringToObject(x, "mode", mode_name(s->opts.mode));
-    cJSON_AddNumberToObject(x, "accept_len",
-                            st->rounds ? (double)st->n_generated / st->rounds : 0);
+    cJSON_AddNumberToObject(x, "accept_len", st->rounds ? (double)st->n_generated / st->rounds : 0);
     cJSON_AddNumberToObject(x, "tokens_per_sec",
                             st->decode_s > 0 ? st->n_generated / st->decode_s : 0);
     cJSON_AddNumberToObject(x, "target_forwards", st->target_forwards);
@@ -209,10 +211,14 @@ static cJSON *final_choice(struct choice_run *c, const struct gen_result *r, con
     cJSON_AddStringToObject(msg, "role", "assistant");
     char *content = NULL;
     cJSON *calls = NULL;
-    if (j->tools) server_parse_tools(c->s, r->text ? r->text : "", &content, &calls);
-    else content = strdup(r->text ? r->text : "");
-    if (content) cJSON_AddStringToObject(msg, "content", content);
-    else cJSON_AddNullToObject(msg, "content");
+    if (j->tools)
+        server_parse_tools(c->s, r->text ? r->text : "", &content, &calls);
+    else
+        content = strdup(r->text ? r->text : "");
+    if (content)
+        cJSON_AddStringToObject(msg, "content", content);
+    else
+        cJSON_AddNullToObject(msg, "content");
     if (calls) {
         cJSON_AddItemToObject(msg, "tool_calls", calls);
         *fin = "tool_calls";
@@ -239,8 +245,10 @@ static void stream_choice_end(struct choice_run *c, const struct gen_result *r) 
     cJSON *o = envelope(j, 1);
     cJSON *fc = cJSON_CreateObject();
     cJSON_AddNumberToObject(fc, "index", c->index);
-    if (j->chat) cJSON_AddObjectToObject(fc, "delta");
-    else cJSON_AddStringToObject(fc, "text", "");
+    if (j->chat)
+        cJSON_AddObjectToObject(fc, "delta");
+    else
+        cJSON_AddStringToObject(fc, "text", "");
     cJSON_AddNullToObject(fc, "logprobs");
     cJSON_AddStringToObject(fc, "finish_reason", fin);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), fc);
@@ -313,8 +321,10 @@ char *oa_error_body(const char *message, const char *type, const char *code) {
     cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
     cJSON_AddStringToObject(e, "message", message);
     cJSON_AddStringToObject(e, "type", type);
-    if (code) cJSON_AddStringToObject(e, "code", code);
-    else cJSON_AddNullToObject(e, "code");
+    if (code)
+        cJSON_AddStringToObject(e, "code", code);
+    else
+        cJSON_AddNullToObject(e, "code");
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return t;

@@ -55,7 +55,9 @@ fail:
     return rc;
 }
 
-int server_port(const struct server *s) { return s->port; }
+int server_port(const struct server *s) {
+    return s->port;
+}
 
 void server_run(struct server *s) {
     sigset_t set;

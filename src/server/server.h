@@ -17,13 +17,13 @@ struct server_opts {
     enum gen_mode mode;
     int max_draft;
     int lookup_drafts;
-    int thinking;            /* default for enable_thinking in the chat template */
-    int default_max_tokens;  /* when a request gives none (2048) */
-    int max_tokens_cap;      /* requests are clamped to this (32768) */
+    int thinking;                             /* default for enable_thinking in the chat template */
+    int default_max_tokens;                   /* when a request gives none (2048) */
+    int max_tokens_cap;                       /* requests are clamped to this (32768) */
     float default_temperature, default_top_p; /* < 0: unset */
     int default_top_k;                        /* < 0: unset */
-    size_t max_body_bytes;   /* larger bodies get 413 (default 8 MiB) */
-    int max_queue;           /* queued requests beyond this get 503 (default 64) */
+    size_t max_body_bytes;                    /* larger bodies get 413 (default 8 MiB) */
+    int max_queue;                            /* queued requests beyond this get 503 (default 64) */
     int n_threads;
     int show_progress;
 };

@@ -18,9 +18,9 @@
 struct dm_drafter {
     struct model *m;
     struct kv_cache *kv;
-    int32_t *held;  /* [cap] the tokens whose K/V the cache holds, in order */
-    int cap;        /* cache positions */
-    float *logits;  /* [vocab] */
+    int32_t *held; /* [cap] the tokens whose K/V the cache holds, in order */
+    int cap;       /* cache positions */
+    float *logits; /* [vocab] */
     struct sample_params sp;
     struct rng rng;
     struct sample_dist *dists; /* [max_draft] one per draft position */
@@ -49,8 +49,7 @@ static int32_t pick(struct dm_drafter *x, int i, const struct sample_dist **q) {
         return sample_greedy(x->logits, x->vocab);
     }
     struct sample_dist *dist = &x->dists[i];
-    if (sample_dist_build(dist, x->logits, x->sp.temperature, x->sp.top_k, x->sp.top_p))
-        return -1;
+    if (sample_dist_build(dist, x->logits, x->sp.temperature, x->sp.top_k, x->sp.top_p)) return -1;
     *q = dist;
     return sample_dist_draw(dist, &x->rng);
 }
@@ -96,7 +95,10 @@ static void dm_free(struct drafter *d) {
 }
 
 static const struct drafter_ops dm_ops = {
-    .name = "draft", .propose = dm_propose, .reset = dm_reset, .free = dm_free,
+    .name = "draft",
+    .propose = dm_propose,
+    .reset = dm_reset,
+    .free = dm_free,
 };
 
 int draft_model_drafter_new(struct model *dm, const struct sample_params *sp, int max_draft,

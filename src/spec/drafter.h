@@ -12,9 +12,9 @@
 struct sample_dist;
 
 struct draft {
-    int32_t *ids;                  /* [cap] proposed tokens, in order */
-    const struct sample_dist **q;  /* [cap] distribution ids[i] was drawn from; NULL: one-hot */
-    int n;                         /* tokens proposed */
+    int32_t *ids;                 /* [cap] proposed tokens, in order */
+    const struct sample_dist **q; /* [cap] distribution ids[i] was drawn from; NULL: one-hot */
+    int n;                        /* tokens proposed */
     int cap;
 };
 

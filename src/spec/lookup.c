@@ -12,15 +12,15 @@
 #include <string.h>
 
 struct slot {
-    uint64_t key;  /* hash of (n, tokens); 0 = empty */
-    int32_t last;  /* end (exclusive) of the latest occurrence */
-    int32_t prev;  /* end of the one before, or -1 */
+    uint64_t key; /* hash of (n, tokens); 0 = empty */
+    int32_t last; /* end (exclusive) of the latest occurrence */
+    int32_t prev; /* end of the one before, or -1 */
 };
 
 struct lookup {
     int min_n, max_n;
-    int n_indexed;  /* seq[0..n_indexed) has been added to the index */
-    uint64_t head;  /* hash of the indexed sequence's first tokens, to detect a new sequence */
+    int n_indexed; /* seq[0..n_indexed) has been added to the index */
+    uint64_t head; /* hash of the indexed sequence's first tokens, to detect a new sequence */
     struct slot *slots;
     size_t n_slots; /* power of two */
     size_t n_used;
@@ -125,7 +125,10 @@ static void lookup_free(struct drafter *d) {
 }
 
 static const struct drafter_ops lookup_ops = {
-    .name = "lookup", .propose = lookup_propose, .reset = lookup_reset, .free = lookup_free,
+    .name = "lookup",
+    .propose = lookup_propose,
+    .reset = lookup_reset,
+    .free = lookup_free,
 };
 
 int lookup_drafter_new(int min_n, int max_n, struct drafter *out) {

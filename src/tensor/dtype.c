@@ -3,13 +3,18 @@
 
 #include <math.h>
 
-size_t dtype_size(enum dtype t) { return t == DTYPE_F32 ? 4 : 2; }
+size_t dtype_size(enum dtype t) {
+    return t == DTYPE_F32 ? 4 : 2;
+}
 
 const char *dtype_name(enum dtype t) {
     switch (t) {
-    case DTYPE_F32: return "F32";
-    case DTYPE_F16: return "F16";
-    case DTYPE_BF16: return "BF16";
+    case DTYPE_F32:
+        return "F32";
+    case DTYPE_F16:
+        return "F16";
+    case DTYPE_BF16:
+        return "BF16";
     }
     return "?";
 }
@@ -55,7 +60,7 @@ uint16_t f32_to_f16(float f) {
     uint32_t a = u & 0x7fffffffu;
     if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
     if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflow to inf */
-    if (a < 0x38800000u) {                                    /* subnormal or zero */
+    if (a < 0x38800000u) {                                   /* subnormal or zero */
         float af;
         memcpy(&af, &a, 4);
         return (uint16_t)(sign | (uint32_t)lrintf(af * 16777216.0f)); /* 2^24 */

@@ -227,7 +227,8 @@ TEST(verify_rows_equal_single_steps) {
         CHECK(model_forward(m, kv, ids, 300, a, 1) == 0);
         CHECK(kv_len(kv) == 300);
         kv_truncate(kv, 0);
-        for (int i = 0; i < 300; i++) CHECK(model_forward(m, kv, ids + i, 1, b + (size_t)i * V, 0) == 0);
+        for (int i = 0; i < 300; i++)
+            CHECK(model_forward(m, kv, ids + i, 1, b + (size_t)i * V, 0) == 0);
         CHECK(memcmp(a, b, sizeof(float) * V * 300) == 0);
         /* rollback to 290 and verify 8 tokens: rows equal */
         kv_truncate(kv, 290);

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #define TARGET "tests/data/golden/qwen3_f32"
-#define POOR "tests/data/golden/llama3_f32"
+#define POOR   "tests/data/golden/llama3_f32"
 
 static struct model *load(const char *dir) {
     struct model *m = NULL;
@@ -156,8 +156,8 @@ TEST(sampling_matches_target_distribution) {
     sample_dist_init(&q, qmem, V);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const struct stat_case *c = &cases[ci];
-        struct sample_params sp = {c->temperature, c->top_p, c->top_k, c->presence, c->frequency,
-                                   1000 + ci};
+        struct sample_params sp = {c->temperature, c->top_p,     c->top_k,
+                                   c->presence,    c->frequency, 1000 + ci};
         struct sampler *s = sampler_new(&sp, V);
         struct kv_cache *kv;
         REQUIRE(s && kv_new(t, 64, &kv) == 0);

@@ -8,7 +8,9 @@
 #include <immintrin.h>
 #endif
 
-static inline float rnd(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+static inline float rnd(float x) {
+    return bf16_to_f32(f32_to_bf16(x));
+}
 
 static float dot(const float *a, const float *b, int n) {
 #ifdef __AVX512F__
@@ -18,8 +20,8 @@ static float dot(const float *a, const float *b, int n) {
         acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
     if (i < n) {
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i),
-                              acc);
+        acc =
+            _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
     }
     return _mm512_reduce_add_ps(acc);
 #else
@@ -34,7 +36,8 @@ static void axpy(float *y, float a, const float *x, int n) {
     __m512 va = _mm512_set1_ps(a);
     int i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+        _mm512_storeu_ps(y + i,
+                         _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
     for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
 #else
     for (int i = 0; i < n; i++) y[i] += a * x[i];

@@ -4,7 +4,9 @@
 
 #include <math.h>
 
-static inline float rnd(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+static inline float rnd(float x) {
+    return bf16_to_f32(f32_to_bf16(x));
+}
 
 void cpu_round_bf16(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = rnd(x[i]);

@@ -5,7 +5,9 @@
 
 #include <math.h>
 
-static inline float rnd(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+static inline float rnd(float x) {
+    return bf16_to_f32(f32_to_bf16(x));
+}
 
 void cpu_rope(float *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq,
               int bf16) {
