@@ -32,6 +32,7 @@
 #endif
 
 #define MM_INLINE static inline __attribute__((always_inline))
+#define TMAX 8 /* largest tile side */
 
 /* Elements per k-block, and lanes per vector. */
 #if MM_AVX512
@@ -65,7 +66,17 @@ static void pack_row(float *dst, const float *src, int k, int kp, int bf16_order
         for (int i = k; i < kp; i++) dst[i] = 0.0f;
         return;
     }
-    for (int b = 0; b < kp; b += KB) {
+    int b = 0;
+#if MM_AVX512
+    const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    for (; b + KB <= k; b += KB) {
+        __m512 a = _mm512_loadu_ps(src + b), c = _mm512_loadu_ps(src + b + 16);
+        _mm512_storeu_ps(dst + b, _mm512_permutex2var_ps(a, ev, c));
+        _mm512_storeu_ps(dst + b + 16, _mm512_permutex2var_ps(a, od, c));
+    }
+#endif
+    for (; b < kp; b += KB) {
         for (int i = 0; i < KB / 2; i++) {
             int e = b + 2 * i, o = e + 1;
             dst[b + i] = e < k ? src[e] : 0.0f;
@@ -104,39 +115,26 @@ static float *scratch_get(size_t n_floats) {
 #if MM_AVX512
 /* ---- AVX-512 kernels ---- */
 
-/* Widens the 32 weights of block b of a row into lo (lanes: first half of the block as the
- * packed x sees it) and hi. tail: number of valid weights when the block is partial, else 0. */
-MM_INLINE void wload(const int wt, const char *row, int b, int tail, __m512 *lo, __m512 *hi) {
+/* Widens half h (0: lanes the packed x holds first, 1: second) of the 32 weights of block b of
+ * a row. tail: number of valid weights when the block is partial, else 0. */
+MM_INLINE __m512 wload(const int wt, const char *row, int b, int h, int tail) {
     if (wt == DTYPE_BF16) {
         const char *p = row + (size_t)b * 2;
         __m512i r = tail ? _mm512_maskz_loadu_epi16((__mmask32)((1ull << tail) - 1), p)
                          : _mm512_loadu_si512(p);
-        *lo = _mm512_castsi512_ps(_mm512_slli_epi32(r, 16));
-        *hi = _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
-    } else if (wt == DTYPE_F16) {
-        const char *p = row + (size_t)b * 2;
-        __m256i a, c;
-        if (tail) {
-            unsigned ta = tail < 16 ? (unsigned)tail : 16u, tc = (unsigned)tail - ta;
-            a = _mm256_maskz_loadu_epi16((__mmask16)((1u << ta) - 1), p);
-            c = _mm256_maskz_loadu_epi16((__mmask16)((1u << tc) - 1), p + 32);
-        } else {
-            a = _mm256_loadu_si256((const __m256i *)p);
-            c = _mm256_loadu_si256((const __m256i *)(p + 32));
-        }
-        *lo = _mm512_cvtph_ps(a);
-        *hi = _mm512_cvtph_ps(c);
-    } else {
-        const float *p = (const float *)(const void *)(row + (size_t)b * 4);
-        if (tail) {
-            unsigned ta = tail < 16 ? (unsigned)tail : 16u, tc = (unsigned)tail - ta;
-            *lo = _mm512_maskz_loadu_ps((__mmask16)((1u << ta) - 1), p);
-            *hi = _mm512_maskz_loadu_ps((__mmask16)((1u << tc) - 1), p + 16);
-        } else {
-            *lo = _mm512_loadu_ps(p);
-            *hi = _mm512_loadu_ps(p + 16);
-        }
+        return _mm512_castsi512_ps(h ? _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u))
+                                     : _mm512_slli_epi32(r, 16));
     }
+    unsigned th = 0; /* valid elements in this half when tail */
+    if (tail) th = h ? (tail > 16 ? (unsigned)tail - 16 : 0) : (tail < 16 ? (unsigned)tail : 16);
+    if (wt == DTYPE_F16) {
+        const char *p = row + (size_t)b * 2 + 32 * h;
+        __m256i r = tail ? _mm256_maskz_loadu_epi16((__mmask16)((1u << th) - 1), p)
+                         : _mm256_loadu_si256((const __m256i *)(const void *)p);
+        return _mm512_cvtph_ps(r);
+    }
+    const float *p = (const float *)(const void *)(row + (size_t)b * 4) + 16 * h;
+    return tail ? _mm512_maskz_loadu_ps((__mmask16)((1u << th) - 1), p) : _mm512_loadu_ps(p);
 }
 
 /* The one reduction tree: 16 -> 8 -> 4 -> 2 -> 1. */
@@ -148,28 +146,38 @@ MM_INLINE float hsum(__m512 v) {
     return _mm_cvtss_f32(b);
 }
 
+/* One k-block of a tile: each weight half times the same half of every token row. Per output
+ * element this is always fma(low half), then fma(high half), into its one accumulator. */
+#define TILE_BLOCK(b, t)                                                                           \
+    do {                                                                                           \
+        for (int h = 0; h < 2; h++) {                                                              \
+            __m512 wv[TMAX];                                                                       \
+            for (int c = 0; c < NR; c++) wv[c] = wload(wt, w + c * ws, b, h, t);                   \
+            for (int r = 0; r < MR; r++) {                                                         \
+                __m512 xv = _mm512_loadu_ps(x + r * xs + (b) + h * VL);                            \
+                for (int c = 0; c < NR; c++) acc[r][c] = _mm512_fmadd_ps(wv[c], xv, acc[r][c]);    \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
 /* MR token rows x NR weight rows. x: first token row (stride kp); w: first weight row;
- * y: element (first token row, first weight row), stride m. */
+ * pfw: NR weight rows to prefetch into L2 along the way (NULL: none); y: element (first token
+ * row, first weight row), stride m. */
 MM_INLINE void tile(const int wt, const int MR, const int NR, const struct mm_job *j,
-                    const float *x, const char *w, float *y, const float *bias) {
-    __m512 acc[MR][NR];
+                    const float *x, const char *w, const char *pfw, float *y, const float *bias) {
+    __m512 acc[TMAX][TMAX]; /* fixed sizes (not MR x NR) so the compiler keeps them in registers */
     for (int r = 0; r < MR; r++)
         for (int c = 0; c < NR; c++) acc[r][c] = _mm512_setzero_ps();
     const int kfull = j->k / KB * KB, tail = j->k - kfull;
     const size_t ws = j->w_row_bytes, xs = (size_t)j->kp;
-    for (int b = 0; b < j->k; b += KB) {
-        const int t = b < kfull ? 0 : tail;
-        __m512 lo[NR], hi[NR];
-        for (int c = 0; c < NR; c++) wload(wt, w + c * ws, b, t, &lo[c], &hi[c]);
-        for (int r = 0; r < MR; r++) {
-            __m512 xl = _mm512_loadu_ps(x + r * xs + b);
-            __m512 xh = _mm512_loadu_ps(x + r * xs + b + VL);
-            for (int c = 0; c < NR; c++) {
-                acc[r][c] = _mm512_fmadd_ps(lo[c], xl, acc[r][c]);
-                acc[r][c] = _mm512_fmadd_ps(hi[c], xh, acc[r][c]);
-            }
-        }
+    const size_t esz = wt == DTYPE_F32 ? 4 : 2;
+    for (int b = 0; b < kfull; b += KB) {
+        if (pfw) /* one line per row and block: the stream runs one tile ahead of the FMAs */
+            for (int c = 0; c < NR; c++)
+                for (size_t l = 0; l < esz * KB; l += 64) __builtin_prefetch(pfw + c * ws + b * esz + l, 0, 2);
+        TILE_BLOCK(b, 0);
     }
+    if (tail) TILE_BLOCK(kfull, tail);
     for (int r = 0; r < MR; r++)
         for (int c = 0; c < NR; c++) {
             float s = hsum(acc[r][c]);
@@ -210,15 +218,16 @@ MM_INLINE float hsum(__m256 v) {
 }
 
 MM_INLINE void tile(const int wt, const int MR, const int NR, const struct mm_job *j,
-                    const float *x, const char *w, float *y, const float *bias) {
-    __m256 acc[MR][NR];
+                    const float *x, const char *w, const char *pfw, float *y, const float *bias) {
+    (void)pfw;
+    __m256 acc[TMAX][TMAX]; /* fixed sizes so the compiler keeps them in registers */
     for (int r = 0; r < MR; r++)
         for (int c = 0; c < NR; c++) acc[r][c] = _mm256_setzero_ps();
     const int kfull = j->k / KB * KB, tail = j->k - kfull;
     const size_t ws = j->w_row_bytes, xs = (size_t)j->kp;
     for (int b = 0; b < j->k; b += KB) {
         const int t = b < kfull ? 0 : tail;
-        __m256 lo[NR], hi[NR];
+        __m256 lo[TMAX], hi[TMAX];
         for (int c = 0; c < NR; c++) wload(wt, w + c * ws, b, t, &lo[c], &hi[c]);
         for (int r = 0; r < MR; r++) {
             __m256 xl = _mm256_loadu_ps(x + r * xs + b);
@@ -251,7 +260,8 @@ MM_INLINE float wget(const int wt, const char *row, int i) {
 }
 
 MM_INLINE void tile(const int wt, const int MR, const int NR, const struct mm_job *j,
-                    const float *x, const char *w, float *y, const float *bias) {
+                    const float *x, const char *w, const char *pfw, float *y, const float *bias) {
+    (void)pfw;
     for (int r = 0; r < MR; r++)
         for (int c = 0; c < NR; c++) {
             const float *xr = x + (size_t)r * j->kp;
@@ -275,9 +285,15 @@ MM_INLINE void tile(const int wt, const int MR, const int NR, const struct mm_jo
 /* ---- tiling and threading ---- */
 
 /* Token rows per tile when n > 1, and weight rows per tile for each tile height. */
+#ifndef MR_BIG
 #define MR_BIG 4
+#endif
+#ifndef NR_BIG
 #define NR_BIG 4
+#endif
+#ifndef NR_ONE
 #define NR_ONE 8
+#endif
 /* Weight rows per L2 block (multiple of NR_ONE and NR_BIG): about 96 KB of weights. */
 static int wblock_rows(const struct mm_job *j) {
     size_t rows = (96u << 10) / (j->w_row_bytes ? j->w_row_bytes : 1);
@@ -285,32 +301,56 @@ static int wblock_rows(const struct mm_job *j) {
     return rows < NR_ONE ? NR_ONE : (int)rows;
 }
 
-/* Runs token rows [r0, r0+MR) against weight rows [c0, c1), NR at a time, then one by one. */
+/* Runs token rows [r0, r0+MR) against weight rows [c0, c1), NR at a time, then one by one.
+ * The first pass over a block of weight rows (pass 0) streams them from memory with each tile
+ * prefetching the next; the second pass, which reads the block from L2, prefetches the block
+ * after it (the rows from c1 on, up to `end`), so memory traffic overlaps the FMAs. */
 MM_INLINE void strip(const int wt, const int MR, const int NR, const struct mm_job *j, int r0,
-                     int c0, int c1) {
+                     int c0, int c1, int pass, int end) {
     const float *x = j->xp + (size_t)r0 * j->kp;
     float *y = j->y + (size_t)r0 * j->m;
+    const size_t ws = j->w_row_bytes;
+    const int ahead = pass == 0 ? NR : pass == 1 ? c1 - c0 : 0;
     int c = c0;
-    for (; c + NR <= c1; c += NR)
-        tile(wt, MR, NR, j, x, j->w + (size_t)c * j->w_row_bytes, y + c,
-             j->bias ? j->bias + c : NULL);
-    for (; c < c1; c++)
-        tile(wt, MR, 1, j, x, j->w + (size_t)c * j->w_row_bytes, y + c,
-             j->bias ? j->bias + c : NULL);
+    for (; c + NR <= c1; c += NR) {
+        const char *pfw = ahead && c + ahead + NR <= end ? j->w + (size_t)(c + ahead) * ws : NULL;
+        tile(wt, MR, NR, j, x, j->w + (size_t)c * ws, pfw, y + c, j->bias ? j->bias + c : NULL);
+    }
+    for (; c < c1; c++) {
+        const char *pfw = ahead && c + ahead + 1 <= end ? j->w + (size_t)(c + ahead) * ws : NULL;
+        tile(wt, MR, 1, j, x, j->w + (size_t)c * ws, pfw, y + c, j->bias ? j->bias + c : NULL);
+    }
 }
 
-MM_INLINE void run_rows(const int wt, const struct mm_job *j, int c0, int c1) {
+/* One out-of-line function per (dtype, tile shape), so each keeps its accumulators in
+ * registers and can be read in a disassembly. */
+typedef void strip_fn(const struct mm_job *j, int r0, int c0, int c1, int pass, int end);
+#define DEFINE_STRIP(name, WT, MR, NR)                                                             \
+    static __attribute__((noinline)) void name(const struct mm_job *j, int r0, int c0, int c1,     \
+                                               int pass, int end) {                                \
+        strip(WT, MR, NR, j, r0, c0, c1, pass, end);                                               \
+    }
+#define DEFINE_STRIPS(sfx, WT)                                                                     \
+    DEFINE_STRIP(strip_##sfx##_1, WT, 1, NR_ONE)                                                   \
+    DEFINE_STRIP(strip_##sfx##_2, WT, 2, 8)                                                        \
+    DEFINE_STRIP(strip_##sfx##_3, WT, 3, 4)                                                        \
+    DEFINE_STRIP(strip_##sfx##_4, WT, 4, 4)                                                        \
+    DEFINE_STRIP(strip_##sfx##_big, WT, MR_BIG, NR_BIG)                                            \
+    static strip_fn *const strips_##sfx[] = {NULL, strip_##sfx##_1, strip_##sfx##_2,               \
+                                             strip_##sfx##_3, strip_##sfx##_4, strip_##sfx##_big};
+DEFINE_STRIPS(bf16, DTYPE_BF16)
+DEFINE_STRIPS(f16, DTYPE_F16)
+DEFINE_STRIPS(f32, DTYPE_F32)
+
+/* Token rows in MR_BIG groups, then 4, then the rest, over L2-sized blocks of weight rows. */
+static void run_rows(strip_fn *const *sf, const struct mm_job *j, int c0, int c1) {
     const int wb = wblock_rows(j);
     for (int b0 = c0; b0 < c1; b0 += wb) {
         const int b1 = b0 + wb < c1 ? b0 + wb : c1;
-        int r = 0;
-        for (; r + MR_BIG <= j->n; r += MR_BIG) strip(wt, MR_BIG, NR_BIG, j, r, b0, b1);
-        switch (j->n - r) {
-        case 3: strip(wt, 3, NR_BIG, j, r, b0, b1); break;
-        case 2: strip(wt, 2, NR_BIG, j, r, b0, b1); break;
-        case 1: strip(wt, 1, NR_ONE, j, r, b0, b1); break;
-        default: break;
-        }
+        int r = 0, pass = 0;
+        for (; r + MR_BIG <= j->n; r += MR_BIG) sf[5](j, r, b0, b1, pass++, c1);
+        for (; r + 4 <= j->n; r += 4) sf[4](j, r, b0, b1, pass++, c1);
+        if (r < j->n) sf[j->n - r](j, r, b0, b1, pass, c1);
     }
 }
 
@@ -322,11 +362,8 @@ static void mm_worker(void *arg, int ith, int nth) {
     int c1 = (int)((int64_t)groups * (ith + 1) / nth) * NR_ONE;
     if (c1 > j->m) c1 = j->m;
     if (c0 >= c1) return;
-    switch (j->wt) {
-    case DTYPE_BF16: run_rows(DTYPE_BF16, j, c0, c1); break;
-    case DTYPE_F16: run_rows(DTYPE_F16, j, c0, c1); break;
-    case DTYPE_F32: run_rows(DTYPE_F32, j, c0, c1); break;
-    }
+    run_rows(j->wt == DTYPE_BF16 ? strips_bf16 : j->wt == DTYPE_F16 ? strips_f16 : strips_f32, j,
+             c0, c1);
 }
 
 void cpu_matmul(struct pool *pool, float *y, const float *x, const void *w, enum dtype wt,

@@ -1,0 +1,179 @@
+/* bench/bench_forward.c: end-to-end CPU speed through the public model API (model.h), at a
+ * fixed thread count, every figure the minimum over several runs:
+ *   - read bandwidth (streaming sum over a 1 GiB buffer, 4 KiB and huge pages, and over the
+ *     model file's own map) and the decode roofline it implies;
+ *   - prefill tokens/s for 64 and 512 tokens from an empty cache;
+ *   - decode tokens/s over 32 single-token steps after a 64-token prompt, as % of roofline;
+ *   - one forward over k = 1, 2, 4, 8, 16 new tokens at context 64 (all rows' logits, as a
+ *     speculative verify pass needs), as a ratio to k = 1.
+ *
+ *   bench_forward MODEL_DIR [--threads 1,2] [--reps N] [--decode N]
+ */
+#include "bench.h"
+#include "model/model.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CTX 64
+
+struct opts {
+    const char *dir;
+    int threads[4], n_threads;
+    int reps, n_decode;
+};
+
+/* Best-of read bandwidth over the model file map (the pages the forward pass reads). */
+static double bw_file(struct pool *pool, const char *dir, int reps) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    struct stat sb;
+    if (fstat(fd, &sb)) {
+        close(fd);
+        return 0;
+    }
+    size_t n = (size_t)sb.st_size & ~(size_t)4095;
+    void *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return 0;
+    double r = bw_measure_buf(pool, p, n, reps);
+    munmap(p, n);
+    return r;
+}
+
+static void fill_ids(int32_t *ids, int n, int vocab, uint32_t seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        ids[i] = (int32_t)((seed >> 8) % (uint32_t)vocab);
+    }
+}
+
+/* Seconds for model_forward of n ids at context ctx, min over reps. */
+static double time_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int ctx,
+                           int n, float *logits, int all_rows, int reps) {
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        kv_truncate(kv, ctx);
+        double t0 = timer_now();
+        if (model_forward(m, kv, ids, n, logits, all_rows)) return -1;
+        double dt = timer_now() - t0;
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+
+static int run(const struct opts *o, int th) {
+    printf("\n== %d thread%s\n", th, th > 1 ? "s" : "");
+    struct pool *pool = pool_new(th);
+    double bw4k = bw_measure(pool, (size_t)1 << 30, 0, o->reps);
+    double bwhuge = bw_measure(pool, (size_t)1 << 30, 1, o->reps);
+    double bwfile = bw_file(pool, o->dir, o->reps);
+    pool_free(pool);
+    double bw = bw4k > bwhuge ? bw4k : bwhuge;
+    if (bwfile > bw) bw = bwfile;
+    printf("read bandwidth: %.1f GB/s (4 KiB pages), %.1f GB/s (huge pages), %.1f GB/s "
+           "(model file map); roofline uses %.1f\n",
+           bw4k / 1e9, bwhuge / 1e9, bwfile / 1e9, bw / 1e9);
+    bench_quiesce();
+
+    struct model_opts mo = {.n_threads = th};
+    struct model *m;
+    if (model_load(o->dir, &mo, &m)) return 1;
+    const struct hf_config *c = model_config(m);
+    size_t wbytes = model_weight_bytes(m);
+    int V = c->vocab_size, maxn = 512;
+    struct kv_cache *kv;
+    if (kv_new(m, 1024, &kv)) return 1;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(maxn + o->n_decode + 16));
+    float *logits = malloc(sizeof(float) * (size_t)V * 16);
+    if (!ids || !logits) return 1;
+    fill_ids(ids, maxn + o->n_decode + 16, V, 12345);
+
+    double roof = bw / (double)wbytes;
+    printf("weights read per decode step: %.3f GB -> roofline %.1f tok/s (%.2f ms/token)\n",
+           wbytes / 1e9, roof, 1e3 / roof);
+
+    /* prefill (warm the page cache first) */
+    time_forward(m, kv, ids, 0, 64, logits, 0, 1);
+    const int pre[] = {64, 512};
+    for (int i = 0; i < 2; i++) {
+        int reps = pre[i] > 64 ? (o->reps + 1) / 2 : o->reps;
+        double t = time_forward(m, kv, ids, 0, pre[i], logits, 0, reps);
+        if (t < 0) return 1;
+        printf("prefill %4d tokens: %8.1f ms  %7.1f tok/s\n", pre[i], t * 1e3, pre[i] / t);
+    }
+
+    /* decode: n_decode single steps after a CTX-token prompt */
+    double best = 1e30;
+    for (int r = 0; r < o->reps; r++) {
+        kv_truncate(kv, 0);
+        if (model_forward(m, kv, ids, CTX, NULL, 0)) return 1;
+        double t0 = timer_now();
+        for (int s = 0; s < o->n_decode; s++)
+            if (model_forward(m, kv, ids + CTX + s, 1, logits, 0)) return 1;
+        double dt = timer_now() - t0;
+        if (dt < best) best = dt;
+    }
+    double tps = o->n_decode / best;
+    printf("decode %d steps: %.2f ms/token  %.1f tok/s  = %.1f%% of roofline (%.1f GB/s "
+           "effective)\n",
+           o->n_decode, best / o->n_decode * 1e3, tps, 100 * tps / roof, tps * wbytes / 1e9);
+
+    /* verify-style passes over k new tokens at context CTX */
+    kv_truncate(kv, 0);
+    if (model_forward(m, kv, ids, CTX, NULL, 0)) return 1;
+    const int ks[] = {1, 2, 4, 8, 16};
+    double t1 = 0;
+    printf("k-token pass at context %d (all rows' logits):\n", CTX);
+    for (int i = 0; i < 5; i++) {
+        double t = time_forward(m, kv, ids + CTX, CTX, ks[i], logits, 1, o->reps);
+        if (t < 0) return 1;
+        if (ks[i] == 1) t1 = t;
+        printf("  k=%2d: %7.2f ms  %.2fx k=1\n", ks[i], t * 1e3, t / t1);
+    }
+    free(ids);
+    free(logits);
+    kv_free(kv);
+    model_free(m);
+    bench_quiesce();
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    struct opts o = {.threads = {1, 2}, .n_threads = 2, .reps = 5, .n_decode = 32};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            o.n_threads = 0;
+            for (char *s = argv[++i]; *s && o.n_threads < 4;) {
+                o.threads[o.n_threads++] = (int)strtol(s, &s, 10);
+                if (*s == ',') s++;
+                else break;
+            }
+        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            o.reps = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--decode") && i + 1 < argc) {
+            o.n_decode = atoi(argv[++i]);
+        } else if (argv[i][0] != '-' && !o.dir) {
+            o.dir = argv[i];
+        } else {
+            fprintf(stderr, "usage: %s MODEL_DIR [--threads 1,2] [--reps N] [--decode N]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (!o.dir || o.reps < 1 || o.n_decode < 1) {
+        fprintf(stderr, "usage: %s MODEL_DIR [--threads 1,2] [--reps N] [--decode N]\n", argv[0]);
+        return 2;
+    }
+    for (int i = 0; i < o.n_threads; i++)
+        if (run(&o, o.threads[i])) {
+            fprintf(stderr, "bench failed\n");
+            return 1;
+        }
+    return 0;
+}
