@@ -124,6 +124,54 @@ static int parse_rope(const cJSON *root, const char *label, struct hf_config *c)
     return OK;
 }
 
+/* A key of a block drafter's config, read from "dflash_config" first, then the top level. */
+static const cJSON *drafter_field(const cJSON *root, const char *k) {
+    const cJSON *dc = field(root, "dflash_config");
+    const cJSON *j = cJSON_IsObject(dc) ? field(dc, k) : NULL;
+    return j ? j : field(root, k);
+}
+
+static int parse_block_drafter(const cJSON *root, const char *label, struct hf_config *c) {
+    int dspark = c->arch == ARCH_DSPARK;
+    cJSON *tmp = cJSON_CreateObject(); /* gathers the keys wherever they were written */
+    static const char *keys[] = {"block_size", "num_target_layers", "mask_token_id",
+                                 "markov_rank", "target_layer_ids"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const cJSON *j = drafter_field(root, keys[i]);
+        if (j) cJSON_AddItemToObject(tmp, keys[i], cJSON_Duplicate(j, 1));
+    }
+    int rc;
+    if ((rc = get_int(tmp, "block_size", 2, 256, dspark ? 7 : 16, label, &c->block_size)) ||
+        (rc = get_int(tmp, "num_target_layers", 1, 1024, -1, label, &c->n_target_layers)) ||
+        (rc = get_int(tmp, "mask_token_id", 0, 1 << 22, -1, label, &c->mask_token_id)) ||
+        (rc = get_int(tmp, "markov_rank", 0, 1 << 16, 0, label, &c->markov_rank)) ||
+        (rc = get_bool(root, "enable_confidence_head", 0, label, &c->confidence_head)) ||
+        (rc = get_bool(root, "confidence_head_with_markov", 0, label,
+                       &c->confidence_with_markov)))
+        goto done;
+    if (!dspark) c->markov_rank = 0, c->confidence_head = 0;
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(tmp, "target_layer_ids");
+    int n = cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : 0;
+    if (n < 1 || n > HF_MAX_TAPS) {
+        log_error("%s: \"target_layer_ids\" must list 1 to %d target layers", label, HF_MAX_TAPS);
+        rc = ERR_FORMAT;
+        goto done;
+    }
+    for (const cJSON *it = ids->child; it; it = it->next) {
+        double d = cJSON_IsNumber(it) ? it->valuedouble : -1;
+        if (!(d >= 0 && d < c->n_target_layers) || d != floor(d)) {
+            log_error("%s: target layer %g is outside [0, num_target_layers %d)", label, d,
+                      c->n_target_layers);
+            rc = ERR_FORMAT;
+            goto done;
+        }
+        c->target_layer_ids[c->n_target_layer_ids++] = (int)d;
+    }
+done:
+    cJSON_Delete(tmp);
+    return rc;
+}
+
 int hf_config_parse(const char *json, size_t len, const char *label, struct hf_config *c) {
     memset(c, 0, sizeof *c);
     c->bos_id = -1;
@@ -149,6 +197,10 @@ int hf_config_parse(const char *json, size_t len, const char *label, struct hf_c
         c->arch = ARCH_LLAMA;
     } else if (!strcmp(name, "MistralForCausalLM") || (!*name && !strcmp(mtype, "mistral"))) {
         c->arch = ARCH_MISTRAL;
+    } else if (!strcmp(name, "Qwen3DSparkModel")) {
+        c->arch = ARCH_DSPARK;
+    } else if (!strcmp(name, "DFlashDraftModel")) {
+        c->arch = ARCH_DFLASH;
     } else {
         log_error("%s: architecture \"%.60s\" is not supported", label, c->arch_name);
         log_hint("supported: Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM, "
@@ -156,7 +208,7 @@ int hf_config_parse(const char *json, size_t len, const char *label, struct hf_c
         rc = ERR_UNSUPPORTED;
         goto done;
     }
-    c->qk_norm = c->arch == ARCH_QWEN3;
+    c->qk_norm = c->arch == ARCH_QWEN3 || c->arch == ARCH_DSPARK || c->arch == ARCH_DFLASH;
     if ((rc = get_int(root, "vocab_size", 1, 1 << 22, -1, label, &c->vocab_size)) ||
         (rc = get_int(root, "hidden_size", 1, 1 << 16, -1, label, &c->hidden_size)) ||
         (rc = get_int(root, "intermediate_size", 1, 1 << 20, -1, label, &c->intermediate_size)) ||
@@ -195,7 +247,8 @@ int hf_config_parse(const char *json, size_t len, const char *label, struct hf_c
         goto done;
     if ((rc = parse_rope(root, label, c))) goto done;
     if ((rc = get_int(root, "bos_token_id", -1, 1 << 22, -1, label, &c->bos_id))) goto done;
-    rc = add_eos(root, label, c);
+    if ((rc = add_eos(root, label, c))) goto done;
+    if (c->arch == ARCH_DSPARK || c->arch == ARCH_DFLASH) rc = parse_block_drafter(root, label, c);
 done:
     cJSON_Delete(root);
     return rc;

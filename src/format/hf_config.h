@@ -8,7 +8,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum arch { ARCH_QWEN3, ARCH_QWEN2, ARCH_LLAMA, ARCH_MISTRAL };
+enum arch {
+    ARCH_QWEN3,
+    ARCH_QWEN2,
+    ARCH_LLAMA,
+    ARCH_MISTRAL,
+    ARCH_DSPARK, /* Qwen3DSparkModel: a block drafter reading the target's hidden states */
+    ARCH_DFLASH, /* DFlashDraftModel: likewise, without Markov and confidence heads */
+};
+
+#define HF_MAX_TAPS 16
 
 #define HF_MAX_EOS 8
 
@@ -35,6 +44,15 @@ struct hf_config {
     int32_t bos_id;
     int32_t eos_ids[HF_MAX_EOS];
     int n_eos;
+    /* block drafters (ARCH_DSPARK, ARCH_DFLASH), top-level or under "dflash_config" */
+    int block_size;
+    int n_target_layers;
+    int target_layer_ids[HF_MAX_TAPS];
+    int n_target_layer_ids;
+    int mask_token_id;
+    int markov_rank;            /* 0: no Markov head */
+    int confidence_head;        /* enable_confidence_head */
+    int confidence_with_markov; /* the confidence head reads [h ; W1[prev]] */
     /* sampling defaults from generation_config.json */
     int do_sample;
     float temperature, top_p;

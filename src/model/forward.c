@@ -83,22 +83,48 @@ static void attention_block(struct model *m, struct kv_cache *kv, int li, int po
     residual_add(m, m->x, m->xn, (size_t)T * H);
 }
 
-static void mlp_block(struct model *m, int li, int T) {
-    const struct hf_config *c = &m->cfg;
-    const struct layer *l = &m->layers[li];
-    int H = c->hidden_size, I = c->intermediate_size;
-    cpu_rmsnorm(m->xn, m->x, l->ffn_norm, T, H, c->rms_eps, m->act_bf16);
-    cpu_matmul(m->pool, m->g, m->xn, l->wg.data, l->wg.dtype, NULL, T, H, I);
-    cpu_matmul(m->pool, m->u, m->xn, l->wu.data, l->wu.dtype, NULL, T, H, I);
-    round_if(m, m->g, (size_t)T * I);
-    round_if(m, m->u, (size_t)T * I);
-    cpu_silu_mul(m->g, m->u, (size_t)T * I, m->act_bf16);
-    cpu_matmul(m->pool, m->xn, m->g, l->wd.data, l->wd.dtype, NULL, T, I, H);
-    residual_add(m, m->x, m->xn, (size_t)T * H);
+
+/* Copies the residual leaving layer li into its column block of taps[T, n_taps * H]. */
+static void copy_tap(const struct model *m, int li, int T, float *taps) {
+    int H = m->cfg.hidden_size;
+    for (int t = 0; t < m->n_taps; t++) {
+        if (m->tap_layers[t] != li) continue;
+        for (int r = 0; r < T; r++)
+            memcpy(taps + ((size_t)r * m->n_taps + t) * H, m->x + (size_t)r * H,
+                   sizeof(float) * (size_t)H);
+    }
+}
+
+void model_embed(const struct model *m, const int32_t *ids, int n, float *out) {
+    embed_rows(m, ids, n, out);
+}
+
+void model_lm_head(struct model *m, const float *x, int n, float *logits) {
+    cpu_matmul(m->pool, logits, x, m->lm_head.data, m->lm_head.dtype, NULL, n,
+               m->cfg.hidden_size, m->cfg.vocab_size);
+}
+
+int model_set_taps(struct model *m, const int *layers, int n) {
+    if (n > MODEL_MAX_TAPS) return ERR_UNSUPPORTED;
+    for (int i = 0; i < n; i++) {
+        if (layers[i] < 0 || layers[i] >= m->cfg.n_layers) {
+            log_error("tap layer %d does not exist: the model has %d layers", layers[i],
+                      m->cfg.n_layers);
+            return ERR_ARG;
+        }
+        m->tap_layers[i] = layers[i];
+    }
+    m->n_taps = n;
+    return OK;
 }
 
 int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int n, float *logits,
                   int all_rows) {
+    return model_forward_taps(m, kv, ids, n, logits, all_rows, NULL);
+}
+
+int model_forward_taps(struct model *m, struct kv_cache *kv, const int32_t *ids, int n,
+                       float *logits, int all_rows, float *taps) {
     const struct hf_config *c = &m->cfg;
     if (n <= 0) return ERR_ARG;
     if (n > kv->cap - kv->len) {
@@ -119,7 +145,8 @@ int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int 
         round_if(m, m->x, (size_t)T * H);
         for (int li = 0; li < c->n_layers; li++) {
             attention_block(m, kv, li, pos0, T);
-            mlp_block(m, li, T);
+            layer_mlp(m->pool, &m->layers[li], c, m->x, m->xn, m->g, m->u, T, m->act_bf16);
+            if (taps) copy_tap(m, li, T, taps + (size_t)done * m->n_taps * H);
         }
         kv->len += T;
         if (!logits) continue;

@@ -14,89 +14,10 @@
 
 struct loader {
     struct model *m;
-    const char *dir;
+    struct weights_src src;
     size_t bytes_total, bytes_done;
     int progress;
 };
-
-static const struct st_tensor *need(struct loader *L, const char *name, int64_t d0, int64_t d1) {
-    const struct st_tensor *t = st_find(L->m->st, name);
-    if (!t) {
-        log_error("%s: tensor '%s' is missing", L->dir, name);
-        log_hint("the checkpoint does not match its config.json architecture (%s)",
-                 L->m->cfg.arch_name);
-        return NULL;
-    }
-    int nd = d1 < 0 ? 1 : 2;
-    if (t->n_dims != nd || t->shape[0] != d0 || (nd == 2 && t->shape[1] != d1)) {
-        char got[96] = "";
-        for (int i = 0; i < t->n_dims && i < 4; i++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? "," : "",
-                     (long long)t->shape[i]);
-        log_error("%s: tensor '%s' in %s has shape [%s], config.json implies [%lld%s%lld]", L->dir,
-                  name, t->file, got, (long long)d0, nd == 2 ? "," : "",
-                  nd == 2 ? (long long)d1 : 0LL);
-        return NULL;
-    }
-    if (!t->dtype_known) {
-        log_error("%s: tensor '%s' has dtype %s; dspark reads F32, F16 and BF16", L->dir, name,
-                  t->dtype_name);
-        return NULL;
-    }
-    return t;
-}
-
-static int bind_weight(struct loader *L, struct weight *w, const char *name, int64_t rows,
-                       int64_t cols) {
-    const struct st_tensor *t = need(L, name, rows, cols);
-    if (!t) return ERR_FORMAT;
-    w->data = t->data;
-    w->dtype = t->dtype;
-    return OK;
-}
-
-/* A small vector copied to float; optional ones return OK with *out = NULL when absent. */
-static int load_vec(struct loader *L, float **out, const char *name, int64_t n, int optional) {
-    *out = NULL;
-    if (optional && !st_find(L->m->st, name)) return OK;
-    const struct st_tensor *t = need(L, name, n, -1);
-    if (!t) return ERR_FORMAT;
-    if (!(*out = malloc(sizeof(float) * (size_t)n))) return ERR_NOMEM;
-    dtype_to_f32(t->dtype, t->data, *out, (size_t)n);
-    return OK;
-}
-
-static int load_layer(struct loader *L, int i) {
-    const struct hf_config *c = &L->m->cfg;
-    struct layer *l = &L->m->layers[i];
-    int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
-    int64_t QD = (int64_t)c->n_heads * D, KD = (int64_t)c->n_kv_heads * D;
-    char n[256];
-    int rc;
-#define NAME(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", i, suffix), n)
-    if ((rc = bind_weight(L, &l->wq, NAME("self_attn.q_proj.weight"), QD, H)) ||
-        (rc = bind_weight(L, &l->wk, NAME("self_attn.k_proj.weight"), KD, H)) ||
-        (rc = bind_weight(L, &l->wv, NAME("self_attn.v_proj.weight"), KD, H)) ||
-        (rc = bind_weight(L, &l->wo, NAME("self_attn.o_proj.weight"), H, QD)) ||
-        (rc = bind_weight(L, &l->wg, NAME("mlp.gate_proj.weight"), I, H)) ||
-        (rc = bind_weight(L, &l->wu, NAME("mlp.up_proj.weight"), I, H)) ||
-        (rc = bind_weight(L, &l->wd, NAME("mlp.down_proj.weight"), H, I)) ||
-        (rc = load_vec(L, &l->attn_norm, NAME("input_layernorm.weight"), H, 0)) ||
-        (rc = load_vec(L, &l->ffn_norm, NAME("post_attention_layernorm.weight"), H, 0)) ||
-        (rc = load_vec(L, &l->bq, NAME("self_attn.q_proj.bias"), QD, 1)) ||
-        (rc = load_vec(L, &l->bk, NAME("self_attn.k_proj.bias"), KD, 1)) ||
-        (rc = load_vec(L, &l->bv, NAME("self_attn.v_proj.bias"), KD, 1)))
-        return rc;
-    if (c->arch == ARCH_QWEN2 && (!l->bq || !l->bk || !l->bv)) {
-        log_error("%s: layer %d lacks the q/k/v biases Qwen2 has", L->dir, i);
-        return ERR_FORMAT;
-    }
-    if (c->qk_norm && ((rc = load_vec(L, &l->q_norm, NAME("self_attn.q_norm.weight"), D, 0)) ||
-                       (rc = load_vec(L, &l->k_norm, NAME("self_attn.k_norm.weight"), D, 0))))
-        return rc;
-#undef NAME
-    return OK;
-}
 
 static void rope_init(struct model *m) {
     const struct hf_config *c = &m->cfg;
@@ -168,10 +89,12 @@ int model_load(const char *dir, const struct model_opts *opts, struct model **ou
     *out = NULL;
     struct model *m = calloc(1, sizeof *m);
     if (!m) return ERR_NOMEM;
-    struct loader L = {.m = m, .dir = dir, .progress = opts && opts->show_progress};
+    struct loader L = {.m = m, .src = {.dir = dir}, .progress = opts && opts->show_progress};
     int rc = hf_config_load(dir, &m->cfg);
     if (!rc) rc = st_open_dir(dir, &m->st);
     if (rc) goto fail;
+    L.src.st = m->st;
+    L.src.arch = m->cfg.arch_name;
     const struct hf_config *c = &m->cfg;
     m->act_bf16 = opts && opts->bf16_activations;
     if (opts && opts->pool) {
@@ -186,16 +109,16 @@ int model_load(const char *dir, const struct model_opts *opts, struct model **ou
         goto fail;
     }
     int64_t V = c->vocab_size, H = c->hidden_size;
-    if ((rc = bind_weight(&L, &m->embed, "model.embed_tokens.weight", V, H)) ||
-        (rc = load_vec(&L, &m->final_norm, "model.norm.weight", H, 0)))
+    if ((rc = weight_bind(&L.src, &m->embed, "model.embed_tokens.weight", V, H)) ||
+        (rc = weight_vec(&L.src, &m->final_norm, "model.norm.weight", H, 0)))
         goto fail;
     if (c->tie_embeddings) {
         m->lm_head = m->embed;
-    } else if ((rc = bind_weight(&L, &m->lm_head, "lm_head.weight", V, H))) {
+    } else if ((rc = weight_bind(&L.src, &m->lm_head, "lm_head.weight", V, H))) {
         goto fail;
     }
     for (int i = 0; i < c->n_layers; i++)
-        if ((rc = load_layer(&L, i))) goto fail;
+        if ((rc = layer_load(&L.src, c, "model.layers", i, &m->layers[i]))) goto fail;
     rope_init(m);
     size_t per_layer = ((size_t)c->n_heads * 2 + (size_t)c->n_kv_heads * 2) * c->head_dim * H +
                        (size_t)3 * c->intermediate_size * H;
@@ -214,11 +137,7 @@ fail:
 void model_free(struct model *m) {
     if (!m) return;
     if (m->layers) {
-        for (int i = 0; i < m->cfg.n_layers; i++) {
-            struct layer *l = &m->layers[i];
-            free(l->bq), free(l->bk), free(l->bv), free(l->attn_norm), free(l->ffn_norm);
-            free(l->q_norm), free(l->k_norm);
-        }
+        for (int i = 0; i < m->cfg.n_layers; i++) layer_free(&m->layers[i]);
         free(m->layers);
     }
     free(m->final_norm);

@@ -44,4 +44,20 @@ void kv_truncate(struct kv_cache *kv, int n); /* roll back to the first n positi
 int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int n, float *logits,
                   int all_rows);
 
+/* ---- for drafters that read the target (DSpark, DFlash) ---- */
+
+#define MODEL_MAX_TAPS 16
+
+/* Chooses the layers whose output (the residual stream leaving the layer, before the final
+ * norm) model_forward_taps() reports, in this order. n = 0 turns taps off. */
+int model_set_taps(struct model *m, const int *layers, int n);
+/* model_forward() that also writes taps[n, n_taps * H]: row t holds the tapped layers' outputs
+ * for input t, concatenated in model_set_taps() order. taps may be NULL. */
+int model_forward_taps(struct model *m, struct kv_cache *kv, const int32_t *ids, int n,
+                       float *logits, int all_rows, float *taps);
+/* The token embedding rows of ids[0..n) as float: out[n, H]. */
+void model_embed(const struct model *m, const int32_t *ids, int n, float *out);
+/* logits[n, vocab] = x[n, H] · lm_head^T (no final norm: x is already normalised). */
+void model_lm_head(struct model *m, const float *x, int n, float *logits);
+
 #endif

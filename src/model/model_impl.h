@@ -5,26 +5,8 @@
 
 #include "base/thread.h"
 #include "format/safetensors.h"
+#include "model/layer.h"
 #include "model/model.h"
-
-struct weight {
-    const void *data; /* [rows, cols] row-major, in the file's map */
-    enum dtype dtype;
-};
-
-struct layer {
-    struct weight wq;       /* [n_heads*D, H] */
-    struct weight wk;       /* [n_kv*D, H] */
-    struct weight wv;       /* [n_kv*D, H] */
-    struct weight wo;       /* [H, n_heads*D] */
-    struct weight wg;       /* [I, H] */
-    struct weight wu;       /* [I, H] */
-    struct weight wd;       /* [H, I] */
-    float *bq, *bk, *bv;    /* [n_heads*D], [n_kv*D], [n_kv*D] or NULL (Qwen2 biases) */
-    float *attn_norm;       /* [H] */
-    float *ffn_norm;        /* [H] */
-    float *q_norm, *k_norm; /* [D] or NULL (Qwen3 QK-norm) */
-};
 
 struct model {
     struct hf_config cfg;
@@ -38,6 +20,8 @@ struct model {
     float *inv_freq;       /* [D/2] RoPE frequencies, llama3 scaling applied */
     size_t weight_bytes;   /* matmul weights read per decode step */
     int act_bf16;          /* model_opts.bf16_activations */
+    int tap_layers[MODEL_MAX_TAPS]; /* layers whose output model_forward_taps() copies out */
+    int n_taps;
     /* step scratch, sized for MODEL_CHUNK rows at load (the hot loop never mallocs) */
     float *x, *xn, *q, *k, *v, *att, *g, *u, *last_logits;
     float *attn_scratch; /* [n_threads, max_pos] */

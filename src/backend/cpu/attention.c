@@ -51,7 +51,7 @@ static void attn_task(void *ctx, int ith, int nth) {
     float *sc = a->scratch + (size_t)ith * a->cap;
     for (int task = ith; task < n_tasks; task += nth) {
         int t = task / a->n_heads, h = task % a->n_heads;
-        int p = a->pos0 + t;
+        int p = a->noncausal ? a->pos0 + a->n - 1 : a->pos0 + t;
         int lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
         const float *q = a->q + (size_t)task * D;
         const float *k = a->k + (size_t)(h / group) * a->cap * D;

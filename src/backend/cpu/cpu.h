@@ -39,6 +39,7 @@ struct cpu_attn {
     float scale;
     float *scratch;
     int bf16; /* round scores, probabilities and output as transformers' bf16 path does */
+    int noncausal; /* every row sees all positions [0, pos0 + n) (block drafters) */
 };
 void cpu_attention(struct pool *pool, const struct cpu_attn *a);
 

@@ -1,0 +1,108 @@
+/* model/layer.c: see layer.h. */
+#include "model/layer.h"
+
+#include "backend/cpu/cpu.h"
+#include "base/err.h"
+#include "base/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct st_tensor *need(const struct weights_src *src, const char *name, int64_t d0, int64_t d1) {
+    const struct st_tensor *t = st_find(src->st, name);
+    if (!t) {
+        log_error("%s: tensor '%s' is missing", src->dir, name);
+        log_hint("the checkpoint does not match its config.json architecture (%s)",
+                 src->arch);
+        return NULL;
+    }
+    int nd = d1 < 0 ? 1 : 2;
+    if (t->n_dims != nd || t->shape[0] != d0 || (nd == 2 && t->shape[1] != d1)) {
+        char got[96] = "";
+        for (int i = 0; i < t->n_dims && i < 4; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? "," : "",
+                     (long long)t->shape[i]);
+        log_error("%s: tensor '%s' in %s has shape [%s], config.json implies [%lld%s%lld]", src->dir,
+                  name, t->file, got, (long long)d0, nd == 2 ? "," : "",
+                  nd == 2 ? (long long)d1 : 0LL);
+        return NULL;
+    }
+    if (!t->dtype_known) {
+        log_error("%s: tensor '%s' has dtype %s; dspark reads F32, F16 and BF16", src->dir, name,
+                  t->dtype_name);
+        return NULL;
+    }
+    return t;
+}
+
+int weight_bind(const struct weights_src *src, struct weight *w, const char *name, int64_t rows,
+                int64_t cols) {
+    const struct st_tensor *t = need(src, name, rows, cols);
+    if (!t) return ERR_FORMAT;
+    w->data = t->data;
+    w->dtype = t->dtype;
+    return OK;
+}
+
+/* A small vector copied to float; optional ones return OK with *out = NULL when absent. */
+int weight_vec(const struct weights_src *src, float **out, const char *name, int64_t n,
+               int optional) {
+    *out = NULL;
+    if (optional && !st_find(src->st, name)) return OK;
+    const struct st_tensor *t = need(src, name, n, -1);
+    if (!t) return ERR_FORMAT;
+    if (!(*out = malloc(sizeof(float) * (size_t)n))) return ERR_NOMEM;
+    dtype_to_f32(t->dtype, t->data, *out, (size_t)n);
+    return OK;
+}
+
+int layer_load(const struct weights_src *src, const struct hf_config *c, const char *prefix, int i,
+               struct layer *l) {
+    int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
+    int64_t QD = (int64_t)c->n_heads * D, KD = (int64_t)c->n_kv_heads * D;
+    char n[256];
+    int rc;
+#define NAME(suffix) (snprintf(n, sizeof n, "%s.%d.%s", prefix, i, suffix), n)
+    if ((rc = weight_bind(src, &l->wq, NAME("self_attn.q_proj.weight"), QD, H)) ||
+        (rc = weight_bind(src, &l->wk, NAME("self_attn.k_proj.weight"), KD, H)) ||
+        (rc = weight_bind(src, &l->wv, NAME("self_attn.v_proj.weight"), KD, H)) ||
+        (rc = weight_bind(src, &l->wo, NAME("self_attn.o_proj.weight"), H, QD)) ||
+        (rc = weight_bind(src, &l->wg, NAME("mlp.gate_proj.weight"), I, H)) ||
+        (rc = weight_bind(src, &l->wu, NAME("mlp.up_proj.weight"), I, H)) ||
+        (rc = weight_bind(src, &l->wd, NAME("mlp.down_proj.weight"), H, I)) ||
+        (rc = weight_vec(src, &l->attn_norm, NAME("input_layernorm.weight"), H, 0)) ||
+        (rc = weight_vec(src, &l->ffn_norm, NAME("post_attention_layernorm.weight"), H, 0)) ||
+        (rc = weight_vec(src, &l->bq, NAME("self_attn.q_proj.bias"), QD, 1)) ||
+        (rc = weight_vec(src, &l->bk, NAME("self_attn.k_proj.bias"), KD, 1)) ||
+        (rc = weight_vec(src, &l->bv, NAME("self_attn.v_proj.bias"), KD, 1)))
+        return rc;
+    if (c->arch == ARCH_QWEN2 && (!l->bq || !l->bk || !l->bv)) {
+        log_error("%s: layer %d lacks the q/k/v biases Qwen2 has", src->dir, i);
+        return ERR_FORMAT;
+    }
+    if (c->qk_norm && ((rc = weight_vec(src, &l->q_norm, NAME("self_attn.q_norm.weight"), D, 0)) ||
+                       (rc = weight_vec(src, &l->k_norm, NAME("self_attn.k_norm.weight"), D, 0))))
+        return rc;
+#undef NAME
+    return OK;
+}
+
+void layer_free(struct layer *l) {
+    free(l->bq), free(l->bk), free(l->bv), free(l->attn_norm), free(l->ffn_norm);
+    free(l->q_norm), free(l->k_norm);
+    memset(l, 0, sizeof *l);
+}
+
+void layer_mlp(struct pool *pool, const struct layer *l, const struct hf_config *c, float *x,
+               float *xn, float *g, float *u, int T, int bf16) {
+    int H = c->hidden_size, I = c->intermediate_size;
+    cpu_rmsnorm(xn, x, l->ffn_norm, T, H, c->rms_eps, bf16);
+    cpu_matmul(pool, g, xn, l->wg.data, l->wg.dtype, NULL, T, H, I);
+    cpu_matmul(pool, u, xn, l->wu.data, l->wu.dtype, NULL, T, H, I);
+    if (bf16) cpu_round_bf16(g, (size_t)T * I), cpu_round_bf16(u, (size_t)T * I);
+    cpu_silu_mul(g, u, (size_t)T * I, bf16);
+    cpu_matmul(pool, xn, g, l->wd.data, l->wd.dtype, NULL, T, I, H);
+    for (size_t i = 0; i < (size_t)T * H; i++) x[i] += xn[i];
+    if (bf16) cpu_round_bf16(x, (size_t)T * H);
+}

@@ -1,0 +1,51 @@
+/* model/layer.h: checked binding of safetensors tensors, and the decoder layer every model
+ * here shares (Qwen2/Qwen3/Llama/Mistral targets, DSpark/DFlash drafters). Matmul weights stay
+ * in the file's map; norms and biases are copied to float and owned by the layer. */
+#ifndef DSPARK_MODEL_LAYER_H
+#define DSPARK_MODEL_LAYER_H
+
+#include "base/thread.h"
+#include "format/hf_config.h"
+#include "format/safetensors.h"
+
+struct weight {
+    const void *data; /* [rows, cols] row-major, in the file's map */
+    enum dtype dtype;
+};
+
+struct layer {
+    struct weight wq; /* [n_heads*D, H] */
+    struct weight wk; /* [n_kv*D, H] */
+    struct weight wv; /* [n_kv*D, H] */
+    struct weight wo; /* [H, n_heads*D] */
+    struct weight wg; /* [I, H] */
+    struct weight wu; /* [I, H] */
+    struct weight wd; /* [H, I] */
+    float *bq, *bk, *bv;    /* [n_heads*D], [n_kv*D], [n_kv*D] or NULL (Qwen2 biases) */
+    float *attn_norm;       /* [H] */
+    float *ffn_norm;        /* [H] */
+    float *q_norm, *k_norm; /* [D] or NULL (Qwen3 QK-norm) */
+};
+
+/* Where tensors come from, for messages: the folder and its architecture. */
+struct weights_src {
+    const struct st_set *st;
+    const char *dir;
+    const char *arch;
+};
+
+/* Binds a 2-D tensor (cols < 0: 1-D) after checking presence, dtype and shape. */
+int weight_bind(const struct weights_src *src, struct weight *w, const char *name, int64_t rows,
+                int64_t cols);
+/* A 1-D tensor of n values copied to float; optional ones may be absent (*out = NULL). */
+int weight_vec(const struct weights_src *src, float **out, const char *name, int64_t n,
+               int optional);
+/* Loads layer i, its tensors named "<prefix>.<i>.self_attn.q_proj.weight" and so on. */
+int layer_load(const struct weights_src *src, const struct hf_config *c, const char *prefix, int i,
+               struct layer *l);
+void layer_free(struct layer *l);
+/* x[T, H] += down(silu(gate(n)) * up(n)), n = ffn_norm(x); xn[T, H], g and u [T, I] scratch. */
+void layer_mlp(struct pool *pool, const struct layer *l, const struct hf_config *c, float *x,
+               float *xn, float *g, float *u, int T, int bf16);
+
+#endif
