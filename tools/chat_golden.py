@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""Expected chat-template renders for tests/unit/test_chat.c, made with Python jinja2 set up
+the way transformers' apply_chat_template sets it up (ImmutableSandboxedEnvironment with
+trim_blocks, lstrip_blocks and the loopcontrols extension; transformers' tojson filter;
+raise_exception and strftime_now globals). strftime_now is pinned to NOW in UTC, which the C
+test reproduces with TZ=UTC and chat_render_opts.now.
+
+Every template in ../shared/templates/*.jinja plus models/pycoder's template renders every
+conversation of CONVERSATIONS. The variables of a render are
+    {"tools": None, "documents": None, **special_tokens, **conversation}
+as in apply_chat_template(messages, tools=..., documents=..., **special_tokens_map, **kwargs).
+
+Writes tests/data/chat/conversations.jsonl (one conversation's variables per line) and
+tests/data/chat/expected/<template>.json:
+    {"template": file, "source": "shared"|"pycoder", "special": {...},
+     "cases": [{"conversation": i, "name": ..., "output": text}
+               | {"conversation": i, "name": ..., "error": exception class, "message": text}]}
+
+Usage: python3 tools/chat_golden.py [--shared ../shared]
+"""
+import argparse
+import datetime
+import glob
+import json
+import os
+
+import jinja2
+import jinja2.ext
+import jinja2.sandbox
+
+NOW = 1721952000  # 2024-07-26 00:00:00 UTC
+
+# Special tokens each model's tokenizer_config.json gives apply_chat_template.
+SPECIAL = {
+    "HuggingFaceTB-SmolLM3-3B": {"eos_token": "<|im_end|>", "pad_token": "<|im_end|>"},
+    "Mistral-Small-3.2-24B-Instruct-2506": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+    "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use": {"bos_token": "<|begin_of_text|>", "eos_token": "<|im_end|>"},
+    "Qwen-Qwen2.5-7B-Instruct": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+    "Qwen-Qwen3-0.6B": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+    "Qwen3-Coder": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+    "Qwen3.5-4B": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": {"bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"},
+    "deepseek-ai-DeepSeek-V3.1": {"bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"},
+    "google-gemma-2-2b-it": {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"},
+    "google-gemma-4-31B-it": {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"},
+    "meta-llama-Llama-3.1-8B-Instruct": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
+    "meta-llama-Llama-3.2-3B-Instruct": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
+    "microsoft-Phi-3.5-mini-instruct": {"bos_token": "<s>", "eos_token": "<|endoftext|>", "unk_token": "<unk>"},
+    "mistralai-Mistral-Nemo-Instruct-2407": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+    "openai-gpt-oss-120b": {"bos_token": "<|startoftext|>", "eos_token": "<|return|>", "pad_token": "<|endoftext|>"},
+}
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "The city, e.g. Paris"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "description": "Temperature unit"},
+                "days": {"type": "integer", "description": "Forecast days", "default": 1},
+            },
+            "required": ["city"],
+        },
+    },
+}
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search_docs",
+        "description": "Search the documentation.\n  Returns matching snippets.  ",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "Words to look for"},
+                "tags": {"type": "array", "items": {"type": "string"}, "description": "Filter tags"},
+                "limit": {"type": "number", "description": "Max results", "nullable": True},
+                "options": {"type": "object", "properties": {"exact": {"type": "boolean"}}, "description": "More options"},
+            },
+            "required": ["query", "tags"],
+        },
+    },
+}
+
+
+def call(cid, name, args):
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+SYS = "You are a careful assistant. Answer briefly."
+CONVERSATIONS = [
+    ("user_only", {"messages": [{"role": "user", "content": "Hello!"}], "add_generation_prompt": True}),
+    ("system_user", {"messages": [{"role": "system", "content": SYS}, {"role": "user", "content": "What is the capital of France?"}], "add_generation_prompt": True}),
+    ("multi_turn", {"messages": [
+        {"role": "system", "content": SYS},
+        {"role": "user", "content": "Hi there"},
+        {"role": "assistant", "content": "Hello! How can I help?"},
+        {"role": "user", "content": "What's 2+2?"}], "add_generation_prompt": True}),
+    ("multi_turn_no_gen", {"messages": [
+        {"role": "user", "content": "Name a prime number."},
+        {"role": "assistant", "content": "7"},
+        {"role": "user", "content": "Another one?"},
+        {"role": "assistant", "content": "11"}], "add_generation_prompt": False}),
+    ("thinking_off", {"messages": [{"role": "user", "content": "Quick: 3*3?"}], "add_generation_prompt": True, "enable_thinking": False}),
+    ("thinking_on", {"messages": [{"role": "system", "content": "Think step by step. /think"}, {"role": "user", "content": "Is 91 prime?"}], "add_generation_prompt": True, "enable_thinking": True}),
+    ("reasoning_history", {"messages": [
+        {"role": "user", "content": "Is 97 prime?"},
+        {"role": "assistant", "reasoning_content": "Check divisors up to 9: 2,3,5,7 do not divide 97.", "content": "Yes, 97 is prime."},
+        {"role": "user", "content": "And 98?"}], "add_generation_prompt": True, "enable_thinking": True}),
+    ("think_in_content", {"messages": [
+        {"role": "system", "content": "Be terse. /no_think"},
+        {"role": "user", "content": "Capital of Japan?"},
+        {"role": "assistant", "content": "<think>\nThe user asks about Japan.\n</think>\n\nTokyo."},
+        {"role": "user", "content": "And of Italy?"},
+        {"role": "assistant", "content": "<think>\nItaly.\n</think>\n\nRome."}], "add_generation_prompt": False}),
+    ("tools_offered", {"messages": [{"role": "system", "content": SYS}, {"role": "user", "content": "What's the weather in Paris?"}],
+                       "tools": [WEATHER, SEARCH], "add_generation_prompt": True}),
+    ("tool_round_trip", {"messages": [
+        {"role": "user", "content": "Weather in Paris, in celsius?"},
+        {"role": "assistant", "content": "", "tool_calls": [call("abc123DEF", "get_weather", {"city": "Paris", "unit": "celsius"})]},
+        {"role": "tool", "tool_call_id": "abc123DEF", "name": "get_weather", "content": "{\"temperature\": 21.5, \"sky\": \"clear\"}"}],
+        "tools": [WEATHER], "add_generation_prompt": True}),
+    ("tool_answer_followup", {"messages": [
+        {"role": "system", "content": SYS},
+        {"role": "user", "content": "Search the docs for 'kv cache'."},
+        {"role": "assistant", "content": "Let me search.", "tool_calls": [call("q1w2e3r4t", "search_docs", {"query": "kv cache", "tags": ["memory", "perf"], "limit": 5, "options": {"exact": True}})]},
+        {"role": "tool", "tool_call_id": "q1w2e3r4t", "name": "search_docs", "content": "kv cache: stores keys and values."},
+        {"role": "assistant", "content": "The KV cache stores keys and values."},
+        {"role": "user", "content": "Thanks! Anything else?"}], "tools": [WEATHER, SEARCH], "add_generation_prompt": True}),
+    ("parallel_tool_calls", {"messages": [
+        {"role": "user", "content": "Weather in Paris and Tokyo?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("call0000A", "get_weather", {"city": "Paris"}),
+            call("call0000B", "get_weather", {"city": "Tokyo", "days": 2})]},
+        {"role": "tool", "tool_call_id": "call0000A", "name": "get_weather", "content": "18C, cloudy"},
+        {"role": "tool", "tool_call_id": "call0000B", "name": "get_weather", "content": "25C, sunny"}],
+        "tools": [WEATHER], "add_generation_prompt": True}),
+    ("content_parts", {"messages": [
+        {"role": "system", "content": [{"type": "text", "text": "You describe things."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Describe "}, {"type": "text", "text": "a cat."}]}],
+        "add_generation_prompt": True}),
+    ("unicode", {"messages": [
+        {"role": "system", "content": "Réponds en français. 日本語もOK 🎉"},
+        {"role": "user", "content": "Café \"crème\" — back\\slash\ttab\nnew line ü"},
+        {"role": "assistant", "content": "Voilà: «ça marche» ✓"},
+        {"role": "user", "content": "  spaces around  \n"}], "add_generation_prompt": True}),
+    ("unicode_tool_args", {"messages": [
+        {"role": "user", "content": "Météo à Zürich?"},
+        {"role": "assistant", "content": "", "tool_calls": [call("zur1ch000", "get_weather", {"city": "Zürich 東京", "days": 3, "unit": "celsius"})]},
+        {"role": "tool", "tool_call_id": "zur1ch000", "name": "get_weather", "content": "{\"température\": 12.0}"}],
+        "tools": [WEATHER], "add_generation_prompt": True}),
+    ("numbers_and_nesting", {"messages": [
+        {"role": "user", "content": "Search with options."},
+        {"role": "assistant", "content": "", "tool_calls": [call("num000001", "search_docs", {"query": "q", "tags": [], "limit": 1.0, "options": {"exact": False, "score": 0.25, "big": 10000000000000000.0, "none": None}})]},
+        {"role": "tool", "tool_call_id": "num000001", "name": "search_docs", "content": "[]"},
+        {"role": "assistant", "content": "Nothing found."}], "tools": [SEARCH], "add_generation_prompt": False}),
+    ("string_arguments", {"messages": [
+        {"role": "user", "content": "Weather in Rome?"},
+        {"role": "assistant", "content": "", "tool_calls": [call("str000001", "get_weather", "{\"city\": \"Rome\"}")]},
+        {"role": "tool", "tool_call_id": "str000001", "name": "get_weather", "content": "30C"}],
+        "tools": [WEATHER], "add_generation_prompt": True}),
+    ("assistant_prefill", {"messages": [
+        {"role": "user", "content": "Write a haiku about the sea."},
+        {"role": "assistant", "content": "Waves fold into foam"}], "add_generation_prompt": False}),
+    ("roles_not_alternating", {"messages": [
+        {"role": "user", "content": "First question."},
+        {"role": "user", "content": "Second question."}], "add_generation_prompt": True}),
+    ("empty_messages", {"messages": [], "add_generation_prompt": True}),
+    ("developer_role", {"messages": [
+        {"role": "developer", "content": "Use short sentences."},
+        {"role": "user", "content": "Explain gravity."}], "add_generation_prompt": True, "reasoning_effort": "low"}),
+    ("no_tools_kwargs", {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": True,
+                         "enable_thinking": False, "tools": [], "date_string": "01 Jan 2025"}),
+    ("system_only_gen", {"messages": [{"role": "system", "content": "   Padded system prompt.   "}, {"role": "user", "content": "ok"}],
+                         "add_generation_prompt": False, "enable_thinking": True}),
+    ("tool_multi_step", {"messages": [
+        {"role": "user", "content": "Plan a trip: check weather then search."},
+        {"role": "assistant", "reasoning_content": "First the weather.", "content": "", "tool_calls": [call("step00001", "get_weather", {"city": "Oslo"})]},
+        {"role": "tool", "tool_call_id": "step00001", "name": "get_weather", "content": "<tool_response>-3C</tool_response>"},
+        {"role": "assistant", "reasoning_content": "Now search.", "content": "", "tool_calls": [call("step00002", "search_docs", {"query": "Oslo winter", "tags": ["travel"]})]},
+        {"role": "tool", "tool_call_id": "step00002", "name": "search_docs", "content": "Bring a coat."}],
+        "tools": [WEATHER, SEARCH], "add_generation_prompt": True, "enable_thinking": True}),
+    ("alternating_long", {"messages": [
+        {"role": "user", "content": "Count with me: one."},
+        {"role": "assistant", "content": "two"},
+        {"role": "user", "content": "three"},
+        {"role": "assistant", "content": "four"},
+        {"role": "user", "content": "five"}], "add_generation_prompt": True}),
+    ("unicode_no_system", {"messages": [
+        {"role": "user", "content": "¿Qué tal? Привет! 你好 🙂"},
+        {"role": "assistant", "content": "Bien — спасибо — 谢谢"},
+        {"role": "user", "content": "Ω ≈ ∑ «»"}], "add_generation_prompt": True}),
+    ("whitespace_user", {"messages": [
+        {"role": "user", "content": "\n\n  hello  \n"},
+        {"role": "assistant", "content": "  hi  "},
+        {"role": "user", "content": " ? "}], "add_generation_prompt": True}),
+    ("parts_user_only", {"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Part one. "}, {"type": "text", "text": "Part two."}]}],
+        "add_generation_prompt": True}),
+    ("tools_no_system", {"messages": [{"role": "user", "content": "Weather in Lima?"}], "tools": [WEATHER], "add_generation_prompt": True}),
+    ("tools_multi_turn", {"messages": [
+        {"role": "system", "content": SYS},
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi! I can check weather or search docs."},
+        {"role": "user", "content": "Search for 'speculative decoding'."}], "tools": [WEATHER, SEARCH], "add_generation_prompt": True}),
+    ("tools_thinking_off", {"messages": [{"role": "user", "content": "Find docs on batching."}], "tools": [SEARCH],
+                            "add_generation_prompt": True, "enable_thinking": False}),
+    ("tools_prefill", {"messages": [
+        {"role": "user", "content": "Weather in Cairo?"},
+        {"role": "assistant", "content": "I will check"}], "tools": [WEATHER], "add_generation_prompt": False}),
+]
+
+
+def make_env():
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(fmt):
+        return datetime.datetime.fromtimestamp(NOW, datetime.timezone.utc).strftime(fmt)
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+def pycoder_template(root):
+    with open(os.path.join(root, "models/pycoder/tokenizer_config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    special = {}
+    for k in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"):
+        v = cfg.get(k)
+        if isinstance(v, dict):
+            v = v.get("content")
+        if isinstance(v, str):
+            special[k] = v
+    if isinstance(cfg.get("additional_special_tokens"), list):
+        special["additional_special_tokens"] = cfg["additional_special_tokens"]
+    return cfg["chat_template"], special
+
+
+def render_cases(env, source, special):
+    tpl = env.from_string(source)
+    cases = []
+    for i, (name, conv) in enumerate(CONVERSATIONS):
+        ctx = {"tools": None, "documents": None, **special, **conv}
+        case = {"conversation": i, "name": name}
+        try:
+            case["output"] = tpl.render(**ctx)
+        except Exception as e:  # the C side must fail too (same message for raise_exception)
+            case["error"] = type(e).__name__
+            case["message"] = str(e)
+        cases.append(case)
+    return cases
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shared", default=os.path.join(root, "..", "shared"))
+    args = ap.parse_args()
+    out_dir = os.path.join(root, "tests/data/chat/expected")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(root, "tests/data/chat/conversations.jsonl"), "w", encoding="utf-8") as f:
+        for name, conv in CONVERSATIONS:
+            f.write(json.dumps(conv, ensure_ascii=False) + "\n")
+    env = make_env()
+    jobs = []
+    for path in sorted(glob.glob(os.path.join(args.shared, "templates", "*.jinja"))):
+        stem = os.path.basename(path)[: -len(".jinja")]
+        with open(path, encoding="utf-8") as f:
+            jobs.append((stem, os.path.basename(path), "shared", f.read(), SPECIAL.get(stem, {})))
+    src, special = pycoder_template(root)
+    jobs.append(("pycoder", "models/pycoder/tokenizer_config.json", "pycoder", src, special))
+    for stem, file, source, text, special in jobs:
+        cases = render_cases(env, text, special)
+        doc = {"template": file, "source": source, "jinja2": jinja2.__version__, "now": NOW,
+               "special": special, "cases": cases}
+        with open(os.path.join(out_dir, stem + ".json"), "w", encoding="utf-8") as f:
+            json.dump(doc, f, ensure_ascii=False, indent=1)
+            f.write("\n")
+        n_err = sum("error" in c for c in cases)
+        print(f"{stem}: {len(cases)} conversations, {n_err} raise")
+
+
+if __name__ == "__main__":
+    main()
