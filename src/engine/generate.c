@@ -1,12 +1,13 @@
-/* engine/generate.c: see generate.h. The loop: prefill all prompt tokens but the last, then
- * rounds of (propose, verify) with the newest token pending, until EOS, a stop string, the
- * token budget or the context's end. Committed text passes through a stop-string filter that
+/* engine/generate.c: see generate.h. The loop: prefill the prompt and commit the first token
+ * from its last row, then rounds of (propose, verify) with the newest token pending, until
+ * EOS, a stop string, the token budget or the context's end. Committed text passes through a stop-string filter that
  * holds back the longest stop string's length minus one byte. */
 #include "engine/generate.h"
 
 #include "base/err.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "spec/block_model.h"
 #include "spec/drafter.h"
 #include "spec/verify.h"
 #include "tokenizer/tokenizer.h"
@@ -150,10 +151,24 @@ static int record_round(struct run *r, const struct draft *d, int acc, int from_
     return OK;
 }
 
-static int setup_drafters(const struct gen_params *p, const struct gen_engine *e,
-                          struct drafter *lookup, struct drafter *dm) {
+static int setup_drafters(const struct gen_params *p, const struct gen_engine *e, int max_draft,
+                          int cap, struct drafter *lookup, struct drafter *dm) {
     int rc = OK;
     if (p->mode == GEN_LOOKUP) rc = lookup_drafter_new(3, 4, lookup);
+    if (p->mode == GEN_DSPARK || p->mode == GEN_DFLASH) {
+        enum arch want = p->mode == GEN_DSPARK ? ARCH_DSPARK : ARCH_DFLASH;
+        if (!e->block || block_model_config(e->block)->arch != want) {
+            log_error("%s mode needs a %s drafter (--drafter DIR)",
+                      p->mode == GEN_DSPARK ? "dspark" : "dflash",
+                      p->mode == GEN_DSPARK ? "DSpark" : "DFlash");
+            return ERR_ARG;
+        }
+        struct block_drafter_opts o = {.max_draft = max_draft, .cap = cap,
+                                       .confidence_threshold = p->confidence_threshold,
+                                       .per_slot = p->confidence_per_slot};
+        if (p->lookup_drafts) rc = lookup_drafter_new(4, 5, lookup);
+        if (!rc) rc = block_drafter_new(e->block, &p->sp, &o, dm);
+    }
     if (p->mode == GEN_DRAFT) {
         if (!e->draft) {
             log_error("draft mode needs a draft model (--drafter DIR)");
@@ -187,6 +202,10 @@ int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
         return ERR_FULL;
     }
     int max_draft = p->mode == GEN_BASELINE ? 0 : p->max_draft;
+    if ((p->mode == GEN_DSPARK || p->mode == GEN_DFLASH) && e->block && max_draft <= 0) {
+        int B = block_model_config(e->block)->block_size; /* 0: the whole block */
+        max_draft = p->mode == GEN_DSPARK ? B : B - 1;
+    }
     if (max_draft < 0) max_draft = 0;
     if (max_draft > VERIFY_MAX_DRAFT) max_draft = VERIFY_MAX_DRAFT;
     struct run r = {.e = e, .p = p, .emit = emit, .ctx = ctx, .out = out, .tok_eos = -1};
@@ -194,7 +213,8 @@ int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
     struct kv_cache *kv = NULL;
     struct sampler *s = NULL;
     struct verify v = {0};
-    int rc, drafted_cap = 0;
+    int rc, drafted_cap = 0, tapped = 0;
+    float *ptaps = NULL;
     long cap = (long)n_prompt + p->max_tokens + max_draft + 1;
     if (cap > c->max_pos) cap = c->max_pos;
     for (int i = 0; i < p->n_stop; i++)
@@ -209,16 +229,30 @@ int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
         goto done;
     }
     if ((rc = kv_new(e->target, (int)cap, &kv)) ||
-        (rc = verify_init(&v, e->target, kv, s, max_draft, p->top_logprobs)) ||
-        (rc = setup_drafters(p, e, &lookup, &dm)))
+        (rc = setup_drafters(p, e, max_draft, (int)cap, &lookup, &dm)))
+        goto done;
+    int tap_width = dm.n_taps * c->hidden_size; /* the drafter reads the target's layers */
+    if (dm.n_taps) {
+        if ((rc = model_set_taps(e->target, dm.tap_layers, dm.n_taps))) goto done;
+        tapped = 1;
+    }
+    if ((rc = verify_init(&v, e->target, kv, s, max_draft, p->top_logprobs, tap_width)))
         goto done;
     for (int i = 0; i < n_prompt; i++)
         if ((rc = push_id(&r.seq, &r.n_seq, &r.cap_seq, prompt[i]))) goto done;
+    /* Prefill the whole prompt (its taps go to the drafter), then commit the first token
+     * from the last row as a round without drafts would. */
     double t0 = timer_now();
-    if (n_prompt > 1) {
-        if ((rc = model_forward(e->target, kv, prompt, n_prompt - 1, NULL, 0))) goto done;
-        st->target_forwards += (n_prompt - 2) / 256 + 1;
+    if (tapped && !(ptaps = malloc(sizeof(float) * (size_t)tap_width * (size_t)n_prompt))) {
+        rc = ERR_NOMEM;
+        goto done;
     }
+    if ((rc = model_forward_taps(e->target, kv, prompt, n_prompt, v.logits, 0, ptaps))) goto done;
+    if (tapped && (rc = dm.ops->observe(&dm, ptaps, 0, n_prompt))) goto done;
+    st->target_forwards += (n_prompt - 1) / 256 + 1;
+    int acc0, stopped0;
+    static const struct draft none = {0};
+    if ((rc = verify_decide(&v, &none, commit, &r, &acc0, &stopped0)) || (rc = r.rc)) goto done;
     st->prefill_s = timer_now() - t0;
     t0 = timer_now();
     int32_t ids[VERIFY_MAX_DRAFT];
@@ -243,12 +277,14 @@ int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
         if (kmax > 0 && !d.n && dm.ops && (rc = dm.ops->propose(&dm, r.seq, r.n_seq, kmax, &d)))
             break;
         st->draft_s += timer_now() - td;
-        int acc, stopped;
+        int acc, stopped, pos = kv_len(kv);
         if ((rc = verify_round(&v, r.seq[r.n_seq - 1], &d, commit, &r, &acc, &stopped))) break;
         if (r.rc) {
             rc = r.rc;
             break;
         }
+        /* the pending token and the accepted drafts are committed: the drafter reads them */
+        if (tapped && !r.done && (rc = dm.ops->observe(&dm, v.taps, pos, acc + 1))) break;
         if (p->trace && (rc = record_round(&r, &d, acc, from_lookup, &drafted_cap))) break;
         st->rounds++;
         st->target_forwards++;
@@ -269,6 +305,8 @@ int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
             r.emit(r.ctx, -1, out->text + r.emitted, safe - r.emitted, NULL);
     }
 done:
+    if (tapped) model_set_taps(e->target, NULL, 0);
+    free(ptaps);
     drafter_free(&lookup);
     drafter_free(&dm);
     verify_deinit(&v);

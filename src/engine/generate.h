@@ -16,13 +16,15 @@
 #include <stdint.h>
 
 struct tokenizer;
+struct block_model;
 
-enum gen_mode { GEN_BASELINE, GEN_LOOKUP, GEN_DRAFT };
+enum gen_mode { GEN_BASELINE, GEN_LOOKUP, GEN_DRAFT, GEN_DSPARK, GEN_DFLASH };
 enum gen_finish { GEN_FINISH_LENGTH, GEN_FINISH_STOP };
 
 struct gen_engine {
     struct model *target;
     struct model *draft;   /* GEN_DRAFT's draft model (same tokenizer), or NULL */
+    struct block_model *block; /* GEN_DSPARK / GEN_DFLASH drafter, or NULL */
     struct tokenizer *tok; /* for text, EOS and stop strings; may be NULL (ids only) */
 };
 
@@ -38,6 +40,8 @@ struct gen_params {
     enum gen_mode mode;
     int max_draft;     /* drafts per round at most (lookup default 6) */
     int lookup_drafts; /* GEN_DRAFT: verify an n-gram continuation when there is one */
+    float confidence_threshold; /* GEN_DSPARK: end the block at low confidence (0 = off) */
+    int confidence_per_slot;    /* ... judged per draft, not by the survival product */
     int trace;         /* record every round's drafts in the result */
 };
 

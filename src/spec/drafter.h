@@ -27,11 +27,17 @@ struct drafter_ops {
     int (*propose)(struct drafter *d, const int32_t *seq, int n_seq, int n_max, struct draft *out);
     void (*reset)(struct drafter *d); /* forget everything: a new sequence follows */
     void (*free)(struct drafter *d);
+    /* Optional, for drafters that read the target's hidden states: the tapped layers' outputs
+     * taps[n, n_taps * H] of the committed positions pos0..pos0+n-1, from the target's own
+     * forward passes (prefill and verify). */
+    int (*observe)(struct drafter *d, const float *taps, int pos0, int n);
 };
 
 struct drafter {
     const struct drafter_ops *ops;
     void *ctx;
+    const int *tap_layers; /* target layers the drafter reads (observe), or NULL */
+    int n_taps;
 };
 
 static inline void drafter_free(struct drafter *d) {
@@ -50,5 +56,20 @@ int lookup_drafter_new(int min_n, int max_n, struct drafter *out);
  * temperature, top_k, top_p) and reports it in draft.q; otherwise drafts are greedy. */
 int draft_model_drafter_new(struct model *dm, const struct sample_params *sp, int max_draft,
                             struct drafter *out);
+
+/* block_drafter.c: DSpark or DFlash (the checkpoint's architecture decides) over bm, for a
+ * sequence of up to cap positions. confidence_threshold (DSpark, 0 = off) truncates the block:
+ * with per_slot == 0 at the first draft whose survival product (the chance that it and every
+ * draft before it are accepted) falls below it, keeping at least one; with per_slot == 1 at
+ * the first draft whose own confidence is below it, possibly none (DeepSpec's rule). */
+struct block_model;
+struct block_drafter_opts {
+    int max_draft;
+    int cap;
+    float confidence_threshold;
+    int per_slot;
+};
+int block_drafter_new(struct block_model *bm, const struct sample_params *sp,
+                      const struct block_drafter_opts *o, struct drafter *out);
 
 #endif

@@ -12,7 +12,7 @@
 #include <string.h>
 
 int verify_init(struct verify *v, struct model *m, struct kv_cache *kv, struct sampler *s,
-                int max_draft, int top_logprobs) {
+                int max_draft, int top_logprobs, int tap_width) {
     memset(v, 0, sizeof *v);
     int V = model_config(m)->vocab_size;
     v->m = m;
@@ -23,7 +23,9 @@ int verify_init(struct verify *v, struct model *m, struct kv_cache *kv, struct s
     v->logits = malloc(sizeof(float) * (size_t)V * (size_t)(v->max_draft + 1));
     v->raw = malloc(sizeof(float) * (size_t)V);
     v->dense = calloc((size_t)V, sizeof(float));
-    if (!v->logits || !v->raw || !v->dense) {
+    if (tap_width > 0)
+        v->taps = malloc(sizeof(float) * (size_t)tap_width * (size_t)(v->max_draft + 1));
+    if (!v->logits || !v->raw || !v->dense || (tap_width > 0 && !v->taps)) {
         verify_deinit(v);
         return ERR_NOMEM;
     }
@@ -34,6 +36,7 @@ void verify_deinit(struct verify *v) {
     free(v->logits);
     free(v->raw);
     free(v->dense);
+    free(v->taps);
     memset(v, 0, sizeof *v);
 }
 
@@ -113,7 +116,7 @@ int verify_round(struct verify *v, int32_t pending, const struct draft *d, verif
     in[0] = pending;
     if (k) memcpy(in + 1, d->ids, sizeof(int32_t) * (size_t)k);
     int base = kv_len(v->kv);
-    int rc = model_forward(v->m, v->kv, in, k + 1, v->logits, 1);
+    int rc = model_forward_taps(v->m, v->kv, in, k + 1, v->logits, 1, v->taps);
     if (rc) {
         *n_accepted = *stopped = 0;
         return rc;

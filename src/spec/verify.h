@@ -31,13 +31,16 @@ struct verify {
     float *logits;    /* [max_draft + 1, vocab] */
     float *raw;       /* [vocab] a row before penalties, for logprobs */
     float *dense;     /* [vocab] zeros, scratch of sample_residual */
+    float *taps;      /* [max_draft + 1, tap_width] the target's taps of the last round, or NULL */
 };
 
 /* Receives each committed token (and its raw logprobs when asked for); nonzero stops. */
 typedef int verify_commit_fn(void *ctx, int32_t id, const struct logprobs *lp);
 
+/* tap_width > 0: each round also records the target's hidden-state taps (model_set_taps())
+ * of its rows into v->taps, tap_width floats per row. */
 int verify_init(struct verify *v, struct model *m, struct kv_cache *kv, struct sampler *s,
-                int max_draft, int top_logprobs);
+                int max_draft, int top_logprobs, int tap_width);
 void verify_deinit(struct verify *v);
 
 /* Runs one round. The cache must hold every token before `pending`. On return it holds every

@@ -162,7 +162,7 @@ TEST(sampling_matches_target_distribution) {
         struct kv_cache *kv;
         REQUIRE(s && kv_new(t, 64, &kv) == 0);
         struct verify v;
-        REQUIRE(verify_init(&v, t, kv, s, 2, -1) == 0);
+        REQUIRE(verify_init(&v, t, kv, s, 2, -1, 0) == 0);
         /* row 0: after the prompt; its expected p and a reversed q */
         REQUIRE(model_forward(t, kv, prompt, 12, v.logits, 0) == 0);
         memcpy(rows, v.logits, sizeof(float) * V);

@@ -1,0 +1,47 @@
+/* spec/block_model.h: the backbone shared by the DSpark and DFlash drafters. It reads the
+ * target's hidden states: each committed position's tapped layers are fused into a context
+ * row, ctx = hidden_norm(fc(taps)), whose keys and values every drafter layer caches once.
+ * A block [anchor, mask, ...] then runs through the drafter layers at the next positions,
+ * attending to the whole context and to the whole block (no causal mask).
+ * struct block_model holds weights and is shared; struct block_state is one sequence's
+ * context cache and scratch. The target model must outlive both (embeddings, lm_head and
+ * thread pool are the target's unless the checkpoint ships its own embed_tokens/lm_head). */
+#ifndef DSPARK_SPEC_BLOCK_MODEL_H
+#define DSPARK_SPEC_BLOCK_MODEL_H
+
+#include "format/hf_config.h"
+
+#include <stdint.h>
+
+struct model;
+struct block_model;
+struct block_state;
+
+/* Loads dir (config.json with Qwen3DSparkModel or DFlashDraftModel, model.safetensors) to run
+ * beside target, checking that the two fit together (hidden size, layers, vocabulary). */
+int block_model_load(const char *dir, struct model *target, struct block_model **out);
+void block_model_free(struct block_model *bm);
+const struct hf_config *block_model_config(const struct block_model *bm);
+
+/* A context cache for up to cap positions (context plus one block). */
+int block_state_new(struct block_model *bm, int cap, struct block_state **out);
+void block_state_free(struct block_state *st);
+void block_state_reset(struct block_state *st);
+int block_state_len(const struct block_state *st); /* context rows held */
+
+/* Appends n context rows for the next positions from the target's taps fused[n, n_taps * H].
+ * ctx_rows (optional) receives the rows [n, H]. */
+int block_ctx_append(struct block_state *st, const float *fused, int n, float *ctx_rows);
+/* Runs ids[0..B) at positions len..len+B-1: hidden[B, H] after the final norm; layer_out
+ * (optional) [n_layers, B, H] holds the residual after each layer. The context is unchanged. */
+int block_forward(struct block_state *st, const int32_t *ids, int B, float *hidden,
+                  float *layer_out);
+/* logits[n, V] from hidden rows, with the drafter's lm_head or the target's. */
+void block_logits(struct block_state *st, const float *hidden, int n, float *logits);
+/* DSpark heads: bias[V] = W2 · W1[prev]; the confidence logit w·[h ; W1[prev]] + b. */
+void block_markov_bias(struct block_state *st, int32_t prev, float *bias);
+float block_confidence_logit(struct block_state *st, const float *h, int32_t prev);
+int block_has_markov(const struct block_model *bm);
+int block_has_confidence(const struct block_model *bm);
+
+#endif
