@@ -1,10 +1,755 @@
-/* cli/cmd_benchmark.c: `dspark benchmark` (being written; see issue 4). */
+/* cli/cmd_benchmark.c: `dspark benchmark`: decoding speed of baseline and speculative modes
+ * over prompt sets in the {"turns": [...]} JSONL format. Every run specification ("run":
+ * a mode with its max-draft) generates from the same prompts; within a trial each prompt runs
+ * under every run back to back, baseline first, so a disturbance on the machine hits all runs
+ * alike. Per category, tokens/s are token-weighted (tokens / seconds over the category's
+ * prompts) within a trial, then the median over trials is reported. Greedy outputs of every
+ * run are checked against baseline's ids on the fly: a mismatch is a bug and is printed. */
+#include "cli/args.h"
 #include "cli/commands.h"
 
+#include "base/fs.h"
+#include "base/thread.h"
+#include "engine/generate.h"
+#include "tokenizer/tokenizer.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DEFAULT_MODEL   "models/pycoder"
+#define DEFAULT_DRAFTER "models/pycoder-draft"
+#define SHARED_PROMPTS  "../shared/bench/prompts"
+#define REPO_PROMPTS    "bench/prompts"
+#define MAX_RUNS        8
+#define MAX_FILES       32
+#define MAX_CATS        16
+
+static void usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: dspark benchmark [flags]\n\n"
+        "  --model DIR             target model folder (default " DEFAULT_MODEL ")\n"
+        "  --drafter DIR           draft model folder (default " DEFAULT_DRAFTER ")\n"
+        "  --modes LIST            comma-separated runs, each baseline | lookup | draft |\n"
+        "                          draft-nolookup, optionally NAME:N for max-draft N\n"
+        "                          (default baseline,lookup,draft; baseline always runs first)\n"
+        "  --prompts FILE[,FILE]   JSONL files of {\"turns\": [...]} (first turn used); the\n"
+        "                          category is named after the file (default: " SHARED_PROMPTS "\n"
+        "                          mt-bench=chat, humaneval+mbpp=code, gsm8k+math500=math,\n"
+        "                          plus " REPO_PROMPTS "/copy.jsonl=copy)\n"
+        "  --categories LIST       only these categories (e.g. chat,copy)\n"
+        "  --limit N               prompts per file, evenly spaced through it (default 10)\n"
+        "  --max-new-tokens N      new tokens per prompt at most (default 128)\n"
+        "  --max-draft N           drafts per round (default: 6 lookup, 4 draft)\n"
+        "  --trials N              timed passes over the prompts; medians reported (default 3)\n"
+        "  --threads N             CPU threads (default: all cores)\n"
+        "  --temperature T         0 = greedy (default 0); > 0 samples with seed = prompt\n"
+        "                          index and skips the exactness check\n"
+        "  --no-chat               raw prompt text (default: a ChatML user turn when the\n"
+        "                          tokenizer has <|im_start|> and <|im_end|>)\n"
+        "  --json FILE             write the results as JSON\n");
+}
+
+/* ---- options ---- */
+
+struct run_spec {
+    enum gen_mode mode;
+    int max_draft; /* < 0: the mode's default */
+    int lookup_drafts;
+    char name[32];
+};
+
+struct opts {
+    const char *model_dir, *drafter_dir, *prompts, *categories, *json_path;
+    struct run_spec runs[MAX_RUNS];
+    int n_runs;
+    int limit, max_new, max_draft, trials, threads, chat;
+    float temperature;
+};
+
+static int parse_run(const char *s, size_t len, struct run_spec *r) {
+    static const struct {
+        const char *name;
+        enum gen_mode mode;
+        int lookup_drafts;
+    } kinds[] = {{"baseline", GEN_BASELINE, 0},
+                 {"lookup", GEN_LOOKUP, 0},
+                 {"draft", GEN_DRAFT, 1},
+                 {"draft-nolookup", GEN_DRAFT, 0}};
+    const char *colon = memchr(s, ':', len);
+    size_t n = colon ? (size_t)(colon - s) : len;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        if (strlen(kinds[k].name) != n || strncmp(s, kinds[k].name, n)) continue;
+        *r = (struct run_spec){kinds[k].mode, -1, kinds[k].lookup_drafts, ""};
+        if (colon) {
+            char num[16];
+            size_t m = len - n - 1;
+            if (!m || m >= sizeof num || r->mode == GEN_BASELINE) break;
+            memcpy(num, colon + 1, m);
+            num[m] = 0;
+            if (args_int("--modes (max-draft)", num, 1, 64, &r->max_draft)) return -1;
+        }
+        snprintf(r->name, sizeof r->name, "%.*s", (int)len, s);
+        return 0;
+    }
+    fprintf(stderr,
+            "error: --modes takes baseline, lookup, draft or draft-nolookup, each "
+            "optionally :N (max-draft), got '%.*s'\n",
+            (int)len, s);
+    return -1;
+}
+
+/* Baseline goes first (added when missing): speedups and the exactness check refer to it. */
+static int parse_runs(const char *v, struct opts *o) {
+    struct run_spec tmp[MAX_RUNS];
+    int n = 0, have_base = 0;
+    for (const char *s = v; s && *s;) {
+        const char *comma = strchr(s, ',');
+        size_t len = comma ? (size_t)(comma - s) : strlen(s);
+        if (n == MAX_RUNS - 1) {
+            fprintf(stderr, "error: --modes takes at most %d runs\n", MAX_RUNS - 1);
+            return -1;
+        }
+        if (parse_run(s, len, &tmp[n])) return -1;
+        if (tmp[n].mode != GEN_BASELINE || !have_base++) n++;
+        s = comma ? comma + 1 : s + len;
+    }
+    o->n_runs = 0;
+    o->runs[o->n_runs++] = (struct run_spec){GEN_BASELINE, 0, 0, "baseline"};
+    for (int i = 0; i < n; i++)
+        if (tmp[i].mode != GEN_BASELINE) o->runs[o->n_runs++] = tmp[i];
+    return 0;
+}
+
+/* Returns 0 to go on, else the exit code (help printed: -1). */
+static int parse(int argc, char **argv, struct opts *o) {
+    struct args a = {.argc = argc, .argv = argv};
+    for (a.i = 1; a.i < argc; a.i++) {
+        int bad = 0;
+        const char *arg = argv[a.i];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            usage(stdout);
+            return -1;
+        } else if (args_flag(&a, "--model")) {
+            bad = !(o->model_dir = a.value);
+        } else if (args_flag(&a, "--drafter")) {
+            bad = !(o->drafter_dir = a.value);
+        } else if (args_flag(&a, "--modes")) {
+            bad = !a.value || parse_runs(a.value, o);
+        } else if (args_flag(&a, "--prompts")) {
+            bad = !(o->prompts = a.value);
+        } else if (args_flag(&a, "--categories")) {
+            bad = !(o->categories = a.value);
+        } else if (args_flag(&a, "--limit")) {
+            bad = args_int(arg, a.value, 1, 1 << 20, &o->limit);
+        } else if (args_flag(&a, "--max-new-tokens")) {
+            bad = args_int(arg, a.value, 1, 1 << 20, &o->max_new);
+        } else if (args_flag(&a, "--max-draft")) {
+            bad = args_int(arg, a.value, 1, 64, &o->max_draft);
+        } else if (args_flag(&a, "--trials")) {
+            bad = args_int(arg, a.value, 1, 1000, &o->trials);
+        } else if (args_flag(&a, "--threads")) {
+            bad = args_int(arg, a.value, 1, 1024, &o->threads);
+        } else if (args_flag(&a, "--temperature")) {
+            bad = args_float(arg, a.value, 0, 100, &o->temperature);
+        } else if (args_flag(&a, "--json")) {
+            bad = !(o->json_path = a.value);
+        } else if (!strcmp(arg, "--no-chat")) {
+            o->chat = 0;
+        } else {
+            fprintf(stderr, "error: unknown flag '%s' (see dspark benchmark --help)\n", arg);
+            return 2;
+        }
+        if (bad) return 2;
+    }
+    return 0;
+}
+
+/* ---- prompts ---- */
+
+struct prompt {
+    int cat;        /* index into bench.cats */
+    int file, line; /* where it came from (line is 1-based) */
+    int32_t *ids;
+    int n_ids;
+    int32_t *ref; /* baseline's output ids from the first trial */
+    int n_ref;
+    int fired; /* a lookup run drafted from the n-gram index on it */
+};
+
+struct bench {
+    struct opts o;
+    const char *files[MAX_FILES];
+    char *file_mem[MAX_FILES];
+    int n_files;
+    char cats[MAX_CATS][32];
+    int n_cats;
+    struct prompt *prompts;
+    int n_prompts;
+    struct gen_engine e;
+    int done, total;         /* progress */
+    struct gen_stats *stats; /* see stats_at() */
+    int have_lookup;         /* a lookup run is among the runs */
+    int compared, mismatches;
+};
+
+/* The category a prompt file stands for, from its name. */
+static void file_category(const char *path, char *out, size_t cap) {
+    static const char *map[][2] = {{"mt-bench", "chat"}, {"humaneval", "code"}, {"mbpp", "code"},
+                                   {"gsm8k", "math"},    {"math500", "math"},   {"copy", "copy"}};
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base);
+    if (n > 6 && !strcmp(base + n - 6, ".jsonl")) n -= 6;
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strlen(map[i][0]) == n && !strncmp(base, map[i][0], n)) {
+            snprintf(out, cap, "%s", map[i][1]);
+            return;
+        }
+    snprintf(out, cap, "%.*s", (int)n, base);
+}
+
+static int in_list(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *s = list; s && *s;) {
+        const char *comma = strchr(s, ',');
+        size_t len = comma ? (size_t)(comma - s) : strlen(s);
+        if (len == n && !strncmp(s, name, n)) return 1;
+        s = comma ? comma + 1 : s + len;
+    }
+    return 0;
+}
+
+static int add_file(struct bench *b, const char *path, int owned) {
+    if (b->n_files == MAX_FILES) {
+        fprintf(stderr, "error: at most %d prompt files\n", MAX_FILES);
+        return -1;
+    }
+    char *copy = owned ? strdup(path) : NULL;
+    if (owned && !copy) return -1;
+    b->file_mem[b->n_files] = copy;
+    b->files[b->n_files++] = owned ? copy : path;
+    return 0;
+}
+
+/* --prompts, or the shared sets plus the repository's copy-heavy set; without ../shared, every
+ * file of the repository's set. */
+static int list_files(struct bench *b) {
+    static const char *shared[] = {"mt-bench.jsonl", "humaneval.jsonl", "mbpp.jsonl", "gsm8k.jsonl",
+                                   "math500.jsonl"};
+    char path[4096];
+    if (b->o.prompts) {
+        for (const char *s = b->o.prompts; *s;) {
+            const char *comma = strchr(s, ',');
+            size_t len = comma ? (size_t)(comma - s) : strlen(s);
+            snprintf(path, sizeof path, "%.*s", (int)len, s);
+            if (len && add_file(b, path, 1)) return -1;
+            s = comma ? comma + 1 : s + len;
+        }
+        return 0;
+    }
+    if (fs_exists(SHARED_PROMPTS)) {
+        for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) {
+            snprintf(path, sizeof path, "%s/%s", SHARED_PROMPTS, shared[i]);
+            if (fs_exists(path) && add_file(b, path, 1)) return -1;
+        }
+        return add_file(b, REPO_PROMPTS "/copy.jsonl", 0);
+    }
+    fprintf(stderr, "note: %s not found: using the repository's prompt set (%s) only\n",
+            SHARED_PROMPTS, REPO_PROMPTS);
+    DIR *d = opendir(REPO_PROMPTS);
+    if (!d) {
+        fprintf(stderr, "error: no prompt files: %s and %s are missing\n", SHARED_PROMPTS,
+                REPO_PROMPTS);
+        fprintf(stderr, "hint: run from the repository root or pass --prompts FILE\n");
+        return -1;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (n <= 6 || strcmp(de->d_name + n - 6, ".jsonl")) continue;
+        snprintf(path, sizeof path, "%s/%s", REPO_PROMPTS, de->d_name);
+        if (add_file(b, path, 1)) break;
+    }
+    closedir(d);
+    return 0;
+}
+
+/* The prompt as the model sees it. A ChatML user turn when the tokenizer knows the markers; the
+ * model's own chat template replaces this once the chat module lands. Heap string. */
+static char *wrap_prompt(const struct tokenizer *t, const char *turn, int chat) {
+    static const char head[] = "<|im_start|>user\n", tail[] = "<|im_end|>\n<|im_start|>assistant\n";
+    int ml = chat && tokenizer_find(t, "<|im_start|>") >= 0 && tokenizer_find(t, "<|im_end|>") >= 0;
+    size_t n = strlen(turn);
+    char *s = malloc(n + sizeof head + sizeof tail);
+    if (!s) return NULL;
+    if (ml)
+        snprintf(s, n + sizeof head + sizeof tail, "%s%s%s", head, turn, tail);
+    else
+        memcpy(s, turn, n + 1);
+    return s;
+}
+
+static int cat_index(struct bench *b, const char *name) {
+    for (int i = 0; i < b->n_cats; i++)
+        if (!strcmp(b->cats[i], name)) return i;
+    if (b->n_cats == MAX_CATS) return -1;
+    snprintf(b->cats[b->n_cats], sizeof b->cats[0], "%s", name);
+    return b->n_cats++;
+}
+
+/* Reads up to --limit prompts of one file, evenly spaced through it, and tokenizes them. */
+static int load_file(struct bench *b, int f, int max_prompt) {
+    char cat[32], *text = NULL;
+    size_t len;
+    file_category(b->files[f], cat, sizeof cat);
+    if (b->o.categories && !in_list(b->o.categories, cat)) return 0;
+    int c = cat_index(b, cat);
+    if (c < 0) {
+        fprintf(stderr, "error: at most %d categories\n", MAX_CATS);
+        return -1;
+    }
+    if (fs_read_file(b->files[f], &text, &len, (size_t)1 << 30)) return -1;
+    int n_lines = 0;
+    for (size_t i = 0; i < len; i++) n_lines += text[i] == '\n' || (i + 1 == len);
+    int want = b->o.limit < n_lines ? b->o.limit : n_lines, taken = 0, skipped = 0;
+    char *line = text;
+    for (int ln = 0, next = 0; line < text + len && taken < want; ln++) {
+        char *nl = memchr(line, '\n', (size_t)(text + len - line));
+        size_t n = nl ? (size_t)(nl - line) : (size_t)(text + len - line);
+        /* the k-th pick is line k * n_lines / want (0-based); later lines fill skipped ones */
+        if (ln >= next) {
+            cJSON *j = cJSON_ParseWithLength(line, n);
+            cJSON *turn = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "turns"), 0);
+            char *s =
+                cJSON_IsString(turn) ? wrap_prompt(b->e.tok, turn->valuestring, b->o.chat) : NULL;
+            int32_t *ids = NULL;
+            int n_ids = 0;
+            if (s && !tokenizer_encode(b->e.tok, s, strlen(s), &ids, &n_ids) && n_ids > 0 &&
+                n_ids <= max_prompt) {
+                struct prompt *p = realloc(b->prompts, sizeof *p * (size_t)(b->n_prompts + 1));
+                if (!p) {
+                    free(ids), free(s), cJSON_Delete(j), free(text);
+                    return -1;
+                }
+                b->prompts = p;
+                p[b->n_prompts++] = (struct prompt){c, f, ln + 1, ids, n_ids, NULL, 0, 0};
+                taken++;
+                next = (int)((long)taken * n_lines / want);
+            } else {
+                skipped++;
+                free(ids);
+            }
+            free(s);
+            cJSON_Delete(j);
+        }
+        line = nl ? nl + 1 : text + len;
+    }
+    if (skipped)
+        fprintf(stderr, "note: %s: skipped %d lines (no first turn, or too long for the context)\n",
+                b->files[f], skipped);
+    free(text);
+    return 0;
+}
+
+/* ---- measurement ---- */
+
+static void progress(struct bench *b, const char *run, const char *cat, int trial) {
+    int width = 30, filled = b->total ? b->done * width / b->total : width;
+    if (isatty(2)) {
+        fprintf(stderr, "\r[%.*s%*s] %3d%% %d/%d trial %d/%d %-16s %-8s", filled,
+                "==============================", width - filled, "",
+                b->total ? 100 * b->done / b->total : 100, b->done, b->total, trial + 1,
+                b->o.trials, run, cat);
+        if (b->done == b->total) fprintf(stderr, "\n");
+    } else if (b->done == b->total || b->done % (b->total / 10 > 0 ? b->total / 10 : 1) == 0) {
+        fprintf(stderr, "progress: %d/%d generations (%d%%)\n", b->done, b->total,
+                b->total ? 100 * b->done / b->total : 100);
+    }
+}
+
+static void params_for(const struct bench *b, const struct run_spec *r, int prompt_index,
+                       struct gen_params *gp) {
+    const struct hf_config *c = model_config(b->e.target);
+    *gp = (struct gen_params){.max_tokens = b->o.max_new, .top_logprobs = -1, .mode = r->mode};
+    gp->max_draft = r->max_draft > 0        ? r->max_draft
+                    : b->o.max_draft > 0    ? b->o.max_draft
+                    : r->mode == GEN_LOOKUP ? 6
+                                            : 4;
+    if (r->mode == GEN_BASELINE) gp->max_draft = 0;
+    gp->lookup_drafts = r->lookup_drafts;
+    gp->sp.temperature = b->o.temperature;
+    gp->sp.top_p = b->o.temperature > 0 && c->do_sample ? c->top_p : 1;
+    gp->sp.top_k = b->o.temperature > 0 && c->do_sample ? c->top_k : 0;
+    gp->sp.seed = (uint64_t)prompt_index;
+}
+
+/* Compares a greedy output with baseline's; prints and counts a mismatch. */
+static void check_exact(struct bench *b, struct prompt *p, const struct run_spec *r,
+                        const struct gen_result *res, int trial) {
+    b->compared++;
+    int n = res->n_ids < p->n_ref ? res->n_ids : p->n_ref, at = 0;
+    while (at < n && res->ids[at] == p->ref[at]) at++;
+    if (at == n && res->n_ids == p->n_ref) return;
+    b->mismatches++;
+    fprintf(stderr,
+            "%sMISMATCH: %s, trial %d, %s line %d: first difference at output token %d "
+            "(baseline %d, %s %d; lengths %d and %d)\n",
+            isatty(2) ? "\n" : "", r->name, trial + 1, b->files[p->file], p->line, at,
+            at < p->n_ref ? p->ref[at] : -1, r->name, at < res->n_ids ? res->ids[at] : -1, p->n_ref,
+            res->n_ids);
+}
+
+static int run_one(struct bench *b, int pi, const struct run_spec *r, struct gen_result *res) {
+    struct gen_params gp;
+    params_for(b, r, pi, &gp);
+    struct prompt *p = &b->prompts[pi];
+    int rc = gen_run(&b->e, p->ids, p->n_ids, &gp, NULL, NULL, res);
+    if (rc)
+        fprintf(stderr, "error: %s failed on %s line %d\n", r->name, b->files[p->file], p->line);
+    return rc;
+}
+
+/* The statistics of every generation: b->stats[(run * trials + trial) * n_prompts + prompt]. */
+static struct gen_stats *stats_at(const struct bench *b, int run, int trial, int prompt) {
+    return &b->stats[((size_t)run * (size_t)b->o.trials + (size_t)trial) * (size_t)b->n_prompts +
+                     (size_t)prompt];
+}
+
+static int measure(struct bench *b) {
+    const struct opts *o = &b->o;
+    struct gen_result res;
+    for (int ri = 0; ri < o->n_runs; ri++) { /* warm-up: caches, page faults, thread pool */
+        if (run_one(b, 0, &o->runs[ri], &res)) return -1;
+        gen_result_free(&res);
+    }
+    b->total = o->trials * b->n_prompts * o->n_runs;
+    for (int t = 0; t < o->trials; t++) {
+        for (int pi = 0; pi < b->n_prompts; pi++) {
+            struct prompt *p = &b->prompts[pi];
+            for (int ri = 0; ri < o->n_runs; ri++) {
+                const struct run_spec *r = &o->runs[ri];
+                if (run_one(b, pi, r, &res)) return -1;
+                *stats_at(b, ri, t, pi) = res.stats;
+                if (o->temperature <= 0) {
+                    if (!p->ref) { /* baseline runs first: its first output is the reference */
+                        p->ref = res.ids;
+                        p->n_ref = res.n_ids;
+                        res.ids = NULL;
+                    } else {
+                        check_exact(b, p, r, &res, t);
+                    }
+                }
+                gen_result_free(&res);
+                b->done++;
+                progress(b, r->name, b->cats[p->cat], t);
+            }
+        }
+    }
+    /* prompts on which no lookup run's index ever proposed a draft */
+    for (int ri = 0; ri < o->n_runs; ri++) {
+        if (o->runs[ri].mode != GEN_LOOKUP) continue;
+        b->have_lookup = 1;
+        for (int t = 0; t < o->trials; t++)
+            for (int pi = 0; pi < b->n_prompts; pi++)
+                b->prompts[pi].fired |= stats_at(b, ri, t, pi)->lookup_rounds > 0;
+    }
+    return 0;
+}
+
+/* ---- report ---- */
+
+/* Prompt groups: a category (0 .. n_cats-1), all prompts, or those where lookup never fired. */
+static int group_all(const struct bench *b) {
+    return b->n_cats;
+}
+static int in_group(const struct bench *b, int pi, int g) {
+    const struct prompt *p = &b->prompts[pi];
+    return g < b->n_cats ? p->cat == g : g == group_all(b) ? 1 : !p->fired;
+}
+static const char *group_name(const struct bench *b, int g) {
+    return g < b->n_cats ? b->cats[g] : g == group_all(b) ? "all" : "no-fire";
+}
+
+static int cmp_double(const void *x, const void *y) {
+    double a = *(const double *)x, c = *(const double *)y;
+    return (a > c) - (a < c);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double ratio(double a, double c) {
+    return c > 0 ? a / c : 0;
+}
+
+struct summary {
+    int prompts;
+    double gen;                                     /* tokens generated per trial */
+    double decode_tok_s, decode_best, decode_worst; /* median, max and min over trials */
+    double tok_s;                                   /* end to end (prefill + decode), median */
+    double accept, tok_round;                       /* accepted drafts and tokens per round */
+    double lookup_share, lookup_prompts;            /* of rounds, of prompts */
+    double draft_share;                             /* of decode time spent drafting */
+    double speedup; /* median over trials of decode tok/s / baseline's in the same trial */
+};
+
+/* Token-weighted rates over a group's prompts within each trial, then median over trials. */
+static void rates(const struct bench *b, int ri, int g, struct summary *s, double *dec) {
+    int T = b->o.trials;
+    double e2e[1000];
+    double gen = 0, rounds = 0, accepted = 0, lookups = 0, ds = 0, dd = 0, lp = 0;
+    memset(s, 0, sizeof *s);
+    s->decode_worst = 1e300;
+    for (int t = 0; t < T; t++) {
+        double tg = 0, tdec = 0, tpre = 0;
+        for (int pi = 0; pi < b->n_prompts; pi++) {
+            if (!in_group(b, pi, g)) continue;
+            const struct gen_stats *st = stats_at(b, ri, t, pi);
+            tg += st->n_generated, tdec += st->decode_s, tpre += st->prefill_s;
+            rounds += st->rounds, accepted += st->accepted, lookups += st->lookup_rounds;
+            ds += st->draft_s, lp += st->lookup_rounds > 0;
+            s->prompts += t == 0;
+        }
+        dec[t] = ratio(tg, tdec);
+        e2e[t] = ratio(tg, tdec + tpre);
+        gen += tg, dd += tdec;
+        if (dec[t] > s->decode_best) s->decode_best = dec[t];
+        if (dec[t] < s->decode_worst) s->decode_worst = dec[t];
+    }
+    s->tok_s = median(e2e, T);
+    s->gen = gen / T;
+    /* greedy rounds are the same in every trial; under sampling these are means over trials */
+    s->accept = ratio(accepted, rounds);
+    s->tok_round = ratio(gen, rounds);
+    s->lookup_share = ratio(lookups, rounds);
+    s->lookup_prompts = ratio(lp, (double)T * s->prompts);
+    s->draft_share = ratio(ds, dd);
+}
+
+static void summarize(const struct bench *b, int ri, int g, struct summary *s) {
+    int T = b->o.trials;
+    double dec[1000], base[1000], paired[1000];
+    rates(b, 0, g, s, base);
+    rates(b, ri, g, s, dec);
+    for (int t = 0; t < T; t++) paired[t] = ratio(dec[t], base[t]);
+    s->speedup = median(paired, T);
+    s->decode_tok_s = median(dec, T); /* sorts dec */
+}
+
+static int n_groups(const struct bench *b) {
+    return b->n_cats + 1 + b->have_lookup; /* the categories, all, no-fire */
+}
+
+static void print_table(const struct bench *b) {
+    printf("\n%-16s %-8s %7s %7s %12s %7s %10s %8s %9s %9s %8s %7s\n", "run", "category", "prompts",
+           "tokens", "decode tok/s", "range%", "e2e tok/s", "speedup", "acc/round", "tok/round",
+           "lookup%", "draft%");
+    for (int ri = 0; ri < b->o.n_runs; ri++) {
+        for (int g = 0; g < n_groups(b); g++) {
+            struct summary s;
+            summarize(b, ri, g, &s);
+            if (!s.prompts || (g == group_all(b) && b->n_cats == 1)) continue;
+            printf("%-16s %-8s %7d %7.0f %12.1f %7.1f %10.1f %7.2fx %9.2f %9.2f %8.1f %7.1f\n",
+                   b->o.runs[ri].name, group_name(b, g), s.prompts, s.gen, s.decode_tok_s,
+                   100 * ratio(s.decode_best - s.decode_worst, s.decode_tok_s), s.tok_s, s.speedup,
+                   s.accept, s.tok_round, 100 * s.lookup_share, 100 * s.draft_share);
+        }
+    }
+    printf("\ndecode tok/s: median over trials of generated tokens / decode seconds, summed over "
+           "the group's prompts; range%%: (max - min) / median; speedup: median over trials of the "
+           "ratio to baseline's decode tok/s in the same trial; lookup%%: share of rounds "
+           "drafted by the n-gram index; draft%%: share of decode time spent drafting");
+    if (b->have_lookup) printf("; no-fire: prompts on which lookup never proposed a draft");
+    printf("\n");
+    if (b->o.temperature <= 0)
+        printf("exactness: %d greedy outputs compared with baseline's ids, %d mismatch%s\n",
+               b->compared, b->mismatches, b->mismatches == 1 ? "" : "es");
+    else
+        printf("exactness: not checked (temperature > 0)\n");
+}
+
+static void cpu_name(char *out, size_t cap) {
+    snprintf(out, cap, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !colon) continue;
+        colon += 1 + (colon[1] == ' ');
+        colon[strcspn(colon, "\n")] = 0;
+        snprintf(out, cap, "%s", colon);
+        break;
+    }
+    if (f) fclose(f);
+}
+
+static void git_commit(char *out, size_t cap) {
+    snprintf(out, cap, "unknown");
+    FILE *p = popen("git rev-parse HEAD 2>/dev/null", "r");
+    char line[128];
+    if (p && fgets(line, sizeof line, p) && strlen(line) >= 40) {
+        line[strcspn(line, "\n")] = 0;
+        snprintf(out, cap, "%s", line);
+    }
+    if (p) pclose(p);
+}
+
+static cJSON *summary_json(cJSON *o, const struct summary *s) {
+    cJSON_AddNumberToObject(o, "prompts", s->prompts);
+    cJSON_AddNumberToObject(o, "tokens", s->gen);
+    cJSON_AddNumberToObject(o, "tok_s", s->tok_s);
+    cJSON_AddNumberToObject(o, "decode_tok_s", s->decode_tok_s);
+    cJSON_AddNumberToObject(o, "decode_tok_s_best", s->decode_best);
+    cJSON_AddNumberToObject(o, "decode_tok_s_worst", s->decode_worst);
+    cJSON_AddNumberToObject(o, "speedup", s->speedup);
+    cJSON_AddNumberToObject(o, "accept", s->accept);
+    cJSON_AddNumberToObject(o, "tokens_per_round", s->tok_round);
+    cJSON_AddNumberToObject(o, "lookup_share", s->lookup_share);
+    cJSON_AddNumberToObject(o, "lookup_prompt_share", s->lookup_prompts);
+    cJSON_AddNumberToObject(o, "draft_time_share", s->draft_share);
+    return o;
+}
+
+static int write_json(const struct bench *b, const char *path, int threads) {
+    const struct opts *o = &b->o;
+    char cpu[256], commit[64];
+    cpu_name(cpu, sizeof cpu);
+    git_commit(commit, sizeof commit);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "device", cpu);
+    cJSON_AddNumberToObject(j, "cores", cpu_count());
+    cJSON_AddStringToObject(j, "model", o->model_dir);
+    int any_draft = 0;
+    for (int i = 0; i < o->n_runs; i++) any_draft |= o->runs[i].mode == GEN_DRAFT;
+    if (any_draft)
+        cJSON_AddStringToObject(j, "drafter", o->drafter_dir);
+    else
+        cJSON_AddNullToObject(j, "drafter");
+    cJSON_AddStringToObject(j, "commit", commit);
+    cJSON *fl = cJSON_AddObjectToObject(j, "flags");
+    cJSON *runs = cJSON_AddArrayToObject(fl, "modes"),
+          *files = cJSON_AddArrayToObject(fl, "prompts");
+    for (int i = 0; i < o->n_runs; i++)
+        cJSON_AddItemToArray(runs, cJSON_CreateString(o->runs[i].name));
+    for (int i = 0; i < b->n_files; i++)
+        cJSON_AddItemToArray(files, cJSON_CreateString(b->files[i]));
+    cJSON_AddNumberToObject(fl, "limit", o->limit);
+    cJSON_AddNumberToObject(fl, "max_new_tokens", o->max_new);
+    cJSON_AddNumberToObject(fl, "trials", o->trials);
+    cJSON_AddNumberToObject(fl, "threads", threads);
+    cJSON_AddNumberToObject(fl, "temperature", o->temperature);
+    cJSON_AddBoolToObject(fl, "chat", o->chat);
+    cJSON *out = cJSON_AddArrayToObject(j, "runs");
+    for (int ri = 0; ri < o->n_runs; ri++) {
+        struct gen_params gp;
+        params_for(b, &o->runs[ri], 0, &gp);
+        struct summary all;
+        summarize(b, ri, group_all(b), &all);
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddItemToArray(out, r);
+        cJSON_AddStringToObject(r, "run", o->runs[ri].name);
+        cJSON_AddNumberToObject(r, "max_draft", gp.max_draft);
+        summary_json(r, &all);
+        cJSON *pc = cJSON_AddObjectToObject(r, "per_category");
+        for (int g = 0; g < n_groups(b); g++) {
+            struct summary s;
+            if (g == group_all(b)) continue;
+            summarize(b, ri, g, &s);
+            cJSON_AddItemToObject(pc, group_name(b, g), summary_json(cJSON_CreateObject(), &s));
+        }
+    }
+    cJSON *ex = cJSON_AddObjectToObject(j, "exactness");
+    cJSON_AddBoolToObject(ex, "checked", o->temperature <= 0);
+    cJSON_AddNumberToObject(ex, "compared", b->compared);
+    cJSON_AddNumberToObject(ex, "mismatches", b->mismatches);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    FILE *f = text ? fopen(path, "w") : NULL;
+    int rc = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF ? 0 : -1;
+    if (f && fclose(f)) rc = -1;
+    free(text);
+    if (rc) fprintf(stderr, "error: could not write %s\n", path);
+    return rc;
+}
+
+/* ---- command ---- */
+
+static int load_models(struct bench *b, int threads) {
+    const struct opts *o = &b->o;
+    if (tokenizer_load(o->model_dir, &b->e.tok)) return -1;
+    struct model_opts mo = {.n_threads = threads};
+    if (model_load(o->model_dir, &mo, &b->e.target)) return -1;
+    for (int i = 0; i < o->n_runs; i++) {
+        if (o->runs[i].mode != GEN_DRAFT) continue;
+        mo.pool = model_pool(b->e.target); /* one set of threads for both models */
+        return model_load(o->drafter_dir, &mo, &b->e.draft) ? -1 : 0;
+    }
+    return 0;
+}
 
 int cmd_benchmark(int argc, char **argv) {
-    (void)argc, (void)argv;
-    fprintf(stderr, "error: dspark benchmark is not implemented yet\n");
-    return 2;
+    struct bench b = {.o = {.model_dir = DEFAULT_MODEL,
+                            .drafter_dir = DEFAULT_DRAFTER,
+                            .limit = 10,
+                            .max_new = 128,
+                            .trials = 3,
+                            .chat = 1}};
+    struct opts *o = &b.o;
+    int rc = parse_runs("baseline,lookup,draft", o);
+    if (!rc) rc = parse(argc, argv, o);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (!fs_exists(o->model_dir)) {
+        fprintf(stderr, "error: %s does not exist here\n", o->model_dir);
+        fprintf(stderr, "hint: run from the repository root or pass --model DIR\n");
+        return 2;
+    }
+    int threads = o->threads > 0 ? o->threads : cpu_count();
+    rc = 1;
+    if (list_files(&b) || load_models(&b, threads)) goto done;
+    int max_prompt = model_config(b.e.target)->max_pos - o->max_new - 65;
+    for (int f = 0; f < b.n_files; f++)
+        if (load_file(&b, f, max_prompt)) goto done;
+    if (!b.n_prompts) {
+        fprintf(stderr, "error: no prompts to run (check --prompts and --categories)\n");
+        goto done;
+    }
+    b.stats = calloc((size_t)o->n_runs * (size_t)o->trials * (size_t)b.n_prompts, sizeof *b.stats);
+    if (!b.stats) goto done;
+    char cpu[256];
+    cpu_name(cpu, sizeof cpu);
+    printf("dspark benchmark: %s, %d cores, %d threads\n", cpu, cpu_count(), threads);
+    printf("model %s, drafter %s; %d prompts, up to %d new tokens, %d trials, %s, %s\n",
+           o->model_dir, o->drafter_dir, b.n_prompts, o->max_new, o->trials,
+           o->temperature > 0 ? "sampling" : "greedy", o->chat ? "ChatML user turn" : "raw text");
+    for (int c = 0; c < b.n_cats; c++) {
+        printf("  %-8s", b.cats[c]);
+        for (int f = 0; f < b.n_files; f++) {
+            int n = 0;
+            for (int i = 0; i < b.n_prompts; i++)
+                n += b.prompts[i].file == f && b.prompts[i].cat == c;
+            if (n) printf(" %s (%d)", b.files[f], n);
+        }
+        printf("\n");
+    }
+    fflush(stdout);
+    if (measure(&b)) goto done;
+    print_table(&b);
+    if (o->json_path && write_json(&b, o->json_path, threads)) goto done;
+    rc = b.mismatches ? 1 : 0;
+done:
+    for (int i = 0; i < b.n_prompts; i++) free(b.prompts[i].ids), free(b.prompts[i].ref);
+    free(b.prompts);
+    for (int i = 0; i < b.n_files; i++) free(b.file_mem[i]);
+    free(b.stats);
+    model_free(b.e.draft);
+    model_free(b.e.target);
+    tokenizer_free(b.e.tok);
+    return rc;
 }
