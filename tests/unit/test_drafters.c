@@ -1,0 +1,232 @@
+/* tests/unit/test_drafters.c: the DSpark and DFlash drafters against ../shared/golden, data
+ * computed by the original implementations (DeepSpec, z-lab/dflash) on tiny random models:
+ * the target's taps, the fused context rows, the block's layers, logits, Markov bias,
+ * confidences and drafts of the first round, and the full greedy speculative traces. */
+#include "test.h"
+
+#include "base/fs.h"
+#include "engine/generate.h"
+#include "format/safetensors.h"
+#include "model/model.h"
+#include "spec/block_model.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define G "../shared/golden/"
+
+static cJSON *load_json(const char *path) {
+    char *t;
+    size_t n;
+    if (fs_read_file(path, &t, &n, 1 << 24)) return NULL;
+    cJSON *j = cJSON_Parse(t);
+    free(t);
+    return j;
+}
+
+static int ids_of(const cJSON *a, int32_t *out, int cap) {
+    int n = 0;
+    for (const cJSON *it = a ? a->child : NULL; it && n < cap; it = it->next)
+        out[n++] = (int32_t)it->valuedouble;
+    return n;
+}
+
+static const cJSON *at(const cJSON *o, const char *path) { /* "a.b.c" */
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *k = strtok(buf, "."); k && o; k = strtok(NULL, ".")) o = cJSON_GetObjectItem(o, k);
+    return o;
+}
+
+/* max |a - b| / max |b|, printed with its name */
+static double rel(const char *what, const float *a, const float *b, size_t n) {
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > md || d != d) md = d;
+        if (fabs(b[i]) > mb) mb = fabs(b[i]);
+    }
+    double e = mb > 0 ? md / mb : md;
+    printf("  %-28s rel err %.2e\n", what, e);
+    return e;
+}
+
+static const float *tensor(struct st_set *st, const char *name, size_t n) {
+    const struct st_tensor *t = st_find(st, name);
+    return t && (size_t)st_numel(t) == n ? t->data : NULL;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+struct fixture {
+    struct model *target;
+    struct block_model *bm;
+    struct st_set *gst;
+    cJSON *gj, *tj;
+    int32_t prompt[64];
+    int n_prompt, V, H;
+};
+
+static int setup(struct fixture *f, const char *drafter, const char *golden) {
+    memset(f, 0, sizeof *f);
+    char js[256], st[256];
+    snprintf(js, sizeof js, G "%s_golden.json", golden);
+    snprintf(st, sizeof st, G "%s_golden.safetensors", golden);
+    if (model_load(G "target", &(struct model_opts){.n_threads = 2}, &f->target)) return -1;
+    if (block_model_load(drafter, f->target, &f->bm)) return -1;
+    if (!(f->gj = load_json(js)) || !(f->tj = load_json(G "target_golden.json"))) return -1;
+    if (st_open_file(st, &f->gst)) return -1;
+    f->n_prompt = ids_of(cJSON_GetObjectItem(f->tj, "prompt_ids"), f->prompt, 64);
+    f->V = model_config(f->target)->vocab_size;
+    f->H = model_config(f->target)->hidden_size;
+    return 0;
+}
+
+static void teardown(struct fixture *f) {
+    block_model_free(f->bm);
+    model_free(f->target);
+    st_close(f->gst);
+    cJSON_Delete(f->gj);
+    cJSON_Delete(f->tj);
+}
+
+/* Round 0: prefill with taps, fuse, run the block; returns drafts through the caller. */
+static void round0(struct fixture *f, int dspark) {
+    const struct hf_config *dc = block_model_config(f->bm);
+    int V = f->V, H = f->H, B = dc->block_size, nt = dc->n_target_layer_ids, L = f->n_prompt;
+    REQUIRE(model_set_taps(f->target, dc->target_layer_ids, nt) == 0);
+    struct kv_cache *kv;
+    REQUIRE(kv_new(f->target, 256, &kv) == 0);
+    float *fused = malloc(sizeof(float) * L * nt * H), *ctx = malloc(sizeof(float) * L * H);
+    float *logits = malloc(sizeof(float) * 16 * V), *hid = malloc(sizeof(float) * 16 * H);
+    float *lay = malloc(sizeof(float) * dc->n_layers * 16 * H), *bias = malloc(sizeof(float) * V);
+    CHECK(model_forward_taps(f->target, kv, f->prompt, L, NULL, 0, fused) == 0);
+    const float *g = tensor(f->gst, "fused_input", (size_t)L * nt * H);
+    REQUIRE(g);
+    CHECK(rel("fused taps", fused, g, (size_t)L * nt * H) <= 1e-4);
+    struct block_state *st;
+    REQUIRE(block_state_new(f->bm, 256, &st) == 0);
+    CHECK(block_ctx_append(st, fused, L, ctx) == 0);
+    CHECK(rel("context rows", ctx, tensor(f->gst, "round0.ctx_rows", (size_t)L * H),
+              (size_t)L * H) <= 1e-4);
+    int32_t block[16], want[16], prev[16];
+    int nb = ids_of(at(f->gj, "round0.block_input_ids"), block, 16);
+    int nd = ids_of(at(f->gj, "round0.draft_ids"), want, 16);
+    REQUIRE(nb == B);
+    CHECK(block_forward(st, block, B, hid, lay) == 0);
+    CHECK(rel("block layer outputs", lay,
+              tensor(f->gst, "round0.layer_out", (size_t)dc->n_layers * B * H),
+              (size_t)dc->n_layers * B * H) <= 1e-4);
+    CHECK(rel("block hidden", hid, tensor(f->gst, "round0.block_hidden", (size_t)B * H),
+              (size_t)B * H) <= 1e-4);
+    block_logits(st, hid, B, logits);
+    int32_t got[16];
+    if (dspark) {
+        CHECK(rel("base logits", logits, tensor(f->gst, "round0.base_logits", (size_t)B * V),
+                  (size_t)B * V) <= 1e-4);
+        ids_of(at(f->gj, "round0.prev_ids"), prev, 16);
+        const float *gb = tensor(f->gst, "round0.markov_bias", (size_t)B * V);
+        const float *gc = tensor(f->gst, "round0.corrected_logits", (size_t)B * V);
+        double eb = 0, ec = 0, econf = 0;
+        const cJSON *cl = at(f->gj, "round0.confidence_logits");
+        int32_t p = block[0];
+        for (int i = 0; i < B; i++) {
+            CHECK(p == prev[i]); /* our sequential prev equals the reference's */
+            block_markov_bias(st, p, bias);
+            float *row = logits + (size_t)i * V;
+            double e1 = rel("", bias, gb + (size_t)i * V, V);
+            for (int v = 0; v < V; v++) row[v] += bias[v];
+            double e2 = rel("", row, gc + (size_t)i * V, V);
+            eb = e1 > eb ? e1 : eb, ec = e2 > ec ? e2 : ec;
+            double cg = cJSON_GetArrayItem(cl, i)->valuedouble;
+            double ce = fabs(block_confidence_logit(st, hid + (size_t)i * H, p) - cg);
+            econf = ce > econf ? ce : econf;
+            got[i] = argmax(row, V);
+            p = got[i];
+        }
+        printf("  markov bias %.2e, corrected logits %.2e, confidence logits |d| %.2e\n", eb, ec,
+               econf);
+        CHECK(eb <= 1e-4 && ec <= 1e-4 && econf <= 1e-4);
+    } else {
+        CHECK(rel("block logits", logits, tensor(f->gst, "round0.block_logits", (size_t)B * V),
+                  (size_t)B * V) <= 1e-4);
+        for (int i = 1; i < B; i++) got[i - 1] = argmax(logits + (size_t)i * V, V);
+    }
+    CHECK(!memcmp(got, want, sizeof(int32_t) * (size_t)nd));
+    /* the target's verify rows over [anchor, drafts] */
+    int32_t vin[17];
+    int nv = ids_of(at(f->gj, "round0.verify_input_ids"), vin, 17);
+    float *vl = malloc(sizeof(float) * 17 * V);
+    CHECK(model_forward(f->target, kv, vin, nv, vl, 1) == 0);
+    CHECK(rel("verify logits", vl, tensor(f->gst, "round0.verify_logits", (size_t)nv * V),
+              (size_t)nv * V) <= 1e-4);
+    model_set_taps(f->target, NULL, 0);
+    free(vl), free(fused), free(ctx), free(logits), free(hid), free(lay), free(bias);
+    block_state_free(st);
+    kv_free(kv);
+}
+
+/* The whole greedy speculative trace through the engine: same drafts, accepted counts and
+ * committed tokens, round by round, as the reference loop. */
+static void trace(struct fixture *f, enum gen_mode mode, const char *key, float threshold) {
+    const cJSON *t = cJSON_GetObjectItem(f->gj, key); /* keys may hold dots */
+    int32_t want[128];
+    int n_want = ids_of(cJSON_GetObjectItem(t, "new_ids"), want, 128);
+    struct gen_engine e = {.target = f->target, .block = f->bm};
+    struct gen_params gp = {.max_tokens = n_want, .ignore_eos = 1, .top_logprobs = -1,
+                            .mode = mode, .max_draft = 0, .lookup_drafts = 0, .trace = 1,
+                            .confidence_threshold = threshold, .confidence_per_slot = 1};
+    struct gen_result r;
+    REQUIRE(gen_run(&e, f->prompt, f->n_prompt, &gp, NULL, NULL, &r) == 0);
+    CHECK(r.n_ids == n_want && !memcmp(r.ids, want, sizeof(int32_t) * (size_t)n_want));
+    const cJSON *rounds = cJSON_GetObjectItem(t, "rounds");
+    int i = 0, same = 0, compared = 0;
+    for (const cJSON *rd = rounds ? rounds->child : NULL; rd && i < r.stats.rounds;
+         rd = rd->next, i++) {
+        int32_t d[16];
+        int nd = ids_of(cJSON_GetObjectItem(rd, "draft_ids"), d, 16);
+        const cJSON *nv = cJSON_GetObjectItem(rd, "n_verified_drafts");
+        if (nv) nd = (int)nv->valuedouble;
+        int acc = (int)cJSON_GetObjectItem(rd, "accepted")->valuedouble;
+        const struct gen_round *our = &r.rounds[i];
+        if (our->n_drafted < nd) break; /* the token budget cut our last round shorter */
+        compared++;
+        same += our->n_drafted == nd && our->n_accepted == acc &&
+                !memcmp(r.drafted + our->first, d, sizeof(int32_t) * (size_t)nd);
+    }
+    printf("  %s: %d tokens equal; %d of %d rounds compared are identical (%d rounds)\n", key,
+           n_want, same, compared, r.stats.rounds);
+    CHECK(same == compared && compared >= r.stats.rounds - 1);
+    gen_result_free(&r);
+}
+
+TEST(dspark_golden) {
+    if (!fs_exists(G "dspark")) SKIP("../shared/golden is absent");
+    struct fixture f;
+    REQUIRE(setup(&f, G "dspark", "dspark") == 0);
+    round0(&f, 1);
+    trace(&f, GEN_DSPARK, "trace", 0);
+    trace(&f, GEN_DSPARK, "trace_threshold_0.5", 0.5f);
+    teardown(&f);
+}
+
+TEST(dflash_golden) {
+    if (!fs_exists(G "dflash")) SKIP("../shared/golden is absent");
+    struct fixture f;
+    REQUIRE(setup(&f, G "dflash", "dflash") == 0);
+    round0(&f, 0);
+    trace(&f, GEN_DFLASH, "trace", 0);
+    teardown(&f);
+}
+
+int main(void) {
+    RUN(dspark_golden);
+    RUN(dflash_golden);
+    return test_report();
+}
