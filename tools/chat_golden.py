@@ -10,6 +10,9 @@ conversation of CONVERSATIONS. The variables of a render are
     {"tools": None, "documents": None, **special_tokens, **conversation}
 as in apply_chat_template(messages, tools=..., documents=..., **special_tokens_map, **kwargs).
 
+Also renders SNIPPETS, small templates for edge cases, with VARS into
+tests/data/chat/snippets.json (VARS as written in tests/data/chat/snippet_vars.json).
+
 Writes tests/data/chat/conversations.jsonl (one conversation's variables per line) and
 tests/data/chat/expected/<template>.json:
     {"template": file, "source": "shared"|"pycoder", "special": {...},
@@ -213,6 +216,124 @@ CONVERSATIONS = [
 ]
 
 
+# Small templates for expression, filter, test, whitespace and error edge cases
+# (tests/data/chat/snippets.json). Each renders with VARS.
+VARS = {"d": {"a": 1, "b": [1, 2], "Z": None}, "l": [3, 1, 2], "s": "Hello World", "n": None,
+        "t": True, "f": 1.5, "u": "héllo wörld", "e": [], "words": ["b", "A", "a", "c"],
+        "people": [{"name": "Ann", "age": 31, "tags": ["x"]}, {"name": "bob", "age": 25},
+                   {"name": "Cy", "age": 31, "tags": []}],
+        "nested": {"x": {"y": [10, {"z": "deep"}]}}, "big": 12345678901234, "neg": -7,
+        "floats": [0.1, 1e16, 1e-05, 2.0, -0.0, 123456789.125, 1.5e300]}
+SNIPPETS = [
+    # whitespace control
+    "  {% if t %}\n    X\n  {% endif %}\n  Y {{ 'z' -}}\n   W\n",
+    "a  {%- if t %} b {% endif -%}  c\n{#- comment -#}  d",
+    "{%- set x = 1 -%}\n  {{ x }}  \n   {%+ if t %}A{% endif %}\n  {# c #}\nB {%- if t %}C{% endif -%}   D",
+    "{% raw %}  {{ not parsed }} {% if %}{% endraw %}\nafter",
+    "line1\r\nline2\rline3\n",
+    "{% for i in l %}\n  - {{ i }}\n{% endfor %}\n",
+    "{{ 'a' }}\n{{ 'b' }}\n\n",
+    # scoping
+    "{% set x = 1 %}{% for i in range(3) %}{{ x }}{% set x = x + 1 %}{{ x }},{% endfor %}{{ x }}",
+    "{% for i in range(3) %}{% if i == 0 %}{% set y = 5 %}{% endif %}{{ y }},{% endfor %}",
+    "{% macro m() %}{{ x }}{% endmacro %}{% set x = 1 %}{{ m() }}{% set x = 2 %}{{ m() }}{% for i in [1] %}{% set x = 3 %}{{ m() }}{% endfor %}",
+    "{% set ns = namespace(a=1, b=[]) %}{% for i in l %}{% set ns.a = ns.a * i %}{% set ns.b = ns.b + [i] %}{% endfor %}{{ ns.a }}{{ ns.b }}{{ ns }}",
+    "{% with a = 1, b = 2 %}{{ a + b }}{% endwith %}{{ a is defined }}",
+    # loops
+    "{% for a in l %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.previtem }}{{ loop.nextitem }}{{ loop.revindex }}{{ loop.revindex0 }}|{% endfor %}",
+    "{% for a in [1,2,3,4,5] if a is odd %}{{ loop.index }}:{{ a }}{{ '.' if loop.last }}{% endfor %}",
+    "{% for k, v in d.items() %}{{ k }}={{ v }};{% else %}none{% endfor %}{% for x in e %}x{% else %}empty{% endfor %}",
+    "{% for i in range(10) %}{% if i is even %}{% continue %}{% endif %}{% if i > 6 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+    "{% for c in 'héllo' %}[{{ c }}]{% endfor %}{% for k in d %}{{ k }}{% endfor %}",
+    "{% for a, b in [[1, 2], ('x', 'y')] %}{{ a }}{{ b }}{% endfor %}{% for x in l %}{{ loop.cycle('o', 'e') }}{% endfor %}",
+    "{% for x in [1, 1, 2, 2, 1] %}{% if loop.changed(x) %}{{ x }}{% endif %}{% endfor %}",
+    # printing values
+    "{{ d }}|{{ l }}|{{ n }}|{{ t }}|{{ f }}|{{ (1, 'a') }}|{{ (1,) }}|{{ () }}|{{ [n, t, 'it\\'s', \"q\\\"\"] }}",
+    "{{ floats }}|{% for x in floats %}{{ x }} {% endfor %}|{{ floats | tojson }}",
+    "{{ 1.0 }} {{ 10 / 4 }} {{ 4 / 2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 2 ** -1 }} {{ 7.5 // 2 }} {{ -7.5 % 2 }} {{ 0.1 + 0.2 }}",
+    "{{ 2 ** 3 ** 2 }} {{ -2 ** 2 }} {{ not 1 == 2 }} {{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 1 + 2 * 3 }} {{ 10 - 2 - 3 }} {{ 'a' ~ 2 * 3 }} {{ 1 if n else 2 }}",
+    "{{ ['a\\n', '\\t\\x01', 'é\\u200b\\xa0', '\\\\'] }}{{ {'k': 'v', 1: 2, none: true, 1.5: n} }}{{ d.items() }}{{ d.keys() }}{{ d.values() }}",
+    "{{ range(3) }}{{ range(1, 10, 3) | list }}{{ namespace(a=1) }}{{ 'x' * 3 }}{{ [1] * 2 }}{{ [1] + [2] }}",
+    "{{ big }} {{ big * 1000 }} {{ neg | abs }} {{ -neg }} {{ +f }} {{ 3 / 0.5 }}",
+    # undefined
+    "[{{ missing }}][{{ d.zz }}][{{ d['zz'] }}][{{ l[10] }}][{{ n.x }}][{{ missing is defined }}{{ d.zz is undefined }}]",
+    "{% if missing %}y{% else %}n{% endif %}{{ missing | default('dflt') }}{{ '' | default('e', true) }}{{ n | d('x') }}{{ missing | length }}{{ missing | list }}{{ 'x' in missing }}",
+    "{{ missing == missing }}{{ missing != none }}{{ missing ~ 'a' }}{{ missing | string }}{{ missing | join(',') }}{{ missing is iterable }}{{ missing is sequence }}{{ missing is callable }}",
+    # strings
+    "{{ s.startswith('He') }}{{ s.endswith(('x', 'ld')) }}{{ s.upper() }}{{ s.lower() }}{{ s.title() }}{{ 'hello world'.capitalize() }}{{ s.swapcase() }}",
+    "{{ s.find('o') }}{{ s.rfind('o') }}{{ s.find('o', 5) }}{{ s.find('zz') }}{{ s.count('o') }}{{ s.count('') }}{{ s.index('W') }}{{ u.find('w') }}",
+    "{{ s.split() }}{{ s.split('o') }}{{ s.split('o', 1) }}{{ s.rsplit('o', 1) }}{{ '  a  b '.split() }}{{ '  a  b '.split(none, 1) }}{{ '  a  b '.rsplit(none, 1) }}{{ 'a,,b'.split(',') }}{{ ''.split(',') }}{{ ''.split() }}",
+    "{{ '  x '.strip() }}|{{ 'xxaxx'.strip('x') }}|{{ '\\n\\tpad\\n'.lstrip() }}|{{ 'abcba'.rstrip('ab') }}|{{ ' \\u3000wide\\xa0'.strip() }}",
+    "{{ 'a\\nb\\r\\nc\\rd'.splitlines() }}{{ 'a\\nb\\n'.splitlines(true) }}{{ s.replace('o', '0') }}{{ s.replace('o', '0', 1) }}{{ 'ab'.replace('', '-') }}{{ s.replace('', '|', 2) }}",
+    "{{ u[1] }}{{ u[-1] }}{{ u[1:4] }}{{ u[::-1] }}{{ u[::2] }}{{ s[100:] }}{{ s[-3:] }}{{ l[1:] }}{{ l[::-1] }}{{ l[5:1:-1] }}{{ u | length }}{{ u.upper() }}",
+    "{{ 'ab'.center(7, '*') }}|{{ 'ab'.ljust(5) }}|{{ 'ab'.rjust(5, '.') }}|{{ '-42'.zfill(6) }}|{{ 'a,b,c'.partition(',') }}{{ 'a,b,c'.rpartition(',') }}{{ 'abc'.partition('x') }}",
+    "{{ 'x'.join(['a', 'b']) }}{{ 'pre_x'.removeprefix('pre_') }}{{ 'abc'.isalpha() }}{{ '12'.isdigit() }}{{ 'ab'.islower() }}{{ 'AB1'.isupper() }}{{ ' '.isspace() }}{{ ''.isalnum() }}{{ 'Title Case'.istitle() }}",
+    "{{ '{} and {}'.format(1, 'x') }}{{ '{0}{1}{0}'.format('a', 'b') }}{{ '{name}!'.format(name='hi') }}{{ '%s-%d' % ('a', 3) }}{{ '%05.2f|%x' % (3.14159, 255) }}{{ '%(a)s' % {'a': 1} }}",
+    "{{ 'a' 'b' }}{{ \"it's\" }}{{ 'tab\\tq\\'' }}{{ '\\u00e9\\x41\\101\\q' }}",
+    # filters
+    "{{ l | sort }}{{ l | sort(reverse=true) }}{{ words | sort }}{{ words | sort(case_sensitive=true) }}{{ people | sort(attribute='age') | map(attribute='name') | list }}{{ people | sort(attribute='age,name') | map(attribute='name') | join(',') }}",
+    "{{ {'b': 1, 'A': 2, 'a': 3} | dictsort }}{{ {'b': 1, 'A': 2} | dictsort(true) }}{{ {'b': 1, 'a': 2} | dictsort(by='value', reverse=true) }}",
+    "{{ people | map(attribute='name') | join(', ') }}|{{ people | map(attribute='tags.0', default='-') | list }}|{{ words | map('upper') | list }}|{{ ['a'] | map('replace', 'a', 'b') | list }}",
+    "{{ people | selectattr('age', 'equalto', 31) | map(attribute='name') | list }}{{ people | rejectattr('tags') | list | length }}{{ people | selectattr('tags', 'defined') | list | length }}{{ [1, 0, '', 3] | select | list }}{{ l | reject('odd') | list }}{{ l | select('gt', 1) | list }}",
+    "{{ l | first }}{{ l | last }}{{ l | length }}{{ l | count }}{{ e | first is undefined }}{{ l | min }}{{ l | max }}{{ words | max }}{{ words | min(case_sensitive=true) }}{{ l | sum }}{{ people | sum(attribute='age') }}",
+    "{{ [1, 1, 2, 'a', 'A'] | unique | list }}{{ l | reverse | list }}{{ 'abc' | reverse }}{{ d | list }}{{ 'ab' | list }}{{ l | join }}{{ l | join('-') }}",
+    "{{ -3 | abs }}{{ 2.5 | round }}{{ 3.5 | round }}{{ 2.567 | round(2) }}{{ 2.675 | round(2) }}{{ 2.5 | round(0, 'floor') }}{{ 2.1 | round(0, 'ceil') }}{{ 7 | round }}{{ 1234.5 | round(-2) }}",
+    "{{ '3' | int }}{{ 'x' | int }}{{ '3.9' | int }}{{ 3.9 | int }}{{ '0x1A' | int }}{{ '0x1A' | int(base=16) }}{{ ' 12 ' | int }}{{ '1_0' | int }}{{ 'x' | int(7) }}{{ true | int }}{{ n | int }}",
+    "{{ '3.5' | float }}{{ 'x' | float }}{{ 3 | float }}{{ '1e3' | float }}{{ ' -2.5 ' | float }}{{ 'inf' | float }}",
+    "{{ 'hello' | upper }}{{ 'HeLLo' | lower }}{{ 'hello wORLD-foo(bar) x_y' | title }}{{ 'hello World' | capitalize }}{{ '  a  ' | trim }}|{{ 'xxaxx' | trim('x') }}|{{ 'a b' | replace(' ', '_') }}{{ 'a b  c' | wordcount }}",
+    "{{ 'a\\nb' | indent }}|{{ 'a\\nb' | indent(2, true) }}|{{ 'a\\n\\nb' | indent(2) }}|{{ 'a\\n\\nb' | indent(2, blank=true) }}|{{ 'a\\nb' | indent('> ') }}|{{ 'ab' | center(6) }}|",
+    "{{ d | tojson }}{{ d | tojson(indent=2) }}{{ 'é<>&\\'\\n' | tojson }}{{ [] | tojson(indent=2) }}{{ {} | tojson }}{{ nested | tojson(indent='\\t') }}{{ d | tojson(sort_keys=true) }}{{ d | tojson(separators=(',', ':')) }}{{ 'é' | tojson(ensure_ascii=true) }}",
+    "{{ people | tojson(indent=4) }}",
+    "{{ [1, 2, 3, 4, 5] | batch(2) | list }}{{ [1, 2, 3, 4, 5] | batch(2, 'x') | list }}{{ [1, 2, 3, 4, 5] | slice(2) | list }}{{ [1, 2, 3, 4] | slice(3, 0) | list }}",
+    "{{ '<a>&\"\\'' | escape }}{{ '<a>' | safe }}{{ 'a' | safe + '<b>' }}|{{ '<b>' + 'a' | safe }}|{{ ('a' | safe) ~ '<b>' }}|{{ '%s' | format('<x>') }}{{ '%s=%d' | format('k', 2) }}",
+    "{{ d | items | list }}{% for k, v in d | items %}{{ k }}{{ v }}{% endfor %}{{ d | attr('a') }}{{ d.get('a') }}{{ d.get('q') }}{{ d.get('q', 5) }}{{ l.index(1) }}{{ l.count(3) }}",
+    # tests
+    "{{ 'aBc' is lower }}{{ 'abc' is lower }}{{ 3 is divisibleby 3 }}{{ 3 is divisibleby(2) }}{{ n is none }}{{ t is boolean }}{{ 1 is boolean }}{{ t is number }}{{ 1 is integer }}{{ 1.0 is float }}{{ {} is sequence }}{{ 'a' is sequence }}{{ 3 is iterable }}",
+    "{{ 1 is eq 1 }}{{ 2 is gt 1 }}{{ 2 is ge 2 }}{{ 1 is lt 2 }}{{ 1 is le 0 }}{{ 1 is ne 2 }}{{ 2 is in [1, 2] }}{{ 'a' is in 'abc' }}{{ t is true }}{{ 1 is true }}{{ false is false }}{{ n is sameas none }}{{ range is callable }}{{ 'x' is callable }}{{ d is mapping }}{{ l is mapping }}{{ 'upper' is filter }}{{ 'odd' is test }}{{ 'nope' is filter }}",
+    "{{ 1 is odd }}{{ 2 is even }}{{ 1.5 is odd }}{{ -3 is odd }}{{ s is string }}{{ d is not none }}{{ l is not string and l is iterable }}",
+    "{{ 'b' in 'abc' }}{{ 1 in l }}{{ 'a' in d }}{{ 'z' not in 'abc' }}{{ [1, 2] == [1, 2] }}{{ {'a': 1} == {'a': 1} }}{{ 1 == 1.0 }}{{ t == 1 }}{{ 'a' == 1 }}{{ (1, 2) == [1, 2] }}{{ people[0] == people[0] }}",
+    "{{ t and 'x' }}|{{ false or 'y' }}|{{ '' or [] }}|{{ 0 and 1 }}|{{ not 'a' }}|{{ 'x' if false }}|{{ ('x' if false) is defined }}",
+    "{{ 'abc' < 'abd' }}{{ [1, 2] < [1, 3] }}{{ (1, 'a') < (1, 'b') }}{{ 1 < 1.5 }}{{ 'B' < 'a' }}",
+    # macros and calls
+    "{% macro m(a, b=2, c='z') %}{{ a }}{{ b }}{{ c }}{{ caller() if caller is defined }}{% endmacro %}{{ m(1) }}{{ m(1, c=3) }}{{ m(1, 2, 3) }}{% call m(0) %}inner{% endcall %}",
+    "{% macro m(a) %}{{ a }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, x=3) }}{{ m() }}|{{ m }}",
+    "{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(5) }}",
+    "{% macro g() %}({{ caller(7) }}|{{ caller(8) }}){% endmacro %}{% call(x) g() %}[{{ x }}]{% endcall %}",
+    "{% macro list_of(items) %}{% for i in items %}<{{ i }}>{% endfor %}{% endmacro %}{% set out = list_of(l) %}{{ out | length }}{{ out }}{{ list_of(l) | upper }}",
+    "{% set x %}block {{ 1 + 1 }}{% endset %}{{ x }}|{% set y | upper | trim %}  abc  {% endset %}[{{ y }}]|{% filter upper %}hi {{ s }}{% endfilter %}",
+    "{{ dict(a=1, b=[2]) }}{{ dict(d, c=3) }}{{ namespace(d).a }}{% set n2 = namespace() %}{% set n2.k = 'v' %}{{ n2.k }}{{ n2['k'] }}{{ n2.missing is defined }}",
+    "{{ strftime_now('%Y-%m-%d %H:%M %a %b') }}|{{ raise_exception is defined }}|{{ range(2, -3, -2) | list }}",
+    # errors jinja2 raises (the C side must fail too)
+    "{{ raise_exception('custom message: ' ~ l | length) }}",
+    "{{ missing.attr }}",
+    "{{ missing + 1 }}",
+    "{{ 'a' + 1 }}",
+    "{{ 1 / 0 }}",
+    "{{ 1 < 'a' }}",
+    "{{ 1 in 'abc' }}",
+    "{% for x in n %}{% endfor %}",
+    "{{ d.zz.yy }}",
+    "{{ l.append(4) }}",
+    "{{ range(200000) | length }}",
+    "{{ 'x' is odd }}",
+    "{{ s[1:2:0] }}",
+    "{% for a, b in [[1, 2, 3]] %}{% endfor %}",
+    "{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}",
+    "{% macro m(a) %}{% endmacro %}{{ m(1, x=2) }}",
+    "{{ n | tojson }}{{ missing | tojson }}",
+    "{{ d | dictsort(by='nope') }}",
+    "{{ l | map | list }}",
+    "{{ missing() }}",
+    "{{ 5() }}",
+    "{{ 'abc'.index('z') }}",
+    "{{ x is nosuchtest }}",
+    "{% set d.a = 1 %}",
+    "{{ ''.split('') }}",
+    "{{ [[1], 1] | sort }}",
+    "{{ {[1]: 2} }}",
+]
+
+
 def make_env():
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
@@ -279,6 +400,21 @@ def main():
             jobs.append((stem, os.path.basename(path), "shared", f.read(), SPECIAL.get(stem, {})))
     src, special = pycoder_template(root)
     jobs.append(("pycoder", "models/pycoder/tokenizer_config.json", "pycoder", src, special))
+    snippets = []
+    for src in SNIPPETS:
+        case = {"template": src}
+        try:
+            case["output"] = env.from_string(src).render(**VARS)
+        except Exception as e:
+            case["error"] = type(e).__name__
+            case["message"] = str(e)
+        snippets.append(case)
+    with open(os.path.join(root, "tests/data/chat/snippets.json"), "w", encoding="utf-8") as f:
+        json.dump({"now": NOW, "cases": snippets}, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    with open(os.path.join(root, "tests/data/chat/snippet_vars.json"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(VARS, ensure_ascii=False) + "\n")
+    print(f"snippets: {len(snippets)} ({sum('error' in c for c in snippets)} raise)")
     for stem, file, source, text, special in jobs:
         cases = render_cases(env, text, special)
         doc = {"template": file, "source": source, "jinja2": jinja2.__version__, "now": NOW,
