@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/thread.h"
 #include "engine/generate.h"
+#include "spec/block_model.h"
 #include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -35,10 +36,15 @@ static void usage(FILE *f) {
                "  --seed S               random seed (default 0): same seed, same output\n"
                "  --stop TEXT            stop before this text (repeatable, up to 8)\n"
                "  --ignore-eos           do not stop at end-of-sequence tokens\n"
-               "  --mode M               baseline | lookup | draft (default baseline)\n"
-               "  --drafter DIR          draft model folder for --mode draft (default: DIR-draft)\n"
+               "  --mode M               baseline | lookup | draft | dspark | dflash (default\n"
+               "                         baseline)\n"
+               "  --drafter DIR          drafter folder for draft, dspark and dflash modes\n"
+               "                         (default: DIR-draft, DIR-dspark, DIR-dflash)\n"
                "  --max-draft N          drafts verified per round at most (default 6 lookup,\n"
-               "                         4 draft)\n"
+               "                         4 draft, the whole block for dspark and dflash)\n"
+               "  --confidence-threshold X  dspark: end the block where the chance that every\n"
+               "                         draft so far is accepted falls below X (default 0: off)\n"
+               "  --confidence-per-slot  ... judged by each draft's own confidence instead\n"
                "  --lookup-drafts        in draft mode, verify an n-gram continuation when the\n"
                "                         prompt or output has one (default on)\n"
                "  --no-lookup-drafts     always ask the draft model\n"
@@ -60,10 +66,8 @@ struct opts {
 };
 
 static int parse_mode(const char *v, enum gen_mode *out) {
-    static const char *names[] = {"baseline", "lookup", "draft"};
-    for (int i = 0; v && i < 3; i++)
-        if (!strcmp(v, names[i])) return *out = (enum gen_mode)i, 0;
-    fprintf(stderr, "error: --mode takes baseline, lookup or draft\n");
+    if (v && !gen_mode_parse(v, out)) return 0;
+    fprintf(stderr, "error: --mode takes baseline, lookup, draft, dspark or dflash\n");
     return -1;
 }
 
@@ -108,6 +112,11 @@ static int parse(int argc, char **argv, struct opts *o) {
             }
         } else if (args_flag(&a, "--mode")) {
             bad = parse_mode(a.value, &o->gp.mode);
+        } else if (args_flag(&a, "--confidence-threshold")) {
+            bad = args_float("--confidence-threshold", a.value, 0, 1,
+                             &o->gp.confidence_threshold);
+        } else if (!strcmp(arg, "--confidence-per-slot")) {
+            o->gp.confidence_per_slot = 1;
         } else if (args_flag(&a, "--max-draft")) {
             bad = args_int("--max-draft", a.value, 0, 64, &o->max_draft);
         } else if (args_flag(&a, "--logprobs")) {
@@ -232,11 +241,15 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     char draft_default[4096];
-    if (o.gp.mode == GEN_DRAFT && !o.drafter_dir) {
-        snprintf(draft_default, sizeof draft_default, "%s-draft", o.model_dir);
+    static const char *suffix[] = {"", "", "-draft", "-dspark", "-dflash"};
+    if (o.gp.mode >= GEN_DRAFT && !o.drafter_dir) {
+        snprintf(draft_default, sizeof draft_default, "%s%s", o.model_dir, suffix[o.gp.mode]);
         o.drafter_dir = draft_default;
     }
-    o.gp.max_draft = o.max_draft >= 0 ? o.max_draft : o.gp.mode == GEN_LOOKUP ? 6 : 4;
+    o.gp.max_draft = o.max_draft >= 0 ? o.max_draft
+                     : o.gp.mode == GEN_LOOKUP ? 6
+                     : o.gp.mode == GEN_DRAFT  ? 4
+                                               : 0; /* 0: the drafter's whole block */
     o.gp.stop = o.stop;
     o.gp.n_stop = o.n_stop;
     o.gp.trace = o.json;
@@ -258,6 +271,8 @@ int cmd_generate(int argc, char **argv) {
         struct model_opts dmo = mo;
         dmo.pool = model_pool(e.target); /* one set of threads for both models */
         if (model_load(o.drafter_dir, &dmo, &e.draft)) goto done;
+    } else if (o.gp.mode >= GEN_DSPARK && block_model_load(o.drafter_dir, e.target, &e.block)) {
+        goto done;
     }
     const struct hf_config *c = model_config(e.target);
     /* generation_config.json supplies the defaults when it asks for sampling */
@@ -297,6 +312,7 @@ done:
     gen_result_free(&res);
     free(ids);
     model_free(e.draft);
+    block_model_free(e.block);
     model_free(e.target);
     tokenizer_free(e.tok);
     return rc;

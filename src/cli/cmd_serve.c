@@ -14,8 +14,10 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: dspark serve [--model DIR] [flags]\n\n"
                "  --model DIR              Hugging Face model folder (default: models/pycoder)\n"
-               "  --drafter DIR            draft model for --mode draft (default: DIR-draft)\n"
-               "  --mode M                 baseline | lookup | draft (default lookup)\n"
+               "  --drafter DIR            drafter for draft, dspark, dflash (default: DIR-draft,\n"
+               "                           DIR-dspark, DIR-dflash)\n"
+               "  --mode M                 baseline | lookup | draft | dspark | dflash (default\n"
+               "                           lookup)\n"
                "  --max-draft N            drafts verified per round at most (default 6 lookup,\n"
                "                           4 draft)\n"
                "  --no-lookup-drafts       in draft mode, always ask the draft model\n"
@@ -61,14 +63,10 @@ int cmd_serve(int argc, char **argv) {
         } else if (args_flag(&a, "--drafter")) {
             bad = !(o.drafter_dir = a.value);
         } else if (args_flag(&a, "--mode")) {
-            if (a.value && !strcmp(a.value, "baseline"))
-                o.mode = GEN_BASELINE;
-            else if (a.value && !strcmp(a.value, "lookup"))
-                o.mode = GEN_LOOKUP;
-            else if (a.value && !strcmp(a.value, "draft"))
-                o.mode = GEN_DRAFT;
-            else
-                bad = fprintf(stderr, "error: --mode takes baseline, lookup or draft\n");
+            if (!a.value || gen_mode_parse(a.value, &o.mode)) {
+                fprintf(stderr, "error: --mode takes baseline, lookup, draft, dspark or dflash\n");
+                bad = 1;
+            }
         } else if (args_flag(&a, "--max-draft")) {
             bad = args_int(arg, a.value, 0, 64, &o.max_draft);
         } else if (args_flag(&a, "--host")) {
@@ -104,9 +102,10 @@ int cmd_serve(int argc, char **argv) {
         if (bad) return 2;
     }
     o.max_body_bytes = (size_t)mb << 20;
-    if (o.max_draft < 0) o.max_draft = o.mode == GEN_LOOKUP ? 6 : 4;
-    if (o.mode == GEN_DRAFT && !o.drafter_dir) {
-        snprintf(draft_default, sizeof draft_default, "%s-draft", o.model_dir);
+    static const char *suffix[] = {"", "", "-draft", "-dspark", "-dflash"};
+    if (o.max_draft < 0) o.max_draft = o.mode == GEN_LOOKUP ? 6 : o.mode == GEN_DRAFT ? 4 : 0;
+    if (o.mode >= GEN_DRAFT && !o.drafter_dir) {
+        snprintf(draft_default, sizeof draft_default, "%s%s", o.model_dir, suffix[o.mode]);
         o.drafter_dir = draft_default;
     }
     /* every thread started from here on leaves SIGINT/SIGTERM to server_run's sigwait */
@@ -119,9 +118,7 @@ int cmd_serve(int argc, char **argv) {
     struct server *s;
     if (server_new(&o, &s)) return 1;
     printf("dspark serving %s on http://%s:%d (mode %s)\n", o.model_dir, o.host, server_port(s),
-           o.mode == GEN_LOOKUP  ? "lookup"
-           : o.mode == GEN_DRAFT ? "draft"
-                                 : "baseline");
+           gen_mode_name(o.mode));
     fflush(stdout);
     server_run(s);
     server_free(s);

@@ -318,6 +318,18 @@ done:
     return rc;
 }
 
+static const char *const mode_names[] = {"baseline", "lookup", "draft", "dspark", "dflash"};
+
+const char *gen_mode_name(enum gen_mode m) {
+    return (unsigned)m < sizeof mode_names / sizeof mode_names[0] ? mode_names[m] : "?";
+}
+
+int gen_mode_parse(const char *name, enum gen_mode *out) {
+    for (size_t i = 0; i < sizeof mode_names / sizeof mode_names[0]; i++)
+        if (!strcmp(name, mode_names[i])) return *out = (enum gen_mode)i, 0;
+    return -1;
+}
+
 void gen_result_free(struct gen_result *r) {
     free(r->ids);
     free(r->text);

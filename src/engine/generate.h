@@ -21,6 +21,9 @@ struct block_model;
 enum gen_mode { GEN_BASELINE, GEN_LOOKUP, GEN_DRAFT, GEN_DSPARK, GEN_DFLASH };
 enum gen_finish { GEN_FINISH_LENGTH, GEN_FINISH_STOP };
 
+const char *gen_mode_name(enum gen_mode m);            /* "baseline", "lookup", ... */
+int gen_mode_parse(const char *name, enum gen_mode *out); /* 0, or -1 for no such mode */
+
 struct gen_engine {
     struct model *target;
     struct model *draft;   /* GEN_DRAFT's draft model (same tokenizer), or NULL */

@@ -198,9 +198,7 @@ static enum MHD_Result get_route(struct server *s, struct MHD_Connection *c, con
     if (!strcmp(url, "/health")) {
         char b[256];
         snprintf(b, sizeof b, "{\"status\":\"ok\",\"model\":\"%s\",\"mode\":\"%s\"}", s->model_name,
-                 s->opts.mode == GEN_LOOKUP  ? "lookup"
-                 : s->opts.mode == GEN_DRAFT ? "draft"
-                                             : "baseline");
+                 gen_mode_name(s->opts.mode));
         return respond(c, 200, "application/json", b);
     }
     if (!strcmp(url, "/metrics")) {

@@ -20,10 +20,6 @@ struct choice_run {
     cJSON *lp_tokens, *lp_token_logprobs, *lp_top;
 };
 
-static const char *mode_name(enum gen_mode m) {
-    return m == GEN_LOOKUP ? "lookup" : m == GEN_DRAFT ? "draft" : "baseline";
-}
-
 /* A token's text for logprobs: its bytes, with invalid UTF-8 replaced. */
 static char *token_text(struct server *s, int32_t id, cJSON **bytes) {
     char *t = NULL;
@@ -163,7 +159,7 @@ static int on_token(void *ctx, int32_t id, const char *text, size_t len,
 
 static cJSON *x_dspark(const struct server *s, const struct gen_stats *st) {
     cJSON *x = cJSON_CreateObject();
-    cJSON_AddStringToObject(x, "mode", mode_name(s->opts.mode));
+    cJSON_AddStringToObject(x, "mode", gen_mode_name(s->opts.mode));
     cJSON_AddNumberToObject(x, "accept_len", st->rounds ? (double)st->n_generated / st->rounds : 0);
     cJSON_AddNumberToObject(x, "tokens_per_sec",
                             st->decode_s > 0 ? st->n_generated / st->decode_s : 0);

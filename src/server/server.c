@@ -4,6 +4,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "spec/block_model.h"
 #include "tokenizer/tokenizer.h"
 
 #include <signal.h>
@@ -36,6 +37,8 @@ int server_new(const struct server_opts *opts, struct server **out) {
     if (opts->mode == GEN_DRAFT) {
         mo.pool = model_pool(s->eng.target);
         if ((rc = model_load(opts->drafter_dir, &mo, &s->eng.draft))) goto fail;
+    } else if (opts->mode == GEN_DSPARK || opts->mode == GEN_DFLASH) {
+        if ((rc = block_model_load(opts->drafter_dir, s->eng.target, &s->eng.block))) goto fail;
     }
     if ((rc = server_load_chat(s))) goto fail;
     if (!(s->queue = calloc((size_t)s->opts.max_queue, sizeof *s->queue))) {
@@ -83,6 +86,7 @@ void server_free(struct server *s) {
     server_free_chat(s);
     free(s->queue);
     model_free(s->eng.draft);
+    block_model_free(s->eng.block);
     model_free(s->eng.target);
     tokenizer_free(s->eng.tok);
     pthread_mutex_destroy(&s->mu);
