@@ -225,8 +225,55 @@ TEST(dflash_golden) {
     teardown(&f);
 }
 
+/* Greedy output with DSpark and DFlash drafts equals plain decoding on 50 prompts, for draft
+ * lengths 1, 2, 4 and the whole block, with and without n-gram lookup rounds. */
+TEST(block_drafters_never_change_greedy_output) {
+    if (!fs_exists(G "dspark")) SKIP("../shared/golden is absent");
+    struct fixture f;
+    REQUIRE(setup(&f, G "dspark", "dspark") == 0);
+    struct block_model *dflash;
+    REQUIRE(block_model_load(G "dflash", f.target, &dflash) == 0);
+    int runs = 0, equal = 0, accepted = 0;
+    for (int i = 0; i < 50; i++) {
+        int32_t prompt[80];
+        int n = 6 + (i * 7) % 30;
+        for (int j = 0; j < n; j++) prompt[j] = (int32_t)((j * 131 + i * 977 + j * j * 7) % 511);
+        if (i % 5 == 0) { /* the golden prompt: the drafters were tuned on its continuation */
+            n = f.n_prompt;
+            memcpy(prompt, f.prompt, sizeof(int32_t) * (size_t)n);
+        }
+        struct gen_engine e = {.target = f.target};
+        struct gen_params base = {.max_tokens = 20 + i % 13, .ignore_eos = 1, .top_logprobs = -1};
+        struct gen_result ref;
+        REQUIRE(gen_run(&e, prompt, n, &base, NULL, NULL, &ref) == 0);
+        static const int ks[] = {1, 2, 4, 0};
+        for (int m = 0; m < 2; m++) {
+            for (int ki = 0; ki < 4; ki++) {
+                struct gen_engine es = {.target = f.target, .block = m ? dflash : f.bm};
+                struct gen_params gp = base;
+                gp.mode = m ? GEN_DFLASH : GEN_DSPARK;
+                gp.max_draft = ks[ki];
+                gp.lookup_drafts = (i + ki) % 2;
+                struct gen_result r;
+                REQUIRE(gen_run(&es, prompt, n, &gp, NULL, NULL, &r) == 0);
+                runs++;
+                equal += r.n_ids == ref.n_ids &&
+                         !memcmp(r.ids, ref.ids, sizeof(int32_t) * (size_t)r.n_ids);
+                accepted += r.stats.accepted;
+                gen_result_free(&r);
+            }
+        }
+        gen_result_free(&ref);
+    }
+    printf("  %d of %d runs equal to baseline, %d drafts accepted\n", equal, runs, accepted);
+    CHECK(equal == runs && accepted > 100);
+    block_model_free(dflash);
+    teardown(&f);
+}
+
 int main(void) {
     RUN(dspark_golden);
     RUN(dflash_golden);
+    RUN(block_drafters_never_change_greedy_output);
     return test_report();
 }
