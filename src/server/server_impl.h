@@ -11,7 +11,7 @@
 #include <pthread.h>
 
 struct MHD_Daemon;
-struct chat_template;
+struct chat;
 struct cJSON;
 
 #define METRICS_ACCEPT_BUCKETS 10
@@ -30,7 +30,7 @@ struct server {
     struct gen_engine eng;
     const struct hf_config *cfg;
     char model_name[128];
-    void *chat; /* prompt.c's state: the parsed chat template and tool-call format */
+    struct chat *chat; /* the model's chat template, or NULL (ChatML layout) */
     struct MHD_Daemon *http;
     int port;
     pthread_t engine_thread;
