@@ -21,6 +21,8 @@ struct tpl_arena {
 };
 void *tpl_arena_alloc(struct tpl_arena *a, size_t n); /* zeroed; NULL when out of memory */
 char *tpl_arena_strdup(struct tpl_arena *a, const char *s, size_t n);
+/* An immortal string value stored in the arena (template constants). */
+int tpl_arena_str(struct tpl_arena *a, const char *s, size_t n, struct tv *out);
 void tpl_arena_free(struct tpl_arena *a);
 
 /* ---- tokens ---- */

@@ -43,6 +43,25 @@ char *tpl_arena_strdup(struct tpl_arena *a, const char *s, size_t n) {
     return p;
 }
 
+int tpl_arena_str(struct tpl_arena *a, const char *s, size_t n, struct tv *out) {
+    struct tv_str *p = tpl_arena_alloc(a, sizeof *p + n + 1);
+    if (!p) return -1;
+    p->rc = -1; /* immortal: freed with the arena */
+    p->len = n;
+    size_t n_cp = 0, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        n_cp += ((unsigned char)s[i] & 0xC0) != 0x80;
+        hi |= (unsigned char)s[i] & 0x80;
+    }
+    p->n_cp = n_cp;
+    p->ascii = !hi;
+    if (n) memcpy(p->s, s, n);
+    p->s[n] = 0;
+    out->t = TV_STR;
+    out->u.s = p;
+    return 0;
+}
+
 void tpl_arena_free(struct tpl_arena *a) {
     struct tpl_chunk *c = a->head;
     while (c) {

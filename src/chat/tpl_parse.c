@@ -131,8 +131,7 @@ static struct tpl_node *parse_body(struct tpl_parser *p, const char *const *end,
         if (t->type == TK_EOF) break;
         if (t->type == TK_DATA) {
             struct tpl_node *d = tpl_pnode(p, ND_DATA, t);
-            if (!d || tv_str_new(t->s, t->len, &d->value)) return tpl_pfail(p, t, "out of memory"), NULL;
-            tv_make_immortal(&d->value);
+            if (!d || tpl_arena_str(p->a, t->s, t->len, &d->value)) return tpl_pfail(p, t, "out of memory"), NULL;
             p->i++;
             if (push(p, body, &cap, d)) return NULL;
         } else if (t->type == TK_VAR_BEGIN) {

@@ -289,8 +289,7 @@ struct tpl_node *tpl_parse_primary(struct tpl_parser *p) {
             off += p->t[p->i].len;
         }
         n = tpl_pnode(p, ND_CONST, t);
-        if (!n || tv_str_new(s, total, &n->value)) return tpl_pfail(p, t, "out of memory"), NULL;
-        tv_make_immortal(&n->value);
+        if (!n || tpl_arena_str(p->a, s, total, &n->value)) return tpl_pfail(p, t, "out of memory"), NULL;
         return n;
     }
     case TK_INT:

@@ -347,21 +347,6 @@ void tv_drop(struct tv *v) {
     v->u.hint = NULL;
 }
 
-void tv_make_immortal(struct tv *v) {
-    if (v->t == TV_STR) v->u.s->rc = -1;
-    if (v->t == TV_LIST) {
-        v->u.l->rc = -1;
-        for (size_t i = 0; i < v->u.l->n; i++) tv_make_immortal(&v->u.l->v[i]);
-    }
-    if (v->t == TV_DICT) {
-        v->u.d->rc = -1;
-        for (size_t i = 0; i < v->u.d->n; i++) {
-            tv_make_immortal(&v->u.d->k[i]);
-            tv_make_immortal(&v->u.d->v[i]);
-        }
-    }
-}
-
 /* ---- properties ---- */
 
 int tv_is_str(const struct tv *v) { return v->t == TV_STR; }

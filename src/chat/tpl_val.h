@@ -142,8 +142,6 @@ void tv_budget_end(void);
 void *tv_alloc(size_t n);
 void *tv_realloc(void *p, size_t old_n, size_t new_n);
 void tv_free(void *p, size_t n);
-/* Marks a value and everything below it immortal (template constants). */
-void tv_make_immortal(struct tv *v);
 
 static inline int tv_str_c(const char *s, struct tv *out) {
     size_t n = 0;
