@@ -113,8 +113,7 @@ static int parse(int argc, char **argv, struct opts *o) {
         } else if (args_flag(&a, "--mode")) {
             bad = parse_mode(a.value, &o->gp.mode);
         } else if (args_flag(&a, "--confidence-threshold")) {
-            bad = args_float("--confidence-threshold", a.value, 0, 1,
-                             &o->gp.confidence_threshold);
+            bad = args_float("--confidence-threshold", a.value, 0, 1, &o->gp.confidence_threshold);
         } else if (!strcmp(arg, "--confidence-per-slot")) {
             o->gp.confidence_per_slot = 1;
         } else if (args_flag(&a, "--max-draft")) {
@@ -246,7 +245,7 @@ int cmd_generate(int argc, char **argv) {
         snprintf(draft_default, sizeof draft_default, "%s%s", o.model_dir, suffix[o.gp.mode]);
         o.drafter_dir = draft_default;
     }
-    o.gp.max_draft = o.max_draft >= 0 ? o.max_draft
+    o.gp.max_draft = o.max_draft >= 0          ? o.max_draft
                      : o.gp.mode == GEN_LOOKUP ? 6
                      : o.gp.mode == GEN_DRAFT  ? 4
                                                : 0; /* 0: the drafter's whole block */

@@ -1,7 +1,7 @@
 /* engine/generate.c: see generate.h. The loop: prefill the prompt and commit the first token
  * from its last row, then rounds of (propose, verify) with the newest token pending, until
- * EOS, a stop string, the token budget or the context's end. Committed text passes through a stop-string filter that
- * holds back the longest stop string's length minus one byte. */
+ * EOS, a stop string, the token budget or the context's end. Committed text passes through a
+ * stop-string filter that holds back the longest stop string's length minus one byte. */
 #include "engine/generate.h"
 
 #include "base/err.h"
@@ -163,7 +163,8 @@ static int setup_drafters(const struct gen_params *p, const struct gen_engine *e
                       p->mode == GEN_DSPARK ? "DSpark" : "DFlash");
             return ERR_ARG;
         }
-        struct block_drafter_opts o = {.max_draft = max_draft, .cap = cap,
+        struct block_drafter_opts o = {.max_draft = max_draft,
+                                       .cap = cap,
                                        .confidence_threshold = p->confidence_threshold,
                                        .per_slot = p->confidence_per_slot};
         if (p->lookup_drafts) rc = lookup_drafter_new(4, 5, lookup);
@@ -236,8 +237,7 @@ int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
         if ((rc = model_set_taps(e->target, dm.tap_layers, dm.n_taps))) goto done;
         tapped = 1;
     }
-    if ((rc = verify_init(&v, e->target, kv, s, max_draft, p->top_logprobs, tap_width)))
-        goto done;
+    if ((rc = verify_init(&v, e->target, kv, s, max_draft, p->top_logprobs, tap_width))) goto done;
     for (int i = 0; i < n_prompt; i++)
         if ((rc = push_id(&r.seq, &r.n_seq, &r.cap_seq, prompt[i]))) goto done;
     /* Prefill the whole prompt (its taps go to the drafter), then commit the first token

@@ -21,14 +21,14 @@ struct block_model;
 enum gen_mode { GEN_BASELINE, GEN_LOOKUP, GEN_DRAFT, GEN_DSPARK, GEN_DFLASH };
 enum gen_finish { GEN_FINISH_LENGTH, GEN_FINISH_STOP };
 
-const char *gen_mode_name(enum gen_mode m);            /* "baseline", "lookup", ... */
+const char *gen_mode_name(enum gen_mode m);               /* "baseline", "lookup", ... */
 int gen_mode_parse(const char *name, enum gen_mode *out); /* 0, or -1 for no such mode */
 
 struct gen_engine {
     struct model *target;
-    struct model *draft;   /* GEN_DRAFT's draft model (same tokenizer), or NULL */
+    struct model *draft;       /* GEN_DRAFT's draft model (same tokenizer), or NULL */
     struct block_model *block; /* GEN_DSPARK / GEN_DFLASH drafter, or NULL */
-    struct tokenizer *tok; /* for text, EOS and stop strings; may be NULL (ids only) */
+    struct tokenizer *tok;     /* for text, EOS and stop strings; may be NULL (ids only) */
 };
 
 struct gen_params {
@@ -41,11 +41,11 @@ struct gen_params {
     int n_stop_ids;
     int top_logprobs; /* < 0: none; else raw logprobs with this many alternatives */
     enum gen_mode mode;
-    int max_draft;     /* drafts per round at most (lookup default 6) */
-    int lookup_drafts; /* GEN_DRAFT: verify an n-gram continuation when there is one */
+    int max_draft;              /* drafts per round at most (lookup default 6) */
+    int lookup_drafts;          /* GEN_DRAFT: verify an n-gram continuation when there is one */
     float confidence_threshold; /* GEN_DSPARK: end the block at low confidence (0 = off) */
     int confidence_per_slot;    /* ... judged per draft, not by the survival product */
-    int trace;         /* record every round's drafts in the result */
+    int trace;                  /* record every round's drafts in the result */
 };
 
 #define GEN_ACCEPT_BUCKETS 10 /* rounds by drafts accepted: 0..8, and 9 or more */

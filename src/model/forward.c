@@ -83,7 +83,6 @@ static void attention_block(struct model *m, struct kv_cache *kv, int li, int po
     residual_add(m, m->x, m->xn, (size_t)T * H);
 }
 
-
 /* Copies the residual leaving layer li into its column block of taps[T, n_taps * H]. */
 static void copy_tap(const struct model *m, int li, int T, float *taps) {
     int H = m->cfg.hidden_size;
@@ -100,8 +99,8 @@ void model_embed(const struct model *m, const int32_t *ids, int n, float *out) {
 }
 
 void model_lm_head(struct model *m, const float *x, int n, float *logits) {
-    cpu_matmul(m->pool, logits, x, m->lm_head.data, m->lm_head.dtype, NULL, n,
-               m->cfg.hidden_size, m->cfg.vocab_size);
+    cpu_matmul(m->pool, logits, x, m->lm_head.data, m->lm_head.dtype, NULL, n, m->cfg.hidden_size,
+               m->cfg.vocab_size);
 }
 
 int model_set_taps(struct model *m, const int *layers, int n) {

@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct st_tensor *need(const struct weights_src *src, const char *name, int64_t d0, int64_t d1) {
+static const struct st_tensor *need(const struct weights_src *src, const char *name, int64_t d0,
+                                    int64_t d1) {
     const struct st_tensor *t = st_find(src->st, name);
     if (!t) {
         log_error("%s: tensor '%s' is missing", src->dir, name);
-        log_hint("the checkpoint does not match its config.json architecture (%s)",
-                 src->arch);
+        log_hint("the checkpoint does not match its config.json architecture (%s)", src->arch);
         return NULL;
     }
     int nd = d1 < 0 ? 1 : 2;
@@ -23,8 +23,8 @@ static const struct st_tensor *need(const struct weights_src *src, const char *n
         for (int i = 0; i < t->n_dims && i < 4; i++)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? "," : "",
                      (long long)t->shape[i]);
-        log_error("%s: tensor '%s' in %s has shape [%s], config.json implies [%lld%s%lld]", src->dir,
-                  name, t->file, got, (long long)d0, nd == 2 ? "," : "",
+        log_error("%s: tensor '%s' in %s has shape [%s], config.json implies [%lld%s%lld]",
+                  src->dir, name, t->file, got, (long long)d0, nd == 2 ? "," : "",
                   nd == 2 ? (long long)d1 : 0LL);
         return NULL;
     }

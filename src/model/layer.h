@@ -14,13 +14,13 @@ struct weight {
 };
 
 struct layer {
-    struct weight wq; /* [n_heads*D, H] */
-    struct weight wk; /* [n_kv*D, H] */
-    struct weight wv; /* [n_kv*D, H] */
-    struct weight wo; /* [H, n_heads*D] */
-    struct weight wg; /* [I, H] */
-    struct weight wu; /* [I, H] */
-    struct weight wd; /* [H, I] */
+    struct weight wq;       /* [n_heads*D, H] */
+    struct weight wk;       /* [n_kv*D, H] */
+    struct weight wv;       /* [n_kv*D, H] */
+    struct weight wo;       /* [H, n_heads*D] */
+    struct weight wg;       /* [I, H] */
+    struct weight wu;       /* [I, H] */
+    struct weight wd;       /* [H, I] */
     float *bq, *bk, *bv;    /* [n_heads*D], [n_kv*D], [n_kv*D] or NULL (Qwen2 biases) */
     float *attn_norm;       /* [H] */
     float *ffn_norm;        /* [H] */

@@ -18,8 +18,7 @@ int server_load_chat(struct server *s) {
     struct chat *c = NULL;
     int rc = chat_load(s->opts.model_dir, &c);
     if (rc == ERR_UNSUPPORTED) {
-        log_info("%s has no chat template: chat requests use the ChatML layout",
-                 s->opts.model_dir);
+        log_info("%s has no chat template: chat requests use the ChatML layout", s->opts.model_dir);
         return OK;
     }
     if (rc) return rc;
@@ -103,8 +102,8 @@ int server_render_chat(struct server *s, const cJSON *messages, const cJSON *too
     if (!kw) return ERR_NOMEM;
     if (!cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking"))
         cJSON_AddBoolToObject(kw, "enable_thinking", thinking);
-    struct chat_request req = {.messages = messages, .tools = tools, .add_generation_prompt = 1,
-                               .kwargs = kw};
+    struct chat_request req = {
+        .messages = messages, .tools = tools, .add_generation_prompt = 1, .kwargs = kw};
     size_t len;
     int rc = chat_render(s->chat, &req, out, &len, err, cap);
     cJSON_Delete(kw);

@@ -24,7 +24,9 @@ int32_t block_pick(struct block_drafter *b, const float *logits, int i,
     return sample_dist_draw(d, &b->rng);
 }
 
-static struct block_drafter *self(struct drafter *d) { return d->ctx; }
+static struct block_drafter *self(struct drafter *d) {
+    return d->ctx;
+}
 
 static int bd_propose(struct drafter *d, const int32_t *seq, int n_seq, int n_max,
                       struct draft *out) {
@@ -34,8 +36,9 @@ static int bd_propose(struct drafter *d, const int32_t *seq, int n_seq, int n_ma
     /* the context must hold every position before the pending token */
     if (b->broken || n_max <= 0 || block_state_len(b->st) != n_seq - 1) return OK;
     if (block_state_len(b->st) + block_model_config(b->bm)->block_size > b->o.cap) return OK;
-    return block_model_config(b->bm)->arch == ARCH_DSPARK ? dspark_propose(b, seq, n_seq, n_max, out)
-                                                          : dflash_propose(b, seq, n_seq, n_max, out);
+    return block_model_config(b->bm)->arch == ARCH_DSPARK
+               ? dspark_propose(b, seq, n_seq, n_max, out)
+               : dflash_propose(b, seq, n_seq, n_max, out);
 }
 
 static int bd_observe(struct drafter *d, const float *taps, int pos0, int n) {
@@ -71,11 +74,17 @@ static void bd_free(struct drafter *d) {
 }
 
 static const struct drafter_ops dspark_ops = {
-    .name = "dspark", .propose = bd_propose, .reset = bd_reset, .free = bd_free,
+    .name = "dspark",
+    .propose = bd_propose,
+    .reset = bd_reset,
+    .free = bd_free,
     .observe = bd_observe,
 };
 static const struct drafter_ops dflash_ops = {
-    .name = "dflash", .propose = bd_propose, .reset = bd_reset, .free = bd_free,
+    .name = "dflash",
+    .propose = bd_propose,
+    .reset = bd_reset,
+    .free = bd_free,
     .observe = bd_observe,
 };
 
@@ -101,8 +110,8 @@ int block_drafter_new(struct block_model *bm, const struct sample_params *sp,
     b->hidden = malloc(sizeof(float) * (size_t)B * H);
     b->logits = malloc(sizeof(float) * (size_t)B * V);
     b->bias = malloc(sizeof(float) * (size_t)V);
-    if (!b->dists || (sp->temperature > 0 && !b->dist_mem) || !b->ids || !b->hidden ||
-        !b->logits || !b->bias) {
+    if (!b->dists || (sp->temperature > 0 && !b->dist_mem) || !b->ids || !b->hidden || !b->logits ||
+        !b->bias) {
         rc = ERR_NOMEM;
         goto fail;
     }

@@ -19,11 +19,11 @@ struct block_drafter {
     struct rng rng;
     struct sample_dist *dists; /* [block_size] draft distributions when sampling */
     void *dist_mem;
-    int32_t *ids;   /* [block_size] block input */
-    float *hidden;  /* [block_size, H] */
-    float *logits;  /* [block_size, V] */
-    float *bias;    /* [V] Markov bias */
-    int broken;     /* the context missed rows: no more drafts this sequence */
+    int32_t *ids;  /* [block_size] block input */
+    float *hidden; /* [block_size, H] */
+    float *logits; /* [block_size, V] */
+    float *bias;   /* [V] Markov bias */
+    int broken;    /* the context missed rows: no more drafts this sequence */
 };
 
 /* Picks a draft from logits[V]: argmax, or a draw from the truncated distribution slot i. */

@@ -36,9 +36,15 @@ struct block_state {
     int max_rows; /* rows the scratch holds */
 };
 
-const struct hf_config *block_model_config(const struct block_model *bm) { return &bm->cfg; }
-int block_has_markov(const struct block_model *bm) { return bm->cfg.markov_rank > 0; }
-int block_has_confidence(const struct block_model *bm) { return bm->conf_w != NULL; }
+const struct hf_config *block_model_config(const struct block_model *bm) {
+    return &bm->cfg;
+}
+int block_has_markov(const struct block_model *bm) {
+    return bm->cfg.markov_rank > 0;
+}
+int block_has_confidence(const struct block_model *bm) {
+    return bm->conf_w != NULL;
+}
 
 void block_model_free(struct block_model *bm) {
     if (!bm) return;
@@ -84,8 +90,10 @@ static int load_heads(struct block_model *bm, const struct weights_src *src) {
         if ((rc = weight_bind(src, &w, "confidence_head.proj.weight", 1, in)) ||
             (rc = weight_vec(src, &b, "confidence_head.proj.bias", 1, 0)))
             return rc;
-        if (!(bm->conf_w = malloc(sizeof(float) * (size_t)in))) rc = ERR_NOMEM;
-        else dtype_to_f32(w.dtype, w.data, bm->conf_w, (size_t)in);
+        if (!(bm->conf_w = malloc(sizeof(float) * (size_t)in)))
+            rc = ERR_NOMEM;
+        else
+            dtype_to_f32(w.dtype, w.data, bm->conf_w, (size_t)in);
         bm->conf_b = b ? b[0] : 0;
         free(b);
     }
@@ -173,8 +181,12 @@ void block_state_free(struct block_state *st) {
     free(st);
 }
 
-void block_state_reset(struct block_state *st) { st->len = 0; }
-int block_state_len(const struct block_state *st) { return st->len; }
+void block_state_reset(struct block_state *st) {
+    st->len = 0;
+}
+int block_state_len(const struct block_state *st) {
+    return st->len;
+}
 
 /* K (normed, roped) and V of rows src[n, H] into layer li's cache at positions pos0.. */
 static void project_kv(struct block_state *st, int li, const float *src, int n, int pos0) {
@@ -240,10 +252,19 @@ int block_forward(struct block_state *st, const int32_t *ids, int B, float *hidd
         project_kv(st, li, st->xn, B, st->len); /* block K/V after the context; not kept */
         size_t off = (size_t)li * c->n_kv_heads * st->cap * D;
         struct cpu_attn a = {
-            .out = st->att, .q = st->q, .k = st->k + off, .v = st->v + off, .n = B,
-            .pos0 = st->len, .cap = st->cap, .n_heads = c->n_heads,
-            .n_kv_heads = c->n_kv_heads, .head_dim = D, .scale = 1.0f / sqrtf((float)D),
-            .scratch = st->scratch, .noncausal = 1,
+            .out = st->att,
+            .q = st->q,
+            .k = st->k + off,
+            .v = st->v + off,
+            .n = B,
+            .pos0 = st->len,
+            .cap = st->cap,
+            .n_heads = c->n_heads,
+            .n_kv_heads = c->n_kv_heads,
+            .head_dim = D,
+            .scale = 1.0f / sqrtf((float)D),
+            .scratch = st->scratch,
+            .noncausal = 1,
         };
         cpu_attention(bm->pool, &a);
         cpu_matmul(bm->pool, st->xn, st->att, l->wo.data, l->wo.dtype, NULL, B, QD, H);

@@ -179,9 +179,15 @@ static void trace(struct fixture *f, enum gen_mode mode, const char *key, float 
     int32_t want[128];
     int n_want = ids_of(cJSON_GetObjectItem(t, "new_ids"), want, 128);
     struct gen_engine e = {.target = f->target, .block = f->bm};
-    struct gen_params gp = {.max_tokens = n_want, .ignore_eos = 1, .top_logprobs = -1,
-                            .mode = mode, .max_draft = 0, .lookup_drafts = 0, .trace = 1,
-                            .confidence_threshold = threshold, .confidence_per_slot = 1};
+    struct gen_params gp = {.max_tokens = n_want,
+                            .ignore_eos = 1,
+                            .top_logprobs = -1,
+                            .mode = mode,
+                            .max_draft = 0,
+                            .lookup_drafts = 0,
+                            .trace = 1,
+                            .confidence_threshold = threshold,
+                            .confidence_per_slot = 1};
     struct gen_result r;
     REQUIRE(gen_run(&e, f->prompt, f->n_prompt, &gp, NULL, NULL, &r) == 0);
     CHECK(r.n_ids == n_want && !memcmp(r.ids, want, sizeof(int32_t) * (size_t)n_want));
