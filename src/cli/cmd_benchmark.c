@@ -6,6 +6,7 @@
  * prompts) within a trial, then the median over trials is reported. Greedy outputs of every
  * run are checked against baseline's ids on the fly: a mismatch is a bug and is printed. */
 #include "cli/args.h"
+#include "cli/bench_cost.h"
 #include "cli/commands.h"
 
 #include "base/fs.h"
@@ -51,6 +52,8 @@ static void usage(FILE *f) {
         "                          index and skips the exactness check\n"
         "  --no-chat               raw prompt text (default: a ChatML user turn when the\n"
         "                          tokenizer has <|im_start|> and <|im_end|>)\n"
+        "  --widths N              first time one forward pass of widths 1..N (a verify round\n"
+        "                          of N-1 drafts) of the target and the draft model\n"
         "  --json FILE             write the results as JSON\n");
 }
 
@@ -67,7 +70,7 @@ struct opts {
     const char *model_dir, *drafter_dir, *prompts, *categories, *json_path;
     struct run_spec runs[MAX_RUNS];
     int n_runs;
-    int limit, max_new, max_draft, trials, threads, chat;
+    int limit, max_new, max_draft, trials, threads, chat, widths;
     float temperature;
 };
 
@@ -156,6 +159,8 @@ static int parse(int argc, char **argv, struct opts *o) {
             bad = args_int(arg, a.value, 1, 1024, &o->threads);
         } else if (args_flag(&a, "--temperature")) {
             bad = args_float(arg, a.value, 0, 100, &o->temperature);
+        } else if (args_flag(&a, "--widths")) {
+            bad = args_int(arg, a.value, 1, 64, &o->widths);
         } else if (args_flag(&a, "--json")) {
             bad = !(o->json_path = a.value);
         } else if (!strcmp(arg, "--no-chat")) {
@@ -194,6 +199,7 @@ struct bench {
     int done, total;         /* progress */
     struct gen_stats *stats; /* see stats_at() */
     int have_lookup;         /* a lookup run is among the runs */
+    cJSON *cost;             /* --widths results, or NULL */
     int compared, mismatches;
 };
 
@@ -665,6 +671,7 @@ static int write_json(const struct bench *b, const char *path, int threads) {
             cJSON_AddItemToObject(pc, group_name(b, g), summary_json(cJSON_CreateObject(), &s));
         }
     }
+    if (b->cost) cJSON_AddItemReferenceToObject(j, "forward_cost", b->cost);
     cJSON *ex = cJSON_AddObjectToObject(j, "exactness");
     cJSON_AddBoolToObject(ex, "checked", o->temperature <= 0);
     cJSON_AddNumberToObject(ex, "compared", b->compared);
@@ -739,6 +746,13 @@ int cmd_benchmark(int argc, char **argv) {
         printf("\n");
     }
     fflush(stdout);
+    if (o->widths) {
+        if (!(b.cost = cJSON_CreateObject()) ||
+            bench_cost(b.e.target, "target", 256, o->widths, b.cost) ||
+            (b.e.draft && bench_cost(b.e.draft, "drafter", 256, o->widths, b.cost)))
+            goto done;
+        fflush(stdout);
+    }
     if (measure(&b)) goto done;
     print_table(&b);
     if (o->json_path && write_json(&b, o->json_path, threads)) goto done;
@@ -748,6 +762,7 @@ done:
     free(b.prompts);
     for (int i = 0; i < b.n_files; i++) free(b.file_mem[i]);
     free(b.stats);
+    cJSON_Delete(b.cost);
     model_free(b.e.draft);
     model_free(b.e.target);
     tokenizer_free(b.e.tok);
