@@ -305,6 +305,9 @@ static int build_ctx(void *arg, struct tv *ctx, char *err, size_t cap) {
     for (size_t i = 0; i < special.u.d->n; i++)
         if (tv_dict_set(ctx, tv_ref(special.u.d->k[i]), tv_ref(special.u.d->v[i]), NULL)) goto oom;
     tv_drop(&special);
+    if (q->thinking != CHAT_THINKING_DEFAULT &&
+        set_str_key(ctx, "enable_thinking", tv_bool(q->thinking == CHAT_THINKING_ON)))
+        goto oom;
     if (cJSON_IsObject(q->kwargs))
         for (const cJSON *k = q->kwargs->child; k; k = k->next) {
             static const char *const fixed[] = {"messages", "tools", "documents", "add_generation_prompt"};

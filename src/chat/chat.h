@@ -27,13 +27,21 @@ int chat_from_text(const char *tpl, size_t len, const char *config, size_t confi
                    struct chat **out, char *err, size_t err_cap);
 void chat_free(struct chat *c); /* NULL is a no-op */
 
+enum chat_thinking {
+    CHAT_THINKING_DEFAULT, /* leave enable_thinking to kwargs (or undefined: the template's default) */
+    CHAT_THINKING_ON,      /* enable_thinking = true */
+    CHAT_THINKING_OFF,     /* enable_thinking = false */
+};
+
 struct chat_request {
     const cJSON *messages;     /* array of OpenAI messages (required) */
     const cJSON *tools;        /* array of OpenAI tools, or NULL (the template gets none) */
     int add_generation_prompt; /* 1 for a chat completion */
     const cJSON *kwargs;       /* object of extra template variables (chat_template_kwargs,
                                   enable_thinking, ...), or NULL; they may override the special
-                                  tokens but not messages, tools or add_generation_prompt */
+                                  tokens and enable_thinking, but not messages, tools,
+                                  documents or add_generation_prompt */
+    enum chat_thinking thinking; /* e.g. from --no-thinking or the request's enable_thinking */
     const struct chat_render_opts *opts; /* NULL: defaults */
 };
 

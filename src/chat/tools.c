@@ -6,6 +6,7 @@
 #include "chat/tools.h"
 
 #include "base/err.h"
+#include "base/json.h"
 #include "chat/tools_impl.h"
 
 #include <stdlib.h>
@@ -59,6 +60,7 @@ void chat_tool_calls_free(struct chat_tool_calls *c) {
 int tools_is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 int tools_add(struct chat_tool_calls *out, const char *name, size_t name_len, const struct tv *args) {
+    if (!name_len || memchr(name, 0, name_len)) return ERR_FORMAT; /* not a usable name */
     struct tpl_render r = {.max_output = (size_t)64 << 20, .max_steps = UINT64_MAX};
     struct tpl_json_opts o = {.indent = -1};
     struct tpl_buf b = {0};
@@ -266,6 +268,7 @@ int chat_parse_tool_calls(enum chat_tool_format f, const char *text, size_t len,
                           struct chat_tool_calls *out) {
     memset(out, 0, sizeof *out);
     int rc;
+    if (!utf8_valid(text, len)) f = CHAT_TOOLS_NONE; /* calls are only read from valid text */
     switch (f) {
     case CHAT_TOOLS_HERMES:
     case CHAT_TOOLS_QWEN_XML: rc = tagged(f, text, len, out); break;

@@ -6,7 +6,8 @@
  *   CHAT_TOOLS_LLAMA3   {"name": ..., "parameters": {...}} (optionally after <|python_tag|>,
  *                       several separated by ';')
  * The parser never fails on model text: blocks that do not parse stay in the content, and an
- * unclosed tool-call block at the end (a truncated generation) is dropped. Arguments come out
+ * unclosed tool-call block at the end (a truncated generation) is dropped. Text that is not
+ * valid UTF-8 is returned as content without looking for calls. Arguments come out
  * as compact JSON text (json.dumps style, non-ASCII kept). Thread-safe; results are heap
  * memory released with chat_tool_calls_free(). */
 #ifndef DSPARK_CHAT_TOOLS_H

@@ -21,6 +21,11 @@ void tpl_loop_release(struct tv_loop *l) {
 
 int64_t tpl_loop_length(const struct tv_loop *l) { return (int64_t)l->items.u.l->n; }
 
+unsigned tpl_loop_depth(const struct tv_loop *l) {
+    unsigned a = l->items.u.l->depth, b = tv_depth(&l->changed);
+    return (a > b ? a : b) + 1;
+}
+
 static int loop_attr(struct tpl_render *r, int line, const struct tv *obj, const char *name,
                      struct tv *out) {
     const struct tv_loop *l = obj->u.loop;

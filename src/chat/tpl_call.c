@@ -15,6 +15,8 @@
 
 int32_t *tpl_func_rc(struct tv_func *f) { return &f->rc; }
 
+unsigned tpl_func_depth(const struct tv_func *f) { return f->kind == FN_METHOD ? tv_depth(&f->self) + 1 : 0; }
+
 void tpl_func_release(struct tv_func *f) {
     if (f->rc < 0 || --f->rc > 0) return;
     tv_drop(&f->self);

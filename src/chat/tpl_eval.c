@@ -30,6 +30,7 @@ int tpl_limit(struct tpl_render *r, int line, const char *what) {
 }
 
 int tpl_oom(struct tpl_render *r, int line) {
+    if (tv_take_too_deep()) return tpl_limit(r, line, "values nested too deeply");
     return tpl_limit(r, line, "out of memory (the template exceeded its memory limit)");
 }
 
@@ -305,8 +306,24 @@ static int exec_call_block(struct tpl_render *r, struct tpl_scope *s, const stru
     return rc;
 }
 
+static int exec_node(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n,
+                     struct tpl_buf *out);
+
+/* Bounds the C recursion of statements, expressions and macro calls together, so that no
+ * template can exhaust the stack. */
 int tpl_exec(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n,
              struct tpl_buf *out) {
+    if (++r->nest > TPL_MAX_NEST) {
+        r->nest--;
+        return tpl_limit(r, n->line, "the template nests too deeply (expressions, blocks and macro calls)");
+    }
+    int rc = exec_node(r, s, n, out);
+    r->nest--;
+    return rc;
+}
+
+static int exec_node(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n,
+                     struct tpl_buf *out) {
     if (tpl_step(r, n->line, 1)) return -1;
     int rc = 0;
     struct tv v = {0};

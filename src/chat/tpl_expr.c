@@ -371,7 +371,19 @@ int tpl_eval_with_input(struct tpl_render *r, struct tpl_scope *s, const struct 
     return rc;
 }
 
+static int eval_node(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n, struct tv *out);
+
 int tpl_eval(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n, struct tv *out) {
+    if (++r->nest > TPL_MAX_NEST) {
+        r->nest--;
+        return tpl_limit(r, n->line, "the template nests too deeply (expressions, blocks and macro calls)");
+    }
+    int rc = eval_node(r, s, n, out);
+    r->nest--;
+    return rc;
+}
+
+static int eval_node(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n, struct tv *out) {
     if (tpl_step(r, n->line, 1)) return -1;
     struct tv a, b;
     int rc, res;

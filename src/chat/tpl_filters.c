@@ -378,7 +378,7 @@ static int f_tojson(struct tpl_render *r, int line, const struct tv *v, struct t
     CHECK_ARGS("tojson", "ensure_ascii", "indent", "separators", "sort_keys");
     const struct tv *ea = tpl_arg(a, 0, "ensure_ascii"), *ind = tpl_arg(a, 1, "indent"),
                     *sep = tpl_arg(a, 2, "separators"), *sk = tpl_arg(a, 3, "sort_keys");
-    struct tpl_json_opts o = {.indent = -1};
+    struct tpl_json_opts o = {.indent = -1, .allow_nan = 1}; /* json.dumps' defaults */
     o.ensure_ascii = ea && tv_truthy(ea);
     o.sort_keys = sk && tv_truthy(sk);
     if (ind && ind->t == TV_STR) {

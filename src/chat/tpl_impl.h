@@ -155,6 +155,10 @@ struct tpl_node {
 
 enum { TPL_USES_CALLER = 1, TPL_USES_VARARGS = 2, TPL_USES_KWARGS = 4 };
 
+/* Most nested evaluation frames (statements, expressions, macro calls) of a render: bounds
+ * the C stack a template can use. */
+#define TPL_MAX_NEST 1000
+
 /* Parses the tokens into a body node. -1 with "line L, column C: message" in err. */
 int tpl_parse(const struct tpl_tokens *toks, struct tpl_arena *a, struct tpl_node **out,
               char *err, size_t err_cap);
@@ -178,6 +182,7 @@ struct tpl_render {
     struct tpl_scope *root;  /* top-level `set`s */
     uint64_t steps, max_steps;
     int depth, max_depth;    /* macro call nesting */
+    int nest;                /* tpl_exec/tpl_eval recursion (TPL_MAX_NEST) */
     size_t max_output;       /* bytes in any one output buffer */
     time_t now;              /* strftime_now() time */
     struct tv keep;          /* macros and namespaces, torn down at the end (cycles) */
@@ -266,6 +271,8 @@ void tpl_func_release(struct tv_func *f);
 int32_t *tpl_loop_rc(struct tv_loop *l);
 void tpl_loop_release(struct tv_loop *l);
 int64_t tpl_loop_length(const struct tv_loop *l);
+unsigned tpl_loop_depth(const struct tv_loop *l);
+unsigned tpl_func_depth(const struct tv_func *f);
 void tpl_dict_clear(struct tv_dict *d);
 int tpl_func_new(struct tpl_render *r, enum tpl_fn_kind kind, const char *name, struct tv *out);
 
@@ -338,6 +345,7 @@ struct tpl_json_opts {
     const char *indent_str;  /* when not NULL, used instead of indent spaces */
     const char *item_sep;    /* default ", " (or "," with indent) */
     const char *key_sep;     /* default ": " */
+    int allow_nan;           /* 0: NaN and infinities are an error (valid JSON only) */
 };
 /* json.dumps(v) as transformers' tojson filter does it. */
 int tpl_to_json(struct tpl_render *r, int line, const struct tv *v,

@@ -141,6 +141,8 @@ static int dump(struct tpl_render *r, int line, const struct tv *v, const struct
     case TV_BOOL: return put(r, b, v->u.i ? "true" : "false");
     case TV_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i); return put(r, b, tmp);
     case TV_FLOAT:
+        if (!isfinite(v->u.f) && !o->allow_nan)
+            return tpl_fail(r, line, "Out of range float values are not JSON compliant");
         if (isnan(v->u.f)) return put(r, b, "NaN");
         if (isinf(v->u.f)) return put(r, b, v->u.f < 0 ? "-Infinity" : "Infinity");
         tpl_fmt_float(v->u.f, tmp, sizeof tmp);
@@ -300,7 +302,10 @@ static int jcontainer(struct jreader *J, struct tv *out) {
         if (close == '}') {
             if (J->i >= J->n || J->s[J->i] != '"' || jstring(J, &k)) goto fail;
             jspace(J);
-            if (J->i >= J->n || J->s[J->i++] != ':') goto fail;
+            if (J->i >= J->n || J->s[J->i++] != ':') {
+                tv_drop(&k);
+                goto fail;
+            }
         }
         if (jvalue(J, &v)) {
             tv_drop(&k);

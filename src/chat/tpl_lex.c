@@ -347,7 +347,7 @@ static size_t digits_run(const char *s, size_t n, size_t i, int base) {
 /* A number at i as jinja2's float_re / integer_re read it. */
 static int lex_number(const char *s, size_t n, size_t i, int after_dot, size_t *next,
                       struct tpl_token *k) {
-    if (s[i] == '0' && i + 1 < n && strchr("bBoOxX", s[i + 1]) && s[i + 1]) {
+    if (s[i] == '0' && i + 1 < n && s[i + 1] && strchr("bBoOxX", s[i + 1])) {
         int base = (s[i + 1] | 32) == 'b' ? 2 : (s[i + 1] | 32) == 'o' ? 8 : 16;
         size_t p = i + 2; /* each digit may be preceded by one '_' */
         int64_t v = 0;

@@ -247,23 +247,6 @@ static int parse_signature(struct tpl_parser *p, struct tpl_node *n) {
     return 0;
 }
 
-/* Which of caller/varargs/kwargs a macro body mentions (jinja2 decides the signature so). */
-static uint8_t uses_names(const struct tpl_node *n) {
-    if (!n) return 0;
-    uint8_t f = 0;
-    if (n->kind == ND_NAME) {
-        if (!strcmp(n->name, "caller")) f |= TPL_USES_CALLER;
-        if (!strcmp(n->name, "varargs")) f |= TPL_USES_VARARGS;
-        if (!strcmp(n->name, "kwargs")) f |= TPL_USES_KWARGS;
-    }
-    f |= uses_names(n->a) | uses_names(n->b) | uses_names(n->c) | uses_names(n->d) | uses_names(n->e);
-    f |= uses_names(n->dyn_args) | uses_names(n->dyn_kwargs);
-    for (size_t i = 0; i < n->n_items; i++) f |= uses_names(n->items[i]);
-    for (size_t i = 0; n->items2 && i < n->n_items; i++) f |= uses_names(n->items2[i]);
-    for (size_t i = 0; i < n->n_kw; i++) f |= uses_names(n->kw_vals[i]);
-    return f;
-}
-
 /* ---- statements ---- */
 
 static struct tpl_node *parse_for(struct tpl_parser *p, const struct tpl_token *at) {
@@ -341,12 +324,14 @@ static struct tpl_node *parse_macro_like(struct tpl_parser *p, const struct tpl_
         n->name = name->name;
         n->name_len = name->name_len;
     }
-    int was = p->in_loop;
+    int was = p->in_loop, uses = p->uses;
     p->in_loop = 0;
+    p->uses = 0;
     n->b = parse_statements(p, call ? endc : endm, 1, 1);
     p->in_loop = was;
     if (!n->b) return NULL;
-    n->flags = uses_names(n->b);
+    n->flags = (uint8_t)p->uses; /* which of caller/varargs/kwargs the body mentions */
+    p->uses |= uses;
     return n;
 }
 

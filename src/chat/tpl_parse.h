@@ -17,6 +17,7 @@ struct tpl_parser {
     size_t err_cap;
     int depth;   /* expression/statement recursion */
     int in_loop; /* for break/continue */
+    int uses;    /* TPL_USES_* names seen since the innermost macro began */
 };
 
 int tpl_pfail(struct tpl_parser *p, const struct tpl_token *at, const char *fmt, ...)

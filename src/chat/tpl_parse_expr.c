@@ -276,6 +276,9 @@ struct tpl_node *tpl_parse_primary(struct tpl_parser *p) {
             n->name = tpl_arena_strdup(p->a, t->s, t->len);
             n->name_len = t->len;
             if (!n->name) return tpl_pfail(p, t, "out of memory"), NULL;
+            if (!strcmp(n->name, "caller")) p->uses |= TPL_USES_CALLER;
+            if (!strcmp(n->name, "varargs")) p->uses |= TPL_USES_VARARGS;
+            if (!strcmp(n->name, "kwargs")) p->uses |= TPL_USES_KWARGS;
         }
         return n;
     case TK_STRING: {

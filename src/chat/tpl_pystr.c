@@ -344,7 +344,7 @@ int tpl_percent_format(struct tpl_render *r, int line, const struct tv_str *fmt,
         }
         char spec[32] = "%";
         size_t sn = 1;
-        while (i < fmt->len && strchr("-+ #0", fmt->s[i]) && sn < 8) spec[sn++] = fmt->s[i++];
+        while (i < fmt->len && fmt->s[i] && strchr("-+ #0", fmt->s[i]) && sn < 8) spec[sn++] = fmt->s[i++];
         while (i < fmt->len && fmt->s[i] >= '0' && fmt->s[i] <= '9' && sn < 16) spec[sn++] = fmt->s[i++];
         if (i < fmt->len && fmt->s[i] == '.') {
             spec[sn++] = fmt->s[i++];
@@ -381,10 +381,15 @@ int tpl_percent_format(struct tpl_render *r, int line, const struct tv_str *fmt,
                 }
             }
             tpl_buf_free(&t);
-        } else if (strchr("diuxXoc", conv) && tv_is_number(arg)) {
+        } else if (conv && strchr("diuxXoc", conv) && tv_is_number(arg)) {
             long long v = arg->t == TV_FLOAT ? (long long)arg->u.f : (long long)arg->u.i;
             if (conv == 'c') {
                 char u[4];
+                if (v < 0 || v > 0x10FFFF) {
+                    rc = tpl_fail(r, line, "%%c arg not in range(0x110000)");
+                    break;
+                }
+                if (v >= 0xD800 && v < 0xE000) v = 0xFFFD; /* keep strings valid UTF-8 */
                 rc = tpl_buf_put(r, &b, u, tpl_utf8_put((uint32_t)v, u));
                 continue;
             }
@@ -393,13 +398,15 @@ int tpl_percent_format(struct tpl_render *r, int line, const struct tv_str *fmt,
             spec[sn++] = conv == 'u' || conv == 'i' ? 'd' : conv;
             spec[sn] = 0;
             int w = snprintf(tmp, sizeof tmp, spec, v);
-            rc = tpl_buf_put(r, &b, tmp, w > 0 ? (size_t)w : 0);
-        } else if (strchr("eEfFgG", conv) && tv_is_number(arg)) {
+            rc = w < 0 || (size_t)w >= sizeof tmp ? tpl_fail(r, line, "format width too large")
+                                                 : tpl_buf_put(r, &b, tmp, (size_t)w);
+        } else if (conv && strchr("eEfFgG", conv) && tv_is_number(arg)) {
             double v = arg->t == TV_FLOAT ? arg->u.f : (double)arg->u.i;
             spec[sn++] = conv;
             spec[sn] = 0;
             int w = snprintf(tmp, sizeof tmp, spec, v);
-            rc = tpl_buf_put(r, &b, tmp, w > 0 && (size_t)w < sizeof tmp ? (size_t)w : 0);
+            rc = w < 0 || (size_t)w >= sizeof tmp ? tpl_fail(r, line, "format width too large")
+                                                 : tpl_buf_put(r, &b, tmp, (size_t)w);
         } else {
             rc = tpl_fail(r, line, "%%%c format: a number is required, not %s", conv, tpl_type_name(arg));
         }

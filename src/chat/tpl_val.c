@@ -11,6 +11,13 @@
 /* ---- budget ---- */
 
 static _Thread_local struct tv_budget *budget;
+static _Thread_local int too_deep;
+
+int tv_take_too_deep(void) {
+    int d = too_deep;
+    too_deep = 0;
+    return d;
+}
 
 void tv_budget_begin(struct tv_budget *b) { budget = b; }
 void tv_budget_end(void) { budget = NULL; }
@@ -119,7 +126,12 @@ int tv_list_push(struct tv *list, struct tv v) {
         l->cap = cap;
     }
     unsigned d = tv_depth(&v) + 1;
-    if (d > l->depth) l->depth = (uint16_t)(d > 0xFFFF ? 0xFFFF : d);
+    if (d > TV_MAX_DEPTH) {
+        too_deep = 1;
+        tv_drop(&v);
+        return -1;
+    }
+    if (d > l->depth) l->depth = (uint16_t)d;
     l->v[l->n++] = v;
     return 0;
 }
@@ -227,6 +239,11 @@ int tv_dict_set(struct tv *dict, struct tv key, struct tv val, int *unhashable) 
         if (unhashable) *unhashable = 1;
         goto fail;
     }
+    unsigned dep = tv_depth(&val) + 1;
+    if (dep > TV_MAX_DEPTH) {
+        too_deep = 1;
+        goto fail;
+    }
     long e = dict_find(d, &key);
     if (e >= 0) {
         tv_drop(&key);
@@ -256,10 +273,7 @@ int tv_dict_set(struct tv *dict, struct tv key, struct tv val, int *unhashable) 
             return d->n--, -1;
         }
     }
-    if (d->kind == TD_DICT) {
-        unsigned dep = tv_depth(&d->v[e >= 0 ? (size_t)e : d->n - 1]) + 1;
-        if (dep > d->depth) d->depth = (uint16_t)(dep > 0xFFFF ? 0xFFFF : dep);
-    }
+    if (dep > d->depth) d->depth = (uint16_t)dep;
     return 0;
 fail:
     tv_drop(&key);
@@ -355,9 +369,13 @@ int tv_is_number(const struct tv *v) {
 }
 
 unsigned tv_depth(const struct tv *v) {
-    if (v->t == TV_LIST) return v->u.l->depth;
-    if (v->t == TV_DICT && v->u.d->kind == TD_DICT) return v->u.d->depth;
-    return 0;
+    switch (v->t) {
+    case TV_LIST: return v->u.l->depth;
+    case TV_DICT: return v->u.d->kind == TD_DICT ? v->u.d->depth : 0; /* namespaces: see teardown */
+    case TV_LOOP: return tpl_loop_depth(v->u.loop);
+    case TV_FUNC: return tpl_func_depth(v->u.fn);
+    default: return 0;
+    }
 }
 
 int tv_truthy(const struct tv *v) {

@@ -131,7 +131,11 @@ int tv_equal(const struct tv *a, const struct tv *b);
 int tv_less(const struct tv *a, const struct tv *b, int *lt);
 /* Length as Python's len(): -1 when the value has none. */
 int64_t tv_len(const struct tv *v);
+/* How deep lists, dicts, loops and bound methods nest below v: at most TV_MAX_DEPTH, which
+ * tv_list_push and tv_dict_set enforce (so freeing and printing never recurse further). */
 unsigned tv_depth(const struct tv *v);
+/* 1 (once) when the last failed push/set was refused for depth. */
+int tv_take_too_deep(void);
 
 /* ---- per-thread allocation budget ---- */
 struct tv_budget {

@@ -185,6 +185,8 @@ static char *render_pycoder(const char *request_json, int *rc_out, char *err, si
         .add_generation_prompt = cJSON_IsTrue(cJSON_GetObjectItem(req, "add_generation_prompt")),
         .kwargs = cJSON_GetObjectItem(req, "kwargs"),
     };
+    const cJSON *th = cJSON_GetObjectItem(req, "thinking");
+    if (th) q.thinking = cJSON_IsTrue(th) ? CHAT_THINKING_ON : CHAT_THINKING_OFF;
     char *out = NULL;
     *rc_out = chat_render(c, &q, &out, NULL, err, cap);
     cJSON_Delete(req);
@@ -214,6 +216,23 @@ TEST(model_render_normalizes) {
                        "<|im_start|>assistant\n<think>\n\n</think>\n\n";
     if (strcmp(out, want)) printf("  got: %s\n", out);
     CHECK(!strcmp(out, want));
+    free(out);
+}
+
+TEST(model_render_thinking) {
+    char err[512];
+    int rc;
+    const char *tail = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    char *out = render_pycoder("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"add_generation_prompt\": true,"
+                               " \"thinking\": false}", &rc, err, sizeof err);
+    REQUIRE(out != NULL);
+    CHECK(rc == OK && strstr(out, tail));
+    free(out);
+    /* chat_template_kwargs win over the server's choice */
+    out = render_pycoder("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"add_generation_prompt\": true,"
+                         " \"thinking\": false, \"kwargs\": {\"enable_thinking\": true}}", &rc, err, sizeof err);
+    REQUIRE(out != NULL);
+    CHECK(rc == OK && !strstr(out, tail));
     free(out);
 }
 
@@ -264,6 +283,7 @@ int main(void) {
     log_set_quiet(1);
     RUN(goldens);
     RUN(model_render_normalizes);
+    RUN(model_render_thinking);
     RUN(model_render_errors);
     RUN(named_templates);
     return test_report();
