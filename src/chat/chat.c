@@ -39,7 +39,8 @@ static int read_special(struct chat *c, const cJSON *cfg) {
         const char *t = token_text(cJSON_GetObjectItemCaseSensitive(cfg, SPECIAL[i]));
         if (t && !cJSON_AddStringToObject(c->special, SPECIAL[i], t)) return ERR_NOMEM;
     }
-    const cJSON *extra = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "additional_special_tokens") : NULL;
+    const cJSON *extra =
+        cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "additional_special_tokens") : NULL;
     if (cJSON_IsArray(extra)) {
         cJSON *list = cJSON_AddArrayToObject(c->special, "additional_special_tokens");
         if (!list) return ERR_NOMEM;
@@ -51,7 +52,8 @@ static int read_special(struct chat *c, const cJSON *cfg) {
     return OK;
 }
 
-static int parse_one(const char *text, size_t len, struct chat_template **out, char *err, size_t cap) {
+static int parse_one(const char *text, size_t len, struct chat_template **out, char *err,
+                     size_t cap) {
     return chat_template_parse(text, len, out, err, cap);
 }
 
@@ -70,14 +72,16 @@ static int from_config_value(struct chat *c, const cJSON *v, char *err, size_t c
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name"),
                     *tpl = cJSON_GetObjectItemCaseSensitive(e, "template");
         if (!cJSON_IsString(name) || !cJSON_IsString(tpl)) continue;
-        struct chat_template **slot = !strcmp(name->valuestring, "default") ? &c->def
+        struct chat_template **slot = !strcmp(name->valuestring, "default")    ? &c->def
                                       : !strcmp(name->valuestring, "tool_use") ? &c->tool_use
-                                                                              : NULL;
+                                                                               : NULL;
         if (!slot || *slot) continue;
         int rc = parse_one(tpl->valuestring, strlen(tpl->valuestring), slot, err, cap);
         if (rc) return rc;
-        enum chat_tool_format f = chat_tool_format_of_template(tpl->valuestring, strlen(tpl->valuestring));
-        if (f != CHAT_TOOLS_NONE && (slot == &c->tool_use || c->format == CHAT_TOOLS_NONE)) c->format = f;
+        enum chat_tool_format f =
+            chat_tool_format_of_template(tpl->valuestring, strlen(tpl->valuestring));
+        if (f != CHAT_TOOLS_NONE && (slot == &c->tool_use || c->format == CHAT_TOOLS_NONE))
+            c->format = f;
     }
     if (!c->def && !c->tool_use) {
         snprintf(err, cap, "chat_template lists no \"default\" or \"tool_use\" template");
@@ -106,7 +110,8 @@ int chat_from_text(const char *tpl, size_t len, const char *config, size_t confi
         c->format = chat_tool_format_of_template(tpl, len);
         rc = parse_one(tpl, len, &c->def, err, err_cap);
     } else if (!rc) {
-        rc = from_config_value(c, cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"), err, err_cap);
+        rc = from_config_value(c, cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"), err,
+                               err_cap);
     }
     cJSON_Delete(cfg);
     if (rc) {
@@ -150,7 +155,8 @@ int chat_load(const char *dir, struct chat **out) {
     }
     if (!tpl && !(cfg && strstr(cfg, "\"chat_template\""))) {
         log_error("%s has no chat template (chat_template.jinja or tokenizer_config.json "
-                  "\"chat_template\")", dir);
+                  "\"chat_template\")",
+                  dir);
         log_hint("use a model folder that ships a chat template, or the raw completions API");
         free(cfg);
         return ERR_UNSUPPORTED;
@@ -170,7 +176,9 @@ void chat_free(struct chat *c) {
     free(c);
 }
 
-enum chat_tool_format chat_tool_format(const struct chat *c) { return c->format; }
+enum chat_tool_format chat_tool_format(const struct chat *c) {
+    return c->format;
+}
 
 const char *chat_special_token(const struct chat *c, const char *name) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(c->special, name);
@@ -204,11 +212,14 @@ static int norm_content(const struct tv *content, struct tv *out) {
         size_t n = 0;
         for (size_t i = 0; i < content->u.l->n; i++) {
             const struct tv *p = &content->u.l->v[i], *text = NULL;
-            if (p->t == TV_STR) text = p;
+            if (p->t == TV_STR)
+                text = p;
             else if (p->t == TV_DICT) {
                 const struct tv *type = tv_dict_get_str(p->u.d, "type", 4);
                 const struct tv *tx = tv_dict_get_str(p->u.d, "text", 4);
-                if ((!type || (type->t == TV_STR && !strcmp(type->u.s->s, "text"))) && tx && tx->t == TV_STR) text = tx;
+                if ((!type || (type->t == TV_STR && !strcmp(type->u.s->s, "text"))) && tx &&
+                    tx->t == TV_STR)
+                    text = tx;
             }
             if (!text) continue;
             if (pass) memcpy(buf + n, text->u.s->s, text->u.s->len);
@@ -228,7 +239,8 @@ static int norm_content(const struct tv *content, struct tv *out) {
 static int with_key(const struct tv *d, const char *key, struct tv v, struct tv *out) {
     if (tv_dict_new(TD_DICT, d->u.d->n + 1, out)) return tv_drop(&v), -1;
     for (size_t i = 0; i < d->u.d->n; i++)
-        if (tv_dict_set(out, tv_ref(d->u.d->k[i]), tv_ref(d->u.d->v[i]), NULL)) return tv_drop(&v), tv_drop(out), -1;
+        if (tv_dict_set(out, tv_ref(d->u.d->k[i]), tv_ref(d->u.d->v[i]), NULL))
+            return tv_drop(&v), tv_drop(out), -1;
     return set_str_key(out, key, v) ? (tv_drop(out), -1) : 0;
 }
 
@@ -238,13 +250,16 @@ static int norm_tool_calls(const struct tv *calls, struct tv *out) {
         const struct tv *call = &calls->u.l->v[i];
         struct tv nc = tv_ref(*call);
         const struct tv *fn = call->t == TV_DICT ? tv_dict_get_str(call->u.d, "function", 8) : NULL;
-        const struct tv *args = fn && fn->t == TV_DICT ? tv_dict_get_str(fn->u.d, "arguments", 9) : NULL;
+        const struct tv *args =
+            fn && fn->t == TV_DICT ? tv_dict_get_str(fn->u.d, "arguments", 9) : NULL;
         struct tv parsed;
-        if (args && args->t == TV_STR && !tpl_from_json(args->u.s->s, args->u.s->len, &parsed, NULL)) {
+        if (args && args->t == TV_STR &&
+            !tpl_from_json(args->u.s->s, args->u.s->len, &parsed, NULL)) {
             if (parsed.t == TV_DICT) {
                 struct tv nfn;
                 tv_drop(&nc);
-                if (with_key(fn, "arguments", parsed, &nfn) || with_key(call, "function", nfn, &nc)) return tv_drop(out), -1;
+                if (with_key(fn, "arguments", parsed, &nfn) || with_key(call, "function", nfn, &nc))
+                    return tv_drop(out), -1;
             } else {
                 tv_drop(&parsed);
             }
@@ -272,7 +287,8 @@ static int norm_messages(const cJSON *messages, struct tv *out, char *err, size_
             snprintf(err, cap, "a message has invalid UTF-8 or is nested too deeply");
             return ERR_FORMAT;
         }
-        int rc = norm_content(tv_dict_get_str(raw.u.d, "content", 7), &content) || with_key(&raw, "content", content, &msg);
+        int rc = norm_content(tv_dict_get_str(raw.u.d, "content", 7), &content) ||
+                 with_key(&raw, "content", content, &msg);
         const struct tv *calls = rc ? NULL : tv_dict_get_str(msg.u.d, "tool_calls", 10);
         if (!rc && calls && calls->t == TV_LIST) {
             struct tv nc, m2;
@@ -310,7 +326,8 @@ static int build_ctx(void *arg, struct tv *ctx, char *err, size_t cap) {
         goto oom;
     if (cJSON_IsObject(q->kwargs))
         for (const cJSON *k = q->kwargs->child; k; k = k->next) {
-            static const char *const fixed[] = {"messages", "tools", "documents", "add_generation_prompt"};
+            static const char *const fixed[] = {"messages", "tools", "documents",
+                                                "add_generation_prompt"};
             int skip = 0;
             for (size_t i = 0; i < 4; i++) skip |= !strcmp(k->string, fixed[i]);
             struct tv v;
@@ -342,8 +359,8 @@ oom_ctx:
     return ERR_NOMEM;
 }
 
-int chat_render(const struct chat *c, const struct chat_request *req, char **out,
-                size_t *out_len, char *err, size_t err_cap) {
+int chat_render(const struct chat *c, const struct chat_request *req, char **out, size_t *out_len,
+                char *err, size_t err_cap) {
     int has_tools = cJSON_IsArray(req->tools) && cJSON_GetArraySize(req->tools) > 0;
     const struct chat_template *t = has_tools && c->tool_use ? c->tool_use : c->def;
     *out = NULL;

@@ -28,19 +28,20 @@ int chat_from_text(const char *tpl, size_t len, const char *config, size_t confi
 void chat_free(struct chat *c); /* NULL is a no-op */
 
 enum chat_thinking {
-    CHAT_THINKING_DEFAULT, /* leave enable_thinking to kwargs (or undefined: the template's default) */
+    CHAT_THINKING_DEFAULT, /* leave enable_thinking to kwargs (or undefined: the template's default)
+                            */
     CHAT_THINKING_ON,      /* enable_thinking = true */
     CHAT_THINKING_OFF,     /* enable_thinking = false */
 };
 
 struct chat_request {
-    const cJSON *messages;     /* array of OpenAI messages (required) */
-    const cJSON *tools;        /* array of OpenAI tools, or NULL (the template gets none) */
-    int add_generation_prompt; /* 1 for a chat completion */
-    const cJSON *kwargs;       /* object of extra template variables (chat_template_kwargs,
-                                  enable_thinking, ...), or NULL; they may override the special
-                                  tokens and enable_thinking, but not messages, tools,
-                                  documents or add_generation_prompt */
+    const cJSON *messages;       /* array of OpenAI messages (required) */
+    const cJSON *tools;          /* array of OpenAI tools, or NULL (the template gets none) */
+    int add_generation_prompt;   /* 1 for a chat completion */
+    const cJSON *kwargs;         /* object of extra template variables (chat_template_kwargs,
+                                    enable_thinking, ...), or NULL; they may override the special
+                                    tokens and enable_thinking, but not messages, tools,
+                                    documents or add_generation_prompt */
     enum chat_thinking thinking; /* e.g. from --no-thinking or the request's enable_thinking */
     const struct chat_render_opts *opts; /* NULL: defaults */
 };
@@ -49,8 +50,8 @@ struct chat_request {
  * the template's message (a 400 for the client), ERR_FULL, ERR_FORMAT for messages that are
  * not an array of objects, ERR_UNSUPPORTED when the model has only named templates and none
  * fits. */
-int chat_render(const struct chat *c, const struct chat_request *req, char **out,
-                size_t *out_len, char *err, size_t err_cap);
+int chat_render(const struct chat *c, const struct chat_request *req, char **out, size_t *out_len,
+                char *err, size_t err_cap);
 
 /* How the model writes tool calls, guessed from its template (see chat/tools.h). */
 enum chat_tool_format chat_tool_format(const struct chat *c);

@@ -19,7 +19,9 @@ struct chat_template {
 
 static _Thread_local int last_raised;
 
-int chat_template_last_raised(void) { return last_raised; }
+int chat_template_last_raised(void) {
+    return last_raised;
+}
 
 int chat_template_parse(const char *src, size_t len, struct chat_template **out, char *err,
                         size_t err_cap) {
@@ -37,8 +39,10 @@ int chat_template_parse(const char *src, size_t len, struct chat_template **out,
     char *norm = tpl_normalize(&t->arena, src, len, &n);
     struct tpl_tokens toks = {0};
     int rc = OK;
-    if (!norm) rc = ERR_NOMEM;
-    else if (tpl_lex(norm, n, &t->arena, &toks, err, err_cap) || tpl_parse(&toks, &t->arena, &t->body, err, err_cap))
+    if (!norm)
+        rc = ERR_NOMEM;
+    else if (tpl_lex(norm, n, &t->arena, &toks, err, err_cap) ||
+             tpl_parse(&toks, &t->arena, &t->body, err, err_cap))
         rc = strstr(err, "out of memory") ? ERR_NOMEM : ERR_FORMAT;
     free(toks.v);
     if (rc) {
@@ -75,7 +79,8 @@ static void teardown(struct tpl_render *r) {
 }
 
 static int render(const struct chat_template *t, struct tv ctx, const struct chat_render_opts *opts,
-                  struct tv_budget *budget, char **out, size_t *out_len, char *err, size_t err_cap) {
+                  struct tv_budget *budget, char **out, size_t *out_len, char *err,
+                  size_t err_cap) {
     struct chat_render_opts o = opts ? *opts : (struct chat_render_opts){0};
     struct tpl_render r = {0};
     r.ctx = ctx;
@@ -86,15 +91,19 @@ static int render(const struct chat_template *t, struct tv ctx, const struct cha
     struct tpl_buf b = {0};
     int rc = OK;
     r.root = tpl_scope_new(NULL);
-    if (!r.root) rc = ERR_NOMEM;
-    else if (tpl_exec(&r, r.root, t->body, &b)) rc = -1;
+    if (!r.root)
+        rc = ERR_NOMEM;
+    else if (tpl_exec(&r, r.root, t->body, &b))
+        rc = -1;
     teardown(&r);
     tv_budget_end();
     last_raised = r.raised;
     if (rc == -1) {
         tpl_buf_free(&b);
-        if (r.raised) snprintf(err, err_cap, "%s", r.err);
-        else snprintf(err, err_cap, "template error at line %d: %s", r.err_line, r.err);
+        if (r.raised)
+            snprintf(err, err_cap, "%s", r.err);
+        else
+            snprintf(err, err_cap, "template error at line %d: %s", r.err_line, r.err);
         (void)budget;
         return r.raised ? ERR_ARG : r.limit ? ERR_FULL : ERR_ARG;
     }
@@ -136,9 +145,9 @@ int chat_template_render(const struct chat_template *t, const cJSON *context,
     return render(t, ctx, opts, &budget, out, out_len, err, err_cap);
 }
 
-int chat_template_render_json(const struct chat_template *t, const char *context_json,
-                              size_t len, const struct chat_render_opts *opts, char **out,
-                              size_t *out_len, char *err, size_t err_cap) {
+int chat_template_render_json(const struct chat_template *t, const char *context_json, size_t len,
+                              const struct chat_render_opts *opts, char **out, size_t *out_len,
+                              char *err, size_t err_cap) {
     char dummy[8];
     if (!err || !err_cap) err = dummy, err_cap = sizeof dummy;
     err[0] = 0;
@@ -151,14 +160,16 @@ int chat_template_render_json(const struct chat_template *t, const char *context
     if (tpl_from_json(context_json, len, &ctx, &why) || ctx.t != TV_DICT) {
         if (!why) tv_drop(&ctx);
         tv_budget_end();
-        snprintf(err, err_cap, "the template context must be a JSON object (%s)", why ? why : "not an object");
+        snprintf(err, err_cap, "the template context must be a JSON object (%s)",
+                 why ? why : "not an object");
         return ERR_FORMAT;
     }
     return render(t, ctx, opts, &budget, out, out_len, err, err_cap);
 }
 
-int tpl_render_built(const struct chat_template *t, int (*build)(void *arg, struct tv *ctx, char *err, size_t err_cap),
-                     void *arg, const struct chat_render_opts *opts, char **out, size_t *out_len, char *err,
+int tpl_render_built(const struct chat_template *t,
+                     int (*build)(void *arg, struct tv *ctx, char *err, size_t err_cap), void *arg,
+                     const struct chat_render_opts *opts, char **out, size_t *out_len, char *err,
                      size_t err_cap) {
     char dummy[8];
     if (!err || !err_cap) err = dummy, err_cap = sizeof dummy;

@@ -17,11 +17,11 @@ struct chat_template;
 
 /* Limits and clock of one render; zero fields take the defaults shown. */
 struct chat_render_opts {
-    int64_t now;         /* strftime_now() time, seconds since 1970 (local time zone); 0: now */
-    uint64_t max_steps;  /* statements + expressions evaluated; 0: 50 000 000 */
-    size_t max_output;   /* bytes of output (and of any captured block); 0: 32 MiB */
-    size_t max_memory;   /* bytes of template values alive at once; 0: 512 MiB */
-    int max_depth;       /* macro call nesting; 0: 100 */
+    int64_t now;        /* strftime_now() time, seconds since 1970 (local time zone); 0: now */
+    uint64_t max_steps; /* statements + expressions evaluated; 0: 50 000 000 */
+    size_t max_output;  /* bytes of output (and of any captured block); 0: 32 MiB */
+    size_t max_memory;  /* bytes of template values alive at once; 0: 512 MiB */
+    int max_depth;      /* macro call nesting; 0: 100 */
 };
 
 /* Parses src[0..len). ERR_FORMAT with "template syntax error at line L, column C: ..." in
@@ -45,9 +45,9 @@ int chat_template_render(const struct chat_template *t, const cJSON *context,
                          const struct chat_render_opts *opts, char **out, size_t *out_len,
                          char *err, size_t err_cap);
 /* The same with the context as JSON text (numbers read as Python's json module reads them). */
-int chat_template_render_json(const struct chat_template *t, const char *context_json,
-                              size_t len, const struct chat_render_opts *opts, char **out,
-                              size_t *out_len, char *err, size_t err_cap);
+int chat_template_render_json(const struct chat_template *t, const char *context_json, size_t len,
+                              const struct chat_render_opts *opts, char **out, size_t *out_len,
+                              char *err, size_t err_cap);
 
 /* 1 when the last failed render on this thread came from raise_exception(). */
 int chat_template_last_raised(void);

@@ -24,11 +24,16 @@ enum chat_tool_format chat_tool_format_of_template(const char *tpl, size_t len) 
 
 const char *chat_tool_format_name(enum chat_tool_format f) {
     switch (f) {
-    case CHAT_TOOLS_HERMES: return "hermes";
-    case CHAT_TOOLS_QWEN_XML: return "qwen-xml";
-    case CHAT_TOOLS_GEMMA4: return "gemma4";
-    case CHAT_TOOLS_LLAMA3: return "llama3";
-    default: return "none";
+    case CHAT_TOOLS_HERMES:
+        return "hermes";
+    case CHAT_TOOLS_QWEN_XML:
+        return "qwen-xml";
+    case CHAT_TOOLS_GEMMA4:
+        return "gemma4";
+    case CHAT_TOOLS_LLAMA3:
+        return "llama3";
+    default:
+        return "none";
     }
 }
 
@@ -57,9 +62,12 @@ void chat_tool_calls_free(struct chat_tool_calls *c) {
 
 /* ---- shared helpers (tools_impl.h) ---- */
 
-int tools_is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+int tools_is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
-int tools_add(struct chat_tool_calls *out, const char *name, size_t name_len, const struct tv *args) {
+int tools_add(struct chat_tool_calls *out, const char *name, size_t name_len,
+              const struct tv *args) {
     if (!name_len || memchr(name, 0, name_len)) return ERR_FORMAT; /* not a usable name */
     struct tpl_render r = {.max_output = (size_t)64 << 20, .max_steps = UINT64_MAX};
     struct tpl_json_opts o = {.indent = -1};
@@ -69,7 +77,8 @@ int tools_add(struct chat_tool_calls *out, const char *name, size_t name_len, co
         if (tv_dict_new(TD_DICT, 0, &empty)) return ERR_NOMEM;
         args = &empty;
     }
-    int rc = args->t == TV_STR ? tpl_buf_put(&r, &b, args->u.s->s, args->u.s->len) : tpl_to_json(&r, 0, args, &o, &b);
+    int rc = args->t == TV_STR ? tpl_buf_put(&r, &b, args->u.s->s, args->u.s->len)
+                               : tpl_to_json(&r, 0, args, &o, &b);
     tv_drop(&empty);
     if (rc) {
         tpl_buf_free(&b);
@@ -133,14 +142,16 @@ static int hermes_block(struct chat_tool_calls *out, const char *body, size_t n)
     const struct tv *args = v.t == TV_DICT ? tv_dict_get_str(v.u.d, "arguments", 9) : NULL;
     if (v.t == TV_DICT && !args) args = tv_dict_get_str(v.u.d, "parameters", 10);
     int rc = 1;
-    if (name && name->t == TV_STR && name->u.s->len) rc = tools_add(out, name->u.s->s, name->u.s->len, args);
+    if (name && name->t == TV_STR && name->u.s->len)
+        rc = tools_add(out, name->u.s->s, name->u.s->len, args);
     tv_drop(&v);
     return rc == ERR_FORMAT ? 1 : rc;
 }
 
 static int xml_block(struct chat_tool_calls *out, const char *body, size_t n);
 
-static int tagged(enum chat_tool_format f, const char *text, size_t len, struct chat_tool_calls *out) {
+static int tagged(enum chat_tool_format f, const char *text, size_t len,
+                  struct chat_tool_calls *out) {
     static const char open[] = "<tool_call>", close[] = "</tool_call>";
     struct tools_buf content = {0};
     size_t pos = 0;
@@ -161,9 +172,12 @@ static int tagged(enum chat_tool_format f, const char *text, size_t len, struct 
         size_t end = (size_t)(e - text) + sizeof close - 1;
         int got = f == CHAT_TOOLS_QWEN_XML ? xml_block(out, text + b, (size_t)(e - text) - b)
                                            : hermes_block(out, text + b, (size_t)(e - text) - b);
-        if (got < 0) rc = got;
-        else if (got == 1) rc = tools_buf_add(&content, text + at, end - at); /* not a call */
-        else changed = 1;
+        if (got < 0)
+            rc = got;
+        else if (got == 1)
+            rc = tools_buf_add(&content, text + at, end - at); /* not a call */
+        else
+            changed = 1;
         pos = end;
     }
     if (!rc) rc = tools_set_content(out, content.p ? content.p : "", content.n, changed);
@@ -203,9 +217,12 @@ static int xml_block(struct chat_tool_calls *out, const char *body, size_t n) {
             break;
         }
         struct tv key, val;
-        if (tv_str_new(q, (size_t)(kg - q), &key)) rc = ERR_NOMEM;
-        else if (xml_value(kg + 1, (size_t)(ve - kg - 1), &val)) rc = (tv_drop(&key), ERR_NOMEM);
-        else if (tv_dict_set(&args, key, val, NULL)) rc = ERR_NOMEM;
+        if (tv_str_new(q, (size_t)(kg - q), &key))
+            rc = ERR_NOMEM;
+        else if (xml_value(kg + 1, (size_t)(ve - kg - 1), &val))
+            rc = (tv_drop(&key), ERR_NOMEM);
+        else if (tv_dict_set(&args, key, val, NULL))
+            rc = ERR_NOMEM;
         p = ve + 12;
     }
     if (!rc) rc = tools_add(out, name, name_len, &args);
@@ -221,8 +238,10 @@ size_t tools_json_object_end(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (in_str) {
-            if (c == '\\') i++;
-            else if (c == '"') in_str = 0;
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = 0;
         } else if (c == '"') {
             in_str = 1;
         } else if (c == '{' || c == '[') {
@@ -271,10 +290,18 @@ int chat_parse_tool_calls(enum chat_tool_format f, const char *text, size_t len,
     if (!utf8_valid(text, len)) f = CHAT_TOOLS_NONE; /* calls are only read from valid text */
     switch (f) {
     case CHAT_TOOLS_HERMES:
-    case CHAT_TOOLS_QWEN_XML: rc = tagged(f, text, len, out); break;
-    case CHAT_TOOLS_GEMMA4: rc = tools_gemma4(text, len, out); break;
-    case CHAT_TOOLS_LLAMA3: rc = llama3(text, len, out); break;
-    default: rc = tools_set_content(out, text, len, 0); break;
+    case CHAT_TOOLS_QWEN_XML:
+        rc = tagged(f, text, len, out);
+        break;
+    case CHAT_TOOLS_GEMMA4:
+        rc = tools_gemma4(text, len, out);
+        break;
+    case CHAT_TOOLS_LLAMA3:
+        rc = llama3(text, len, out);
+        break;
+    default:
+        rc = tools_set_content(out, text, len, 0);
+        break;
     }
     if (rc) chat_tool_calls_free(out);
     return rc;

@@ -1,6 +1,7 @@
 /* chat/tools.h: tool calls in model output, turned into OpenAI tool_calls. Formats:
- *   CHAT_TOOLS_HERMES   Qwen2.5/Qwen3/Hermes: <tool_call>{"name": ..., "arguments": {...}}</tool_call>
- *   CHAT_TOOLS_QWEN_XML Qwen3-Coder/Qwen3.5: <tool_call><function=NAME><parameter=K>V</parameter>
+ *   CHAT_TOOLS_HERMES   Qwen2.5/Qwen3/Hermes: <tool_call>{"name": ..., "arguments":
+ * {...}}</tool_call> CHAT_TOOLS_QWEN_XML Qwen3-Coder/Qwen3.5:
+ * <tool_call><function=NAME><parameter=K>V</parameter>
  *                       </function></tool_call>
  *   CHAT_TOOLS_GEMMA4   <|tool_call>call:NAME{key:<|"|>text<|"|>,n:3,flag:true}<tool_call|>
  *   CHAT_TOOLS_LLAMA3   {"name": ..., "parameters": {...}} (optionally after <|python_tag|>,
@@ -30,8 +31,8 @@ struct chat_tool_call {
 };
 
 struct chat_tool_calls {
-    char *content;      /* the text outside the calls, trimmed; NULL when nothing is left
-                           (OpenAI's content: null). Without calls: the whole text, as is. */
+    char *content; /* the text outside the calls, trimmed; NULL when nothing is left
+                      (OpenAI's content: null). Without calls: the whole text, as is. */
     size_t content_len;
     struct chat_tool_call *calls;
     int n_calls;

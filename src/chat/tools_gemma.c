@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define QUOTE "<|\"|>"
+#define QUOTE     "<|\"|>"
 #define QUOTE_LEN 5
 
 struct gp {
@@ -127,7 +127,8 @@ static int one_call(struct chat_tool_calls *out, const char *body, size_t n) {
 }
 
 int tools_gemma4(const char *text, size_t len, struct chat_tool_calls *out) {
-    static const char open[] = "<|tool_call>", close[] = "<tool_call|>", resp[] = "<|tool_response>";
+    static const char open[] = "<|tool_call>", close[] = "<tool_call|>",
+                      resp[] = "<|tool_response>";
     struct tools_buf content = {0};
     size_t pos = 0;
     int changed = 0, rc = OK;
@@ -146,9 +147,12 @@ int tools_gemma4(const char *text, size_t len, struct chat_tool_calls *out) {
         }
         size_t end = (size_t)(e - text) + sizeof close - 1;
         int got = one_call(out, text + b, (size_t)(e - text) - b);
-        if (got < 0) rc = got;
-        else if (got == 1) rc = tools_buf_add(&content, text + at, end - at);
-        else changed = 1;
+        if (got < 0)
+            rc = got;
+        else if (got == 1)
+            rc = tools_buf_add(&content, text + at, end - at);
+        else
+            changed = 1;
         pos = end;
     }
     if (!rc && out->n_calls && content.n) { /* the stop marker after the calls */

@@ -13,7 +13,8 @@ struct tools_buf {
 int tools_is_space(char c);
 /* Appends a call; args (object value, a JSON string, or NULL for {}) is serialized. OK,
  * ERR_NOMEM, or ERR_FORMAT when args cannot be written as JSON. */
-int tools_add(struct chat_tool_calls *out, const char *name, size_t name_len, const struct tv *args);
+int tools_add(struct chat_tool_calls *out, const char *name, size_t name_len,
+              const struct tv *args);
 /* Sets out->content to s[0..n); with trim, surrounding whitespace goes and "" becomes NULL. */
 int tools_set_content(struct chat_tool_calls *out, const char *s, size_t n, int trim);
 int tools_buf_add(struct tools_buf *b, const char *s, size_t n);

@@ -7,10 +7,11 @@
 
 #include <string.h>
 
-
 /* ---- loop object ---- */
 
-int32_t *tpl_loop_rc(struct tv_loop *l) { return &l->rc; }
+int32_t *tpl_loop_rc(struct tv_loop *l) {
+    return &l->rc;
+}
 
 void tpl_loop_release(struct tv_loop *l) {
     if (l->rc < 0 || --l->rc > 0) return;
@@ -19,7 +20,9 @@ void tpl_loop_release(struct tv_loop *l) {
     tv_free(l, sizeof *l);
 }
 
-int64_t tpl_loop_length(const struct tv_loop *l) { return (int64_t)l->items.u.l->n; }
+int64_t tpl_loop_length(const struct tv_loop *l) {
+    return (int64_t)l->items.u.l->n;
+}
 
 unsigned tpl_loop_depth(const struct tv_loop *l) {
     unsigned a = l->items.u.l->depth, b = tv_depth(&l->changed);
@@ -30,21 +33,31 @@ static int loop_attr(struct tpl_render *r, int line, const struct tv *obj, const
                      struct tv *out) {
     const struct tv_loop *l = obj->u.loop;
     int64_t i = (int64_t)l->i, n = (int64_t)l->items.u.l->n;
-    if (!strcmp(name, "index")) *out = tv_int(i + 1);
-    else if (!strcmp(name, "index0")) *out = tv_int(i);
-    else if (!strcmp(name, "revindex")) *out = tv_int(n - i);
-    else if (!strcmp(name, "revindex0")) *out = tv_int(n - i - 1);
-    else if (!strcmp(name, "first")) *out = tv_bool(i == 0);
-    else if (!strcmp(name, "last")) *out = tv_bool(i == n - 1);
-    else if (!strcmp(name, "length")) *out = tv_int(n);
-    else if (!strcmp(name, "depth")) *out = tv_int(l->depth);
-    else if (!strcmp(name, "depth0")) *out = tv_int(l->depth - 1);
+    if (!strcmp(name, "index"))
+        *out = tv_int(i + 1);
+    else if (!strcmp(name, "index0"))
+        *out = tv_int(i);
+    else if (!strcmp(name, "revindex"))
+        *out = tv_int(n - i);
+    else if (!strcmp(name, "revindex0"))
+        *out = tv_int(n - i - 1);
+    else if (!strcmp(name, "first"))
+        *out = tv_bool(i == 0);
+    else if (!strcmp(name, "last"))
+        *out = tv_bool(i == n - 1);
+    else if (!strcmp(name, "length"))
+        *out = tv_int(n);
+    else if (!strcmp(name, "depth"))
+        *out = tv_int(l->depth);
+    else if (!strcmp(name, "depth0"))
+        *out = tv_int(l->depth - 1);
     else if (!strcmp(name, "previtem"))
         *out = i > 0 ? tv_ref(l->items.u.l->v[i - 1]) : tv_undef("there is no previous item");
     else if (!strcmp(name, "nextitem"))
         *out = i + 1 < n ? tv_ref(l->items.u.l->v[i + 1]) : tv_undef("there is no next item");
     else if (!strcmp(name, "cycle") || !strcmp(name, "changed")) {
-        if (tpl_func_new(r, FN_METHOD, !strcmp(name, "cycle") ? "cycle" : "changed", out)) return -1;
+        if (tpl_func_new(r, FN_METHOD, !strcmp(name, "cycle") ? "cycle" : "changed", out))
+            return -1;
         out->u.fn->self = tv_ref(*obj);
     } else
         *out = tv_undef(NULL);
@@ -57,8 +70,10 @@ static int loop_attr(struct tpl_render *r, int line, const struct tv *obj, const
 int tpl_getattr(struct tpl_render *r, int line, const struct tv *obj, const char *name,
                 struct tv *out) {
     switch (obj->t) {
-    case TV_UNDEF: return tpl_undefined_error(r, line, obj);
-    case TV_LOOP: return loop_attr(r, line, obj, name, out);
+    case TV_UNDEF:
+        return tpl_undefined_error(r, line, obj);
+    case TV_LOOP:
+        return loop_attr(r, line, obj, name, out);
     case TV_DICT: {
         if (obj->u.d->kind == TD_DICT && tpl_has_method(obj, name)) break;
         const struct tv *v = tv_dict_get_str(obj->u.d, name, strlen(name));
@@ -70,7 +85,9 @@ int tpl_getattr(struct tpl_render *r, int line, const struct tv *obj, const char
         if (tpl_has_method(obj, name)) break;
         *out = tv_undef(name);
         return 0;
-    default: *out = tv_undef(name); return 0;
+    default:
+        *out = tv_undef(name);
+        return 0;
     }
     if (tpl_func_new(r, FN_METHOD, tpl_method_name(obj, name), out)) return -1;
     out->u.fn->self = tv_ref(*obj);
@@ -90,7 +107,8 @@ int tpl_getitem(struct tpl_render *r, int line, const struct tv *obj, const stru
                 struct tv *out) {
     int64_t i;
     switch (obj->t) {
-    case TV_UNDEF: return tpl_undefined_error(r, line, obj);
+    case TV_UNDEF:
+        return tpl_undefined_error(r, line, obj);
     case TV_STR:
         if (seq_index(key, (int64_t)obj->u.s->n_cp, &i)) {
             size_t a = tpl_utf8_offset(obj->u.s, (size_t)i), b = a;
@@ -113,9 +131,11 @@ int tpl_getitem(struct tpl_render *r, int line, const struct tv *obj, const stru
             }
         }
         break;
-    default: break;
+    default:
+        break;
     }
-    if (key->t == TV_STR && (obj->t != TV_DICT || obj->u.d->kind == TD_NS || tpl_has_method(obj, key->u.s->s))) {
+    if (key->t == TV_STR &&
+        (obj->t != TV_DICT || obj->u.d->kind == TD_NS || tpl_has_method(obj, key->u.s->s))) {
         if (tpl_getattr(r, line, obj, key->u.s->s, out)) return -1;
         if (out->t == TV_UNDEF) out->u.hint = NULL; /* the key's text does not outlive it */
         return 0;
@@ -125,19 +145,22 @@ int tpl_getitem(struct tpl_render *r, int line, const struct tv *obj, const stru
 }
 
 /* Python slice indices: clamps start/stop for a sequence of n items. */
-static int slice_bounds(const struct tv *b, int64_t n, int64_t *start, int64_t *stop, int64_t *step) {
+static int slice_bounds(const struct tv *b, int64_t n, int64_t *start, int64_t *stop,
+                        int64_t *step) {
     for (int k = 0; k < 3; k++)
         if (b[k].t != TV_NONE && b[k].t != TV_INT && b[k].t != TV_BOOL) return -1;
     *step = b[2].t == TV_NONE ? 1 : b[2].u.i;
     if (*step == 0) return -2;
     int64_t lo = *step < 0 ? -1 : 0, hi = *step < 0 ? n - 1 : n;
-    if (b[0].t == TV_NONE) *start = *step < 0 ? hi : lo;
+    if (b[0].t == TV_NONE)
+        *start = *step < 0 ? hi : lo;
     else {
         *start = b[0].u.i < 0 ? b[0].u.i + n : b[0].u.i;
         if (*start < lo) *start = lo;
         if (*start > hi) *start = hi;
     }
-    if (b[1].t == TV_NONE) *stop = *step < 0 ? lo : hi;
+    if (b[1].t == TV_NONE)
+        *stop = *step < 0 ? lo : hi;
     else {
         *stop = b[1].u.i < 0 ? b[1].u.i + n : b[1].u.i;
         if (*stop < lo) *stop = lo;
@@ -146,7 +169,8 @@ static int slice_bounds(const struct tv *b, int64_t n, int64_t *start, int64_t *
     return 0;
 }
 
-int tpl_slice(struct tpl_render *r, int line, const struct tv *obj, const struct tv *b, struct tv *out) {
+int tpl_slice(struct tpl_render *r, int line, const struct tv *obj, const struct tv *b,
+              struct tv *out) {
     if (obj->t == TV_UNDEF) return tpl_undefined_error(r, line, obj);
     int is_str = obj->t == TV_STR;
     if (!is_str && !(obj->t == TV_LIST && obj->u.l->kind != TL_GEN)) {
@@ -189,7 +213,8 @@ int tpl_slice(struct tpl_render *r, int line, const struct tv *obj, const struct
 
 int tpl_iter_list(struct tpl_render *r, int line, const struct tv *v, struct tv *out) {
     switch (v->t) {
-    case TV_UNDEF: return tv_list_new(TL_LIST, 0, out) ? tpl_oom(r, line) : 0;
+    case TV_UNDEF:
+        return tv_list_new(TL_LIST, 0, out) ? tpl_oom(r, line) : 0;
     case TV_LIST:
         if (v->u.l->kind == TL_LIST || v->u.l->kind == TL_TUPLE) {
             *out = tv_ref(*v);
@@ -213,12 +238,15 @@ int tpl_iter_list(struct tpl_render *r, int line, const struct tv *v, struct tv 
             size_t a = i;
             tpl_utf8_next(s->s, &i);
             struct tv c;
-            if (tv_str_new(s->s + a, i - a, &c) || tv_list_push(out, c)) return tv_drop(out), tpl_oom(r, line);
+            if (tv_str_new(s->s + a, i - a, &c) || tv_list_push(out, c))
+                return tv_drop(out), tpl_oom(r, line);
         }
         return 0;
     }
-    case TV_LOOP: return tpl_iter_list(r, line, &v->u.loop->items, out);
-    default: break;
+    case TV_LOOP:
+        return tpl_iter_list(r, line, &v->u.loop->items, out);
+    default:
+        break;
     }
     return tpl_fail(r, line, "'%s' object is not iterable", tpl_type_name(v));
 }

@@ -10,12 +10,15 @@
 #include <string.h>
 #include <time.h>
 
-
 /* ---- function objects ---- */
 
-int32_t *tpl_func_rc(struct tv_func *f) { return &f->rc; }
+int32_t *tpl_func_rc(struct tv_func *f) {
+    return &f->rc;
+}
 
-unsigned tpl_func_depth(const struct tv_func *f) { return f->kind == FN_METHOD ? tv_depth(&f->self) + 1 : 0; }
+unsigned tpl_func_depth(const struct tv_func *f) {
+    return f->kind == FN_METHOD ? tv_depth(&f->self) + 1 : 0;
+}
 
 void tpl_func_release(struct tv_func *f) {
     if (f->rc < 0 || --f->rc > 0) return;
@@ -52,8 +55,10 @@ int tpl_args_check(struct tpl_render *r, int line, const struct tpl_args *a, con
     for (size_t k = 0; k < a->n_kw; k++) {
         size_t j = 0;
         while (j < n_names && strcmp(names[j], a->kw[k])) j++;
-        if (j == n_names) return tpl_fail(r, line, "%s got an unexpected keyword argument '%s'", what, a->kw[k]);
-        if (j < a->n) return tpl_fail(r, line, "%s got multiple values for argument '%s'", what, a->kw[k]);
+        if (j == n_names)
+            return tpl_fail(r, line, "%s got an unexpected keyword argument '%s'", what, a->kw[k]);
+        if (j < a->n)
+            return tpl_fail(r, line, "%s got multiple values for argument '%s'", what, a->kw[k]);
     }
     return 0;
 }
@@ -135,8 +140,10 @@ int tpl_call_macro(struct tpl_render *r, int line, struct tv_func *fn, struct tp
     struct tv kwargs = {0}, varargs = {0};
     int rc = 0;
     unsigned char *used = tv_alloc(a->n_kw + 1);
-    if (!used) rc = tpl_oom(r, line);
-    else memset(used, 0, a->n_kw + 1);
+    if (!used)
+        rc = tpl_oom(r, line);
+    else
+        memset(used, 0, a->n_kw + 1);
     if (!rc && !caller && (fn->flags & TPL_USES_CALLER)) /* caller=... given by name */
         for (size_t k = 0; k < a->n_kw; k++)
             if (!strcmp(a->kw[k], "caller")) {
@@ -173,12 +180,14 @@ int tpl_call_macro(struct tpl_render *r, int line, struct tv_func *fn, struct tp
             break;
         }
         struct tv key;
-        if (kwargs.t != TV_DICT && tv_dict_new(TD_DICT, 4, &kwargs)) rc = tpl_oom(r, line);
+        if (kwargs.t != TV_DICT && tv_dict_new(TD_DICT, 4, &kwargs))
+            rc = tpl_oom(r, line);
         else if (tv_str_c(a->kw[k], &key) || tv_dict_set(&kwargs, key, tv_ref(a->kwv[k]), NULL))
             rc = tpl_oom(r, line);
     }
     if (!rc && uses_kwargs) {
-        if (kwargs.t != TV_DICT && tv_dict_new(TD_DICT, 0, &kwargs)) rc = tpl_oom(r, line);
+        if (kwargs.t != TV_DICT && tv_dict_new(TD_DICT, 0, &kwargs))
+            rc = tpl_oom(r, line);
         else {
             rc = tpl_scope_set(r, s, "kwargs", kwargs);
             kwargs.t = TV_UNDEF;
@@ -212,7 +221,8 @@ int tpl_call_macro(struct tpl_render *r, int line, struct tv_func *fn, struct tp
 int tpl_call_value(struct tpl_render *r, int line, const struct tv *fn, struct tpl_args *a,
                    struct tv *out) {
     if (fn->t == TV_UNDEF) return tpl_undefined_error(r, line, fn);
-    if (fn->t != TV_FUNC) return tpl_fail(r, line, "'%s' object is not callable", tpl_type_name(fn));
+    if (fn->t != TV_FUNC)
+        return tpl_fail(r, line, "'%s' object is not callable", tpl_type_name(fn));
     struct tv_func *f = fn->u.fn;
     if (f->kind == FN_MACRO) return tpl_call_macro(r, line, f, a, NULL, out);
     if (f->kind == FN_METHOD) return tpl_method(r, line, &f->self, f->name, a, out);
@@ -221,8 +231,8 @@ int tpl_call_value(struct tpl_render *r, int line, const struct tv *fn, struct t
 
 /* ---- globals ---- */
 
-static const char *const BUILTINS[] = {"range", "namespace", "dict", "raise_exception",
-                                       "strftime_now", "cycler", "joiner", "lipsum"};
+static const char *const BUILTINS[] = {"range",        "namespace", "dict",   "raise_exception",
+                                       "strftime_now", "cycler",    "joiner", "lipsum"};
 
 const char *tpl_builtin_name(const char *name) {
     for (size_t i = 0; i < sizeof BUILTINS / sizeof *BUILTINS; i++)
@@ -230,7 +240,9 @@ const char *tpl_builtin_name(const char *name) {
     return NULL;
 }
 
-int tpl_is_builtin(const char *name) { return tpl_builtin_name(name) != NULL; }
+int tpl_is_builtin(const char *name) {
+    return tpl_builtin_name(name) != NULL;
+}
 
 /* dict(mapping_or_pairs, **kw) into out (a dict or namespace). */
 static int fill_dict(struct tpl_render *r, int line, struct tpl_args *a, struct tv *out) {
@@ -239,7 +251,8 @@ static int fill_dict(struct tpl_render *r, int line, struct tpl_args *a, struct 
         const struct tv *src = &a->pos[0];
         if (src->t == TV_DICT && src->u.d->kind == TD_DICT) {
             for (size_t i = 0; i < src->u.d->n; i++)
-                if (tv_dict_set(out, tv_ref(src->u.d->k[i]), tv_ref(src->u.d->v[i]), NULL)) return tpl_oom(r, line);
+                if (tv_dict_set(out, tv_ref(src->u.d->k[i]), tv_ref(src->u.d->v[i]), NULL))
+                    return tpl_oom(r, line);
         } else {
             struct tv items;
             if (tpl_iter_list(r, line, src, &items)) return -1;
@@ -247,7 +260,8 @@ static int fill_dict(struct tpl_render *r, int line, struct tpl_args *a, struct 
                 const struct tv *p = &items.u.l->v[i];
                 if (p->t != TV_LIST || p->u.l->n != 2) {
                     tv_drop(&items);
-                    return tpl_fail(r, line, "dictionary update sequence element #%zu has the wrong length", i);
+                    return tpl_fail(
+                        r, line, "dictionary update sequence element #%zu has the wrong length", i);
                 }
                 int bad;
                 if (tv_dict_set(out, tv_ref(p->u.l->v[0]), tv_ref(p->u.l->v[1]), &bad)) {
@@ -260,7 +274,8 @@ static int fill_dict(struct tpl_render *r, int line, struct tpl_args *a, struct 
     }
     for (size_t k = 0; k < a->n_kw; k++) {
         struct tv key;
-        if (tv_str_c(a->kw[k], &key) || tv_dict_set(out, key, tv_ref(a->kwv[k]), NULL)) return tpl_oom(r, line);
+        if (tv_str_c(a->kw[k], &key) || tv_dict_set(out, key, tv_ref(a->kwv[k]), NULL))
+            return tpl_oom(r, line);
     }
     if (tv_depth(out) > TV_MAX_DEPTH) return tpl_fail(r, line, "values nested too deeply");
     return 0;
@@ -269,14 +284,17 @@ static int fill_dict(struct tpl_render *r, int line, struct tpl_args *a, struct 
 static int builtin_range(struct tpl_render *r, int line, struct tpl_args *a, struct tv *out) {
     int64_t v[3] = {0, 0, 1};
     if (a->n_kw) return tpl_fail(r, line, "range() takes no keyword arguments");
-    if (a->n < 1 || a->n > 3) return tpl_fail(r, line, "range expected 1 to 3 arguments, got %zu", a->n);
+    if (a->n < 1 || a->n > 3)
+        return tpl_fail(r, line, "range expected 1 to 3 arguments, got %zu", a->n);
     for (size_t i = 0; i < a->n; i++) {
         if (a->pos[i].t != TV_INT && a->pos[i].t != TV_BOOL)
-            return tpl_fail(r, line, "'%s' object cannot be interpreted as an integer", tpl_type_name(&a->pos[i]));
+            return tpl_fail(r, line, "'%s' object cannot be interpreted as an integer",
+                            tpl_type_name(&a->pos[i]));
         v[a->n == 1 ? 1 : i] = a->pos[i].u.i;
     }
     if (v[2] == 0) return tpl_fail(r, line, "range() arg 3 must not be zero");
-    __int128 count = v[2] > 0 ? ((__int128)v[1] - v[0] + v[2] - 1) / v[2] : ((__int128)v[0] - v[1] - v[2] - 1) / -v[2];
+    __int128 count = v[2] > 0 ? ((__int128)v[1] - v[0] + v[2] - 1) / v[2]
+                              : ((__int128)v[0] - v[1] - v[2] - 1) / -v[2];
     if (count < 0) count = 0;
     if (count > 100000) return tpl_fail(r, line, "range too big, the limit is 100000 items");
     if (tpl_step(r, line, (uint64_t)count) || tv_list_new(TL_RANGE, (size_t)count, out))
@@ -307,7 +325,8 @@ int tpl_builtin(struct tpl_render *r, int line, const char *name, struct tpl_arg
     }
     if (!strcmp(name, "strftime_now")) {
         const struct tv *fmt = tpl_arg(a, 0, "format");
-        if (!fmt || fmt->t != TV_STR) return tpl_fail(r, line, "strftime_now() needs a format string");
+        if (!fmt || fmt->t != TV_STR)
+            return tpl_fail(r, line, "strftime_now() needs a format string");
         struct tm tm;
         time_t now = r->now;
         if (!localtime_r(&now, &tm)) return tpl_fail(r, line, "strftime_now(): bad time");

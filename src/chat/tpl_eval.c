@@ -36,7 +36,8 @@ int tpl_oom(struct tpl_render *r, int line) {
 
 int tpl_step(struct tpl_render *r, int line, uint64_t n) {
     r->steps += n;
-    if (r->steps > r->max_steps) return tpl_limit(r, line, "the template ran too long (step limit)");
+    if (r->steps > r->max_steps)
+        return tpl_limit(r, line, "the template ran too long (step limit)");
     return 0;
 }
 
@@ -152,8 +153,9 @@ static int assign(struct tpl_render *r, struct tpl_scope *s, const struct tpl_no
     if (items.u.l->n != target->n_items) {
         size_t n = items.u.l->n;
         tv_drop(&items);
-        return tpl_fail(r, target->line, n > target->n_items ? "too many values to unpack (expected %zu)"
-                                                              : "not enough values to unpack (expected %zu)",
+        return tpl_fail(r, target->line,
+                        n > target->n_items ? "too many values to unpack (expected %zu)"
+                                            : "not enough values to unpack (expected %zu)",
                         target->n_items);
     }
     for (size_t i = 0; i < target->n_items && !rc; i++)
@@ -315,7 +317,8 @@ int tpl_exec(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n
              struct tpl_buf *out) {
     if (++r->nest > TPL_MAX_NEST) {
         r->nest--;
-        return tpl_limit(r, n->line, "the template nests too deeply (expressions, blocks and macro calls)");
+        return tpl_limit(r, n->line,
+                         "the template nests too deeply (expressions, blocks and macro calls)");
     }
     int rc = exec_node(r, s, n, out);
     r->nest--;
@@ -332,7 +335,8 @@ static int exec_node(struct tpl_render *r, struct tpl_scope *s, const struct tpl
         for (size_t i = 0; i < n->n_items; i++)
             if ((rc = tpl_exec(r, s, n->items[i], out))) return rc;
         return 0;
-    case ND_DATA: return tpl_buf_put(r, out, n->value.u.s->s, n->value.u.s->len);
+    case ND_DATA:
+        return tpl_buf_put(r, out, n->value.u.s->s, n->value.u.s->len);
     case ND_PRINT:
         if (tpl_eval(r, s, n->a, &v)) return -1;
         rc = print_value(r, &v, out);
@@ -344,7 +348,8 @@ static int exec_node(struct tpl_render *r, struct tpl_scope *s, const struct tpl
         tv_drop(&v);
         if (rc) return tpl_exec(r, s, n->b, out);
         return n->c ? tpl_exec(r, s, n->c, out) : 0;
-    case ND_FOR: return exec_for(r, s, n, out);
+    case ND_FOR:
+        return exec_for(r, s, n, out);
     case ND_SET:
         if (tpl_eval(r, s, n->b, &v)) return -1;
         return assign(r, s, n->a, v);
@@ -357,8 +362,10 @@ static int exec_node(struct tpl_render *r, struct tpl_scope *s, const struct tpl
         rc = print_value(r, &v, out);
         tv_drop(&v);
         return rc;
-    case ND_MACRO: return exec_macro_def(r, s, n);
-    case ND_CALL_BLOCK: return exec_call_block(r, s, n, out);
+    case ND_MACRO:
+        return exec_macro_def(r, s, n);
+    case ND_CALL_BLOCK:
+        return exec_call_block(r, s, n, out);
     case ND_WITH: {
         struct tpl_scope *t = tpl_scope_new(s);
         if (!t) return tpl_oom(r, n->line);
@@ -370,8 +377,11 @@ static int exec_node(struct tpl_render *r, struct tpl_scope *s, const struct tpl
         tpl_scope_release(t);
         return rc;
     }
-    case ND_BREAK: return FLOW_BREAK;
-    case ND_CONTINUE: return FLOW_CONTINUE;
-    default: return tpl_fail(r, n->line, "internal error: statement kind %d", n->kind);
+    case ND_BREAK:
+        return FLOW_BREAK;
+    case ND_CONTINUE:
+        return FLOW_CONTINUE;
+    default:
+        return tpl_fail(r, n->line, "internal error: statement kind %d", n->kind);
     }
 }

@@ -10,29 +10,45 @@
 #include <math.h>
 #include <string.h>
 
-
 const char *tpl_type_name(const struct tv *v) {
     switch (v->t) {
-    case TV_UNDEF: return "Undefined";
-    case TV_NONE: return "NoneType";
-    case TV_BOOL: return "bool";
-    case TV_INT: return "int";
-    case TV_FLOAT: return "float";
-    case TV_STR: return "str";
+    case TV_UNDEF:
+        return "Undefined";
+    case TV_NONE:
+        return "NoneType";
+    case TV_BOOL:
+        return "bool";
+    case TV_INT:
+        return "int";
+    case TV_FLOAT:
+        return "float";
+    case TV_STR:
+        return "str";
     case TV_LIST:
         switch (v->u.l->kind) {
-        case TL_TUPLE: return "tuple";
-        case TL_GEN: return "generator";
-        case TL_RANGE: return "range";
-        case TL_ITEMS: return "dict_items";
-        case TL_KEYS: return "dict_keys";
-        case TL_VALUES: return "dict_values";
-        default: return "list";
+        case TL_TUPLE:
+            return "tuple";
+        case TL_GEN:
+            return "generator";
+        case TL_RANGE:
+            return "range";
+        case TL_ITEMS:
+            return "dict_items";
+        case TL_KEYS:
+            return "dict_keys";
+        case TL_VALUES:
+            return "dict_values";
+        default:
+            return "list";
         }
-    case TV_DICT: return v->u.d->kind == TD_NS ? "Namespace" : "dict";
-    case TV_FUNC: return v->u.fn->kind == FN_MACRO ? "Macro" : "function";
-    case TV_LOOP: return "LoopContext";
-    default: return "object";
+    case TV_DICT:
+        return v->u.d->kind == TD_NS ? "Namespace" : "dict";
+    case TV_FUNC:
+        return v->u.fn->kind == FN_MACRO ? "Macro" : "function";
+    case TV_LOOP:
+        return "LoopContext";
+    default:
+        return "object";
     }
 }
 
@@ -41,9 +57,12 @@ int tpl_undefined_error(struct tpl_render *r, int line, const struct tv *u) {
     return tpl_fail(r, line, "an undefined value was used");
 }
 
-static int int_like(const struct tv *v) { return v->t == TV_INT || v->t == TV_BOOL; }
+static int int_like(const struct tv *v) {
+    return v->t == TV_INT || v->t == TV_BOOL;
+}
 
-static int repeat(struct tpl_render *r, int line, const struct tv *seq, int64_t times, struct tv *out) {
+static int repeat(struct tpl_render *r, int line, const struct tv *seq, int64_t times,
+                  struct tv *out) {
     if (times < 0) times = 0;
     if (seq->t == TV_STR) {
         size_t len = seq->u.s->len;
@@ -79,9 +98,15 @@ static int int_arith(struct tpl_render *r, int line, int op, int64_t x, int64_t 
     int64_t z = 0;
     int ovf = 0;
     switch (op) {
-    case OP_ADD: ovf = __builtin_add_overflow(x, y, &z); break;
-    case OP_SUB: ovf = __builtin_sub_overflow(x, y, &z); break;
-    case OP_MUL: ovf = __builtin_mul_overflow(x, y, &z); break;
+    case OP_ADD:
+        ovf = __builtin_add_overflow(x, y, &z);
+        break;
+    case OP_SUB:
+        ovf = __builtin_sub_overflow(x, y, &z);
+        break;
+    case OP_MUL:
+        ovf = __builtin_mul_overflow(x, y, &z);
+        break;
     case OP_FLOORDIV:
     case OP_MOD:
         if (y == 0) return tpl_fail(r, line, "integer division or modulo by zero");
@@ -110,7 +135,8 @@ static int int_arith(struct tpl_render *r, int line, int op, int64_t x, int64_t 
             if (e > 1) ovf |= __builtin_mul_overflow(base, base, &base);
         }
         break;
-    default: return tpl_fail(r, line, "internal error: int operator");
+    default:
+        return tpl_fail(r, line, "internal error: int operator");
     }
     if (ovf) return tpl_fail(r, line, "integer overflow");
     *out = tv_int(z);
@@ -120,9 +146,15 @@ static int int_arith(struct tpl_render *r, int line, int op, int64_t x, int64_t 
 static int float_arith(struct tpl_render *r, int line, int op, double x, double y, struct tv *out) {
     double z;
     switch (op) {
-    case OP_ADD: z = x + y; break;
-    case OP_SUB: z = x - y; break;
-    case OP_MUL: z = x * y; break;
+    case OP_ADD:
+        z = x + y;
+        break;
+    case OP_SUB:
+        z = x - y;
+        break;
+    case OP_MUL:
+        z = x * y;
+        break;
     case OP_DIV:
         if (y == 0) return tpl_fail(r, line, "division by zero");
         z = x / y;
@@ -144,11 +176,14 @@ static int float_arith(struct tpl_render *r, int line, int op, double x, double 
     }
     case OP_POW:
         if (x == 0 && y < 0) return tpl_fail(r, line, "0.0 cannot be raised to a negative power");
-        if (x < 0 && y != floor(y)) return tpl_fail(r, line, "a negative number to a fractional power is complex");
+        if (x < 0 && y != floor(y))
+            return tpl_fail(r, line, "a negative number to a fractional power is complex");
         z = pow(x, y);
-        if (isinf(z) && isfinite(x) && isfinite(y)) return tpl_fail(r, line, "numerical result out of range");
+        if (isinf(z) && isfinite(x) && isfinite(y))
+            return tpl_fail(r, line, "numerical result out of range");
         break;
-    default: return tpl_fail(r, line, "internal error: float operator");
+    default:
+        return tpl_fail(r, line, "internal error: float operator");
     }
     *out = tv_float(z);
     return 0;
@@ -156,9 +191,9 @@ static int float_arith(struct tpl_render *r, int line, int op, double x, double 
 
 int tpl_binop(struct tpl_render *r, int line, int op, const struct tv *a, const struct tv *b,
               struct tv *out) {
-    static const char *const sym[] = {[OP_ADD] = "+",  [OP_SUB] = "-", [OP_MUL] = "*",
-                                      [OP_DIV] = "/",  [OP_FLOORDIV] = "//",
-                                      [OP_MOD] = "%",  [OP_POW] = "** or pow()"};
+    static const char *const sym[] = {
+        [OP_ADD] = "+",       [OP_SUB] = "-", [OP_MUL] = "*",          [OP_DIV] = "/",
+        [OP_FLOORDIV] = "//", [OP_MOD] = "%", [OP_POW] = "** or pow()"};
     if (op == OP_TILDE) {
         struct tpl_buf buf = {0};
         int rc = tpl_to_str(r, a, &buf) || tpl_to_str(r, b, &buf) ? -1 : 0;
@@ -169,8 +204,10 @@ int tpl_binop(struct tpl_render *r, int line, int op, const struct tv *a, const 
     if (a->t == TV_UNDEF) return tpl_undefined_error(r, line, a);
     if (b->t == TV_UNDEF) return tpl_undefined_error(r, line, b);
     if (tv_is_number(a) && tv_is_number(b)) {
-        if (int_like(a) && int_like(b) && op != OP_DIV) return int_arith(r, line, op, a->u.i, b->u.i, out);
-        double x = a->t == TV_FLOAT ? a->u.f : (double)a->u.i, y = b->t == TV_FLOAT ? b->u.f : (double)b->u.i;
+        if (int_like(a) && int_like(b) && op != OP_DIV)
+            return int_arith(r, line, op, a->u.i, b->u.i, out);
+        double x = a->t == TV_FLOAT ? a->u.f : (double)a->u.i,
+               y = b->t == TV_FLOAT ? b->u.f : (double)b->u.i;
         return float_arith(r, line, op, x, y, out);
     }
     if (op == OP_ADD && a->t == TV_STR && b->t == TV_STR) {
@@ -190,11 +227,13 @@ int tpl_binop(struct tpl_render *r, int line, int op, const struct tv *a, const 
         b->u.l->kind != TL_GEN && (a->u.l->kind == TL_TUPLE) == (b->u.l->kind == TL_TUPLE)) {
         const struct tv_list *x = a->u.l, *y = b->u.l;
         if (tpl_step(r, line, x->n + y->n)) return -1;
-        if (tv_list_new(x->kind == TL_TUPLE ? TL_TUPLE : TL_LIST, x->n + y->n, out)) return tpl_oom(r, line);
+        if (tv_list_new(x->kind == TL_TUPLE ? TL_TUPLE : TL_LIST, x->n + y->n, out))
+            return tpl_oom(r, line);
         for (size_t i = 0; i < x->n + y->n; i++)
             if (tv_list_push(out, tv_ref(i < x->n ? x->v[i] : y->v[i - x->n])))
                 return tv_drop(out), tpl_oom(r, line);
-        if (tv_depth(out) > TV_MAX_DEPTH) return tv_drop(out), tpl_fail(r, line, "values nested too deeply");
+        if (tv_depth(out) > TV_MAX_DEPTH)
+            return tv_drop(out), tpl_fail(r, line, "values nested too deeply");
         return 0;
     }
     if (op == OP_MUL) {
@@ -203,31 +242,39 @@ int tpl_binop(struct tpl_render *r, int line, int op, const struct tv *a, const 
             return repeat(r, line, seq, k->u.i, out);
     }
     if (op == OP_MOD && a->t == TV_STR) return tpl_percent_format(r, line, a->u.s, b, out);
-    return type_error(r, line, (size_t)op < sizeof sym / sizeof *sym && sym[op] ? sym[op] : "?", a, b);
+    return type_error(r, line, (size_t)op < sizeof sym / sizeof *sym && sym[op] ? sym[op] : "?", a,
+                      b);
 }
 
 /* Python's `a in b`. */
-int tpl_contains(struct tpl_render *r, int line, const struct tv *item, const struct tv *c, int *out) {
+int tpl_contains(struct tpl_render *r, int line, const struct tv *item, const struct tv *c,
+                 int *out) {
     *out = 0;
     switch (c->t) {
-    case TV_UNDEF: return 0;
+    case TV_UNDEF:
+        return 0;
     case TV_STR:
         if (item->t != TV_STR)
-            return tpl_fail(r, line, "'in <string>' requires string as left operand, not %s", tpl_type_name(item));
+            return tpl_fail(r, line, "'in <string>' requires string as left operand, not %s",
+                            tpl_type_name(item));
         if (tpl_step(r, line, c->u.s->len / 64)) return -1;
-        *out = item->u.s->len == 0 || memmem(c->u.s->s, c->u.s->len, item->u.s->s, item->u.s->len) != NULL;
+        *out = item->u.s->len == 0 ||
+               memmem(c->u.s->s, c->u.s->len, item->u.s->s, item->u.s->len) != NULL;
         return 0;
     case TV_LIST:
         if (tpl_step(r, line, c->u.l->n)) return -1;
         for (size_t i = 0; i < c->u.l->n && !*out; i++) {
             const struct tv *e = &c->u.l->v[i];
-            if (c->u.l->kind == TL_ITEMS && e->t == TV_LIST) *out = tv_equal(e, item);
-            else *out = tv_equal(e, item);
+            if (c->u.l->kind == TL_ITEMS && e->t == TV_LIST)
+                *out = tv_equal(e, item);
+            else
+                *out = tv_equal(e, item);
         }
         return 0;
     case TV_DICT:
         if (c->u.d->kind == TD_NS) break;
-        if (!tv_hashable(item)) return tpl_fail(r, line, "unhashable type: '%s'", tpl_type_name(item));
+        if (!tv_hashable(item))
+            return tpl_fail(r, line, "unhashable type: '%s'", tpl_type_name(item));
         *out = tv_dict_get(c->u.d, item) != NULL;
         return 0;
     case TV_LOOP: {
@@ -236,7 +283,8 @@ int tpl_contains(struct tpl_render *r, int line, const struct tv *item, const st
         tv_drop(&items);
         return rc;
     }
-    default: break;
+    default:
+        break;
     }
     return tpl_fail(r, line, "argument of type '%s' is not iterable", tpl_type_name(c));
 }
@@ -245,14 +293,19 @@ static int compare(struct tpl_render *r, int line, int op, const struct tv *a, c
                    int *res) {
     static const char *const sym[] = {[OP_LT] = "<", [OP_LE] = "<=", [OP_GT] = ">", [OP_GE] = ">="};
     switch (op) {
-    case OP_EQ: *res = tv_equal(a, b); return 0;
-    case OP_NE: *res = !tv_equal(a, b); return 0;
+    case OP_EQ:
+        *res = tv_equal(a, b);
+        return 0;
+    case OP_NE:
+        *res = !tv_equal(a, b);
+        return 0;
     case OP_IN:
     case OP_NOTIN:
         if (tpl_contains(r, line, a, b, res)) return -1;
         if (op == OP_NOTIN) *res = !*res;
         return 0;
-    default: break;
+    default:
+        break;
     }
     if (a->t == TV_UNDEF) return tpl_undefined_error(r, line, a);
     if (b->t == TV_UNDEF) return tpl_undefined_error(r, line, b);
@@ -266,18 +319,22 @@ static int compare(struct tpl_render *r, int line, int op, const struct tv *a, c
     return 0;
 }
 
-static int eval_seq(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n, struct tv *out) {
-    if (tv_list_new(n->kind == ND_TUPLE ? TL_TUPLE : TL_LIST, n->n_items, out)) return tpl_oom(r, n->line);
+static int eval_seq(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n,
+                    struct tv *out) {
+    if (tv_list_new(n->kind == ND_TUPLE ? TL_TUPLE : TL_LIST, n->n_items, out))
+        return tpl_oom(r, n->line);
     for (size_t i = 0; i < n->n_items; i++) {
         struct tv v;
         if (tpl_eval(r, s, n->items[i], &v)) return tv_drop(out), -1;
         if (tv_list_push(out, v)) return tv_drop(out), tpl_oom(r, n->line);
     }
-    if (tv_depth(out) > TV_MAX_DEPTH) return tv_drop(out), tpl_fail(r, n->line, "values nested too deeply");
+    if (tv_depth(out) > TV_MAX_DEPTH)
+        return tv_drop(out), tpl_fail(r, n->line, "values nested too deeply");
     return 0;
 }
 
-static int eval_dict(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n, struct tv *out) {
+static int eval_dict(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n,
+                     struct tv *out) {
     if (tv_dict_new(TD_DICT, n->n_items, out)) return tpl_oom(r, n->line);
     for (size_t i = 0; i < n->n_items; i++) {
         struct tv k, v;
@@ -290,12 +347,13 @@ static int eval_dict(struct tpl_render *r, struct tpl_scope *s, const struct tpl
             return bad ? tpl_fail(r, n->line, "unhashable type: '%s'", tn) : tpl_oom(r, n->line);
         }
     }
-    if (tv_depth(out) > TV_MAX_DEPTH) return tv_drop(out), tpl_fail(r, n->line, "values nested too deeply");
+    if (tv_depth(out) > TV_MAX_DEPTH)
+        return tv_drop(out), tpl_fail(r, n->line, "values nested too deeply");
     return 0;
 }
 
-
-static int eval_getitem(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n, struct tv *out) {
+static int eval_getitem(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n,
+                        struct tv *out) {
     struct tv obj, key;
     if (tpl_eval(r, s, n->a, &obj)) return -1;
     int rc;
@@ -318,7 +376,8 @@ static int eval_getitem(struct tpl_render *r, struct tpl_scope *s, const struct 
     return rc;
 }
 
-static int eval_call(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n, struct tv *out) {
+static int eval_call(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n,
+                     struct tv *out) {
     struct tv fn = {0};
     struct tpl_args a = {0};
     int rc;
@@ -371,24 +430,29 @@ int tpl_eval_with_input(struct tpl_render *r, struct tpl_scope *s, const struct 
     return rc;
 }
 
-static int eval_node(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n, struct tv *out);
+static int eval_node(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n,
+                     struct tv *out);
 
 int tpl_eval(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n, struct tv *out) {
     if (++r->nest > TPL_MAX_NEST) {
         r->nest--;
-        return tpl_limit(r, n->line, "the template nests too deeply (expressions, blocks and macro calls)");
+        return tpl_limit(r, n->line,
+                         "the template nests too deeply (expressions, blocks and macro calls)");
     }
     int rc = eval_node(r, s, n, out);
     r->nest--;
     return rc;
 }
 
-static int eval_node(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n, struct tv *out) {
+static int eval_node(struct tpl_render *r, struct tpl_scope *s, const struct tpl_node *n,
+                     struct tv *out) {
     if (tpl_step(r, n->line, 1)) return -1;
     struct tv a, b;
     int rc, res;
     switch (n->kind) {
-    case ND_CONST: *out = tv_ref(n->value); return 0;
+    case ND_CONST:
+        *out = tv_ref(n->value);
+        return 0;
     case ND_NAME: {
         const struct tv *v = tpl_scope_find(r, s, n->name);
         if (v) {
@@ -399,19 +463,26 @@ static int eval_node(struct tpl_render *r, struct tpl_scope *s, const struct tpl
         *out = tv_undef(n->name);
         return 0;
     }
-    case ND_INPUT: *out = r->input ? tv_ref(*r->input) : tv_undef(NULL); return 0;
+    case ND_INPUT:
+        *out = r->input ? tv_ref(*r->input) : tv_undef(NULL);
+        return 0;
     case ND_LIST:
-    case ND_TUPLE: return eval_seq(r, s, n, out);
-    case ND_DICT: return eval_dict(r, s, n, out);
+    case ND_TUPLE:
+        return eval_seq(r, s, n, out);
+    case ND_DICT:
+        return eval_dict(r, s, n, out);
     case ND_GETATTR:
         if (tpl_eval(r, s, n->a, &a)) return -1;
         rc = tpl_getattr(r, n->line, &a, n->name, out);
         tv_drop(&a);
         return rc;
-    case ND_GETITEM: return eval_getitem(r, s, n, out);
-    case ND_CALL: return eval_call(r, s, n, out);
+    case ND_GETITEM:
+        return eval_getitem(r, s, n, out);
+    case ND_CALL:
+        return eval_call(r, s, n, out);
     case ND_FILTER:
-    case ND_TEST: return eval_filter_or_test(r, s, n, out);
+    case ND_TEST:
+        return eval_filter_or_test(r, s, n, out);
     case ND_NOT:
         if (tpl_eval(r, s, n->a, &a)) return -1;
         *out = tv_bool(!tv_truthy(&a));
@@ -421,12 +492,19 @@ static int eval_node(struct tpl_render *r, struct tpl_scope *s, const struct tpl
     case ND_POS:
         if (tpl_eval(r, s, n->a, &a)) return -1;
         rc = 0;
-        if (a.t == TV_UNDEF) rc = tpl_undefined_error(r, n->line, &a);
-        else if (a.t == TV_FLOAT) *out = tv_float(n->kind == ND_NEG ? -a.u.f : a.u.f);
-        else if (int_like(&a) && n->kind == ND_POS) *out = tv_int(a.u.i);
-        else if (int_like(&a) && a.u.i != INT64_MIN) *out = tv_int(-a.u.i);
-        else if (int_like(&a)) rc = tpl_fail(r, n->line, "integer overflow");
-        else rc = tpl_fail(r, n->line, "bad operand type for unary %s: '%s'", n->kind == ND_NEG ? "-" : "+", tpl_type_name(&a));
+        if (a.t == TV_UNDEF)
+            rc = tpl_undefined_error(r, n->line, &a);
+        else if (a.t == TV_FLOAT)
+            *out = tv_float(n->kind == ND_NEG ? -a.u.f : a.u.f);
+        else if (int_like(&a) && n->kind == ND_POS)
+            *out = tv_int(a.u.i);
+        else if (int_like(&a) && a.u.i != INT64_MIN)
+            *out = tv_int(-a.u.i);
+        else if (int_like(&a))
+            rc = tpl_fail(r, n->line, "integer overflow");
+        else
+            rc = tpl_fail(r, n->line, "bad operand type for unary %s: '%s'",
+                          n->kind == ND_NEG ? "-" : "+", tpl_type_name(&a));
         tv_drop(&a);
         return rc;
     case ND_BINOP:
@@ -466,6 +544,7 @@ static int eval_node(struct tpl_render *r, struct tpl_scope *s, const struct tpl
         if (n->c) return tpl_eval(r, s, n->c, out);
         *out = tv_undef(NULL);
         return 0;
-    default: return tpl_fail(r, n->line, "internal error: expression kind %d", n->kind);
+    default:
+        return tpl_fail(r, n->line, "internal error: expression kind %d", n->kind);
     }
 }

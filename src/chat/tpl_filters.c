@@ -15,7 +15,6 @@
 #include <string.h>
 #include <utf8proc.h>
 
-
 #define CHECK_NONE(what)                                                                           \
     do {                                                                                           \
         if (tpl_args_check(r, line, a, what, NULL, 0)) return -1;                                  \
@@ -32,7 +31,8 @@ static int int_arg(struct tpl_render *r, int line, const struct tv *v, int64_t d
         return 0;
     }
     if (v->t != TV_INT && v->t != TV_BOOL)
-        return tpl_fail(r, line, "'%s' object cannot be interpreted as an integer", tpl_type_name(v));
+        return tpl_fail(r, line, "'%s' object cannot be interpreted as an integer",
+                        tpl_type_name(v));
     *out = v->u.i;
     return 0;
 }
@@ -49,18 +49,22 @@ static int f_case(struct tpl_render *r, int line, const struct tv *v, struct tpl
     return rc;
 }
 
-static int f_upper(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_upper(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                   struct tv *out) {
     return f_case(r, line, v, a, CASE_UPPER, out);
 }
-static int f_lower(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_lower(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                   struct tv *out) {
     return f_case(r, line, v, a, CASE_LOWER, out);
 }
-static int f_capitalize(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_capitalize(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                        struct tv *out) {
     return f_case(r, line, v, a, CASE_CAPITALIZE, out);
 }
 
 /* jinja2's title: upper-case the first character after `-`, whitespace or an opening bracket. */
-static int f_title(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_title(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                   struct tv *out) {
     CHECK_NONE("title");
     struct tv s;
     if (tpl_str_value(r, v, &s)) return -1;
@@ -68,7 +72,8 @@ static int f_title(struct tpl_render *r, int line, const struct tv *v, struct tp
     int rc = 0, start = 1;
     for (size_t i = 0; i < s.u.s->len && !rc;) {
         uint32_t cp = tpl_utf8_next(s.u.s->s, &i);
-        int sep = cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || tpl_py_isspace(cp);
+        int sep =
+            cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || tpl_py_isspace(cp);
         uint32_t m = start ? (uint32_t)utf8proc_toupper((utf8proc_int32_t)cp) : tpl_py_lower(cp);
         char tmp[4];
         rc = tpl_buf_put(r, &b, tmp, tpl_utf8_put(m, tmp));
@@ -80,7 +85,8 @@ static int f_title(struct tpl_render *r, int line, const struct tv *v, struct tp
     return rc;
 }
 
-static int f_trim(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_trim(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                  struct tv *out) {
     CHECK_ARGS("trim", "chars");
     const struct tv *chars = tpl_arg(a, 0, "chars");
     if (chars && chars->t != TV_NONE && chars->t != TV_STR)
@@ -92,12 +98,14 @@ static int f_trim(struct tpl_render *r, int line, const struct tv *v, struct tpl
     return rc;
 }
 
-static int f_string(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_string(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                    struct tv *out) {
     CHECK_NONE("string");
     return tpl_str_value(r, v, out);
 }
 
-static int f_safe(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_safe(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                  struct tv *out) {
     CHECK_NONE("safe");
     struct tv s;
     if (tpl_str_value(r, v, &s)) return -1;
@@ -107,12 +115,14 @@ static int f_safe(struct tpl_render *r, int line, const struct tv *v, struct tpl
     return 0;
 }
 
-static int f_escape(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_escape(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                    struct tv *out) {
     CHECK_NONE("escape");
     return tpl_escape_str(r, v, out);
 }
 
-static int f_replace(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_replace(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                     struct tv *out) {
     CHECK_ARGS("replace", "old", "new", "count");
     const struct tv *o = tpl_arg(a, 0, "old"), *n = tpl_arg(a, 1, "new");
     int64_t count = -1;
@@ -129,7 +139,8 @@ static int f_replace(struct tpl_render *r, int line, const struct tv *v, struct 
     return rc;
 }
 
-static int f_center(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_center(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                    struct tv *out) {
     CHECK_ARGS("center", "width");
     int64_t width = 0;
     if (int_arg(r, line, tpl_arg(a, 0, "width"), 80, &width)) return -1;
@@ -140,12 +151,15 @@ static int f_center(struct tpl_render *r, int line, const struct tv *v, struct t
     return rc;
 }
 
-static int f_indent(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_indent(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                    struct tv *out) {
     CHECK_ARGS("indent", "width", "first", "blank");
-    const struct tv *w = tpl_arg(a, 0, "width"), *first = tpl_arg(a, 1, "first"), *blank = tpl_arg(a, 2, "blank");
+    const struct tv *w = tpl_arg(a, 0, "width"), *first = tpl_arg(a, 1, "first"),
+                    *blank = tpl_arg(a, 2, "blank");
     struct tpl_buf ind = {0}, b = {0};
     int rc = 0;
-    if (w && w->t == TV_STR) rc = tpl_buf_put(r, &ind, w->u.s->s, w->u.s->len);
+    if (w && w->t == TV_STR)
+        rc = tpl_buf_put(r, &ind, w->u.s->s, w->u.s->len);
     else {
         int64_t n = 0;
         if (int_arg(r, line, w, 4, &n)) return -1;
@@ -171,7 +185,8 @@ static int f_indent(struct tpl_render *r, int line, const struct tv *v, struct t
     for (size_t i = 0; !rc && i < lines.u.l->n; i++) {
         const struct tv_str *ln = lines.u.l->v[i].u.s;
         if (i) rc = tpl_buf_put(r, &b, "\n", 1);
-        if (!rc && i && (ln->len || (blank && tv_truthy(blank)))) rc = tpl_buf_put(r, &b, is, ind.n);
+        if (!rc && i && (ln->len || (blank && tv_truthy(blank))))
+            rc = tpl_buf_put(r, &b, is, ind.n);
         if (!rc) rc = tpl_buf_put(r, &b, ln->s, ln->len);
     }
     tv_drop(&lines);
@@ -181,7 +196,8 @@ static int f_indent(struct tpl_render *r, int line, const struct tv *v, struct t
     return rc;
 }
 
-static int f_wordcount(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_wordcount(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                       struct tv *out) {
     CHECK_NONE("wordcount");
     struct tv s;
     if (tpl_str_value(r, v, &s)) return -1;
@@ -200,8 +216,10 @@ static int f_wordcount(struct tpl_render *r, int line, const struct tv *v, struc
     return 0;
 }
 
-static int f_format(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
-    if (a->n && a->n_kw) return tpl_fail(r, line, "can't handle positional and keyword arguments at the same time");
+static int f_format(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                    struct tv *out) {
+    if (a->n && a->n_kw)
+        return tpl_fail(r, line, "can't handle positional and keyword arguments at the same time");
     struct tv s, args;
     int rc;
     if (tpl_str_value(r, v, &s)) return -1;
@@ -209,7 +227,8 @@ static int f_format(struct tpl_render *r, int line, const struct tv *v, struct t
         rc = tv_dict_new(TD_DICT, a->n_kw, &args) ? tpl_oom(r, line) : 0;
         for (size_t k = 0; k < a->n_kw && !rc; k++) {
             struct tv key;
-            if (tv_str_c(a->kw[k], &key) || tv_dict_set(&args, key, tv_ref(a->kwv[k]), NULL)) rc = tpl_oom(r, line);
+            if (tv_str_c(a->kw[k], &key) || tv_dict_set(&args, key, tv_ref(a->kwv[k]), NULL))
+                rc = tpl_oom(r, line);
         }
     } else {
         rc = tv_list_new(TL_TUPLE, a->n, &args) ? tpl_oom(r, line) : 0;
@@ -234,7 +253,9 @@ static int parse_num(const struct tv_str *s, int base, int want_float, int64_t *
     for (size_t i = a; i < b; i++) {
         char c = s->s[i];
         if (c == '_') { /* only between digits */
-            if (i == a || i + 1 == b || !isxdigit((unsigned char)s->s[i - 1]) || !isxdigit((unsigned char)s->s[i + 1])) return -1;
+            if (i == a || i + 1 == b || !isxdigit((unsigned char)s->s[i - 1]) ||
+                !isxdigit((unsigned char)s->s[i + 1]))
+                return -1;
             continue;
         }
         buf[n++] = c;
@@ -252,14 +273,21 @@ static int parse_num(const struct tv_str *s, int base, int want_float, int64_t *
     const char *p = buf;
     int neg = 0;
     if (*p == '+' || *p == '-') neg = *p++ == '-';
-    if (base == 16 && p[0] == '0' && (p[1] | 32) == 'x') p += 2;
-    else if (base == 8 && p[0] == '0' && (p[1] | 32) == 'o') p += 2;
-    else if (base == 2 && p[0] == '0' && (p[1] | 32) == 'b') p += 2;
+    if (base == 16 && p[0] == '0' && (p[1] | 32) == 'x')
+        p += 2;
+    else if (base == 8 && p[0] == '0' && (p[1] | 32) == 'o')
+        p += 2;
+    else if (base == 2 && p[0] == '0' && (p[1] | 32) == 'b')
+        p += 2;
     else if (base == 0) {
-        if (p[0] == '0' && (p[1] | 32) == 'x') base = 16, p += 2;
-        else if (p[0] == '0' && (p[1] | 32) == 'o') base = 8, p += 2;
-        else if (p[0] == '0' && (p[1] | 32) == 'b') base = 2, p += 2;
-        else base = 10;
+        if (p[0] == '0' && (p[1] | 32) == 'x')
+            base = 16, p += 2;
+        else if (p[0] == '0' && (p[1] | 32) == 'o')
+            base = 8, p += 2;
+        else if (p[0] == '0' && (p[1] | 32) == 'b')
+            base = 2, p += 2;
+        else
+            base = 10;
     }
     if (!*p || *p == '+' || *p == '-' || base < 2 || base > 36) return -1;
     unsigned long long u = strtoull(p, &end, base);
@@ -268,17 +296,23 @@ static int parse_num(const struct tv_str *s, int base, int want_float, int64_t *
     return 0;
 }
 
-static int f_int(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_int(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                 struct tv *out) {
     CHECK_ARGS("int", "default", "base");
     const struct tv *dflt = tpl_arg(a, 0, "default");
     int64_t base = 10, iv = 0;
     double fv;
     if (int_arg(r, line, tpl_arg(a, 1, "base"), 10, &base)) return -1;
     switch (v->t) {
-    case TV_UNDEF: return tpl_undefined_error(r, line, v);
+    case TV_UNDEF:
+        return tpl_undefined_error(r, line, v);
     case TV_BOOL:
-    case TV_INT: *out = tv_int(v->u.i); return 0;
-    case TV_FLOAT: fv = v->u.f; goto from_float;
+    case TV_INT:
+        *out = tv_int(v->u.i);
+        return 0;
+    case TV_FLOAT:
+        fv = v->u.f;
+        goto from_float;
     case TV_STR:
         if (!parse_num(v->u.s, (int)base, 0, &iv, &fv)) {
             *out = tv_int(iv);
@@ -286,7 +320,8 @@ static int f_int(struct tpl_render *r, int line, const struct tv *v, struct tpl_
         }
         if (!parse_num(v->u.s, 10, 1, &iv, &fv)) goto from_float;
         break;
-    default: break;
+    default:
+        break;
     }
     *out = dflt ? tv_ref(*dflt) : tv_int(0);
     return 0;
@@ -295,29 +330,39 @@ from_float:
         *out = dflt ? tv_ref(*dflt) : tv_int(0);
         return 0;
     }
-    if (isinf(fv) || fabs(fv) >= 9.2e18) return tpl_fail(r, line, "cannot convert float to integer");
+    if (isinf(fv) || fabs(fv) >= 9.2e18)
+        return tpl_fail(r, line, "cannot convert float to integer");
     *out = tv_int((int64_t)fv);
     return 0;
 }
 
-static int f_float(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_float(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                   struct tv *out) {
     CHECK_ARGS("float", "default");
     const struct tv *dflt = tpl_arg(a, 0, "default");
     int64_t iv;
     double fv;
     if (v->t == TV_UNDEF) return tpl_undefined_error(r, line, v);
-    if (v->t == TV_INT || v->t == TV_BOOL) *out = tv_float((double)v->u.i);
-    else if (v->t == TV_FLOAT) *out = *v;
-    else if (v->t == TV_STR && !parse_num(v->u.s, 10, 1, &iv, &fv)) *out = tv_float(fv);
-    else *out = dflt ? tv_ref(*dflt) : tv_float(0.0);
+    if (v->t == TV_INT || v->t == TV_BOOL)
+        *out = tv_float((double)v->u.i);
+    else if (v->t == TV_FLOAT)
+        *out = *v;
+    else if (v->t == TV_STR && !parse_num(v->u.s, 10, 1, &iv, &fv))
+        *out = tv_float(fv);
+    else
+        *out = dflt ? tv_ref(*dflt) : tv_float(0.0);
     return 0;
 }
 
-static int f_abs(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_abs(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                 struct tv *out) {
     CHECK_NONE("abs");
-    if (v->t == TV_FLOAT) *out = tv_float(fabs(v->u.f));
-    else if ((v->t == TV_INT || v->t == TV_BOOL) && v->u.i != INT64_MIN) *out = tv_int(v->u.i < 0 ? -v->u.i : v->u.i);
-    else return tpl_fail(r, line, "bad operand type for abs(): '%s'", tpl_type_name(v));
+    if (v->t == TV_FLOAT)
+        *out = tv_float(fabs(v->u.f));
+    else if ((v->t == TV_INT || v->t == TV_BOOL) && v->u.i != INT64_MIN)
+        *out = tv_int(v->u.i < 0 ? -v->u.i : v->u.i);
+    else
+        return tpl_fail(r, line, "bad operand type for abs(): '%s'", tpl_type_name(v));
     return 0;
 }
 
@@ -335,7 +380,8 @@ static double py_round(double x, int64_t nd) {
     return ry * p;
 }
 
-static int f_round(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_round(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                   struct tv *out) {
     CHECK_ARGS("round", "precision", "method");
     int64_t prec = 0;
     const struct tv *m = tpl_arg(a, 1, "method");
@@ -343,10 +389,13 @@ static int f_round(struct tpl_render *r, int line, const struct tv *v, struct tp
     const char *method = m && m->t == TV_STR ? m->u.s->s : "common";
     if (strcmp(method, "common") && strcmp(method, "ceil") && strcmp(method, "floor"))
         return tpl_fail(r, line, "method must be common, ceil or floor");
-    if (!tv_is_number(v)) return tpl_fail(r, line, "type %s doesn't define __round__ method", tpl_type_name(v));
+    if (!tv_is_number(v))
+        return tpl_fail(r, line, "type %s doesn't define __round__ method", tpl_type_name(v));
     if (!strcmp(method, "common")) {
-        if (v->t != TV_FLOAT) *out = tv_int(v->u.i); /* round(int, n) stays an int */
-        else *out = tv_float(py_round(v->u.f, prec));
+        if (v->t != TV_FLOAT)
+            *out = tv_int(v->u.i); /* round(int, n) stays an int */
+        else
+            *out = tv_float(py_round(v->u.f, prec));
         return 0;
     }
     double x = v->t == TV_FLOAT ? v->u.f : (double)v->u.i, p = pow(10.0, (double)prec);
@@ -354,19 +403,23 @@ static int f_round(struct tpl_render *r, int line, const struct tv *v, struct tp
     return 0;
 }
 
-static int f_default(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_default(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                     struct tv *out) {
     CHECK_ARGS("default", "default_value", "boolean");
     const struct tv *d = tpl_arg(a, 0, "default_value"), *boolean = tpl_arg(a, 1, "boolean");
     if (v->t == TV_UNDEF || (boolean && tv_truthy(boolean) && !tv_truthy(v))) {
-        if (d) *out = tv_ref(*d);
-        else if (tv_str_new("", 0, out)) return tpl_oom(r, line);
+        if (d)
+            *out = tv_ref(*d);
+        else if (tv_str_new("", 0, out))
+            return tpl_oom(r, line);
         return 0;
     }
     *out = tv_ref(*v);
     return 0;
 }
 
-static int f_length(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_length(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                    struct tv *out) {
     CHECK_NONE("length");
     int64_t n = tv_len(v);
     if (n < 0) return tpl_fail(r, line, "object of type '%s' has no len()", tpl_type_name(v));
@@ -374,7 +427,8 @@ static int f_length(struct tpl_render *r, int line, const struct tv *v, struct t
     return 0;
 }
 
-static int f_tojson(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+static int f_tojson(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                    struct tv *out) {
     CHECK_ARGS("tojson", "ensure_ascii", "indent", "separators", "sort_keys");
     const struct tv *ea = tpl_arg(a, 0, "ensure_ascii"), *ind = tpl_arg(a, 1, "indent"),
                     *sep = tpl_arg(a, 2, "separators"), *sk = tpl_arg(a, 3, "sort_keys");
@@ -390,7 +444,8 @@ static int f_tojson(struct tpl_render *r, int line, const struct tv *v, struct t
         return tpl_fail(r, line, "tojson indent must be an int or a string");
     }
     if (sep && sep->t != TV_NONE) {
-        if (sep->t != TV_LIST || sep->u.l->n != 2 || sep->u.l->v[0].t != TV_STR || sep->u.l->v[1].t != TV_STR)
+        if (sep->t != TV_LIST || sep->u.l->n != 2 || sep->u.l->v[0].t != TV_STR ||
+            sep->u.l->v[1].t != TV_STR)
             return tpl_fail(r, line, "tojson separators must be a pair of strings");
         o.item_sep = sep->u.l->v[0].u.s->s;
         o.key_sep = sep->u.l->v[1].u.s->s;
@@ -408,21 +463,50 @@ static const struct {
     const char *name;
     tpl_filter_fn *fn;
 } FILTERS[] = {
-    {"abs", f_abs},           {"attr", tpl_f_attr},       {"batch", tpl_f_batch},
-    {"capitalize", f_capitalize}, {"center", f_center},   {"count", f_length},
-    {"d", f_default},         {"default", f_default},     {"dictsort", tpl_f_dictsort},
-    {"e", f_escape},          {"escape", f_escape},       {"first", tpl_f_first},
-    {"float", f_float},       {"forceescape", f_escape},  {"format", f_format},
-    {"indent", f_indent},     {"int", f_int},             {"items", tpl_f_items},
-    {"join", tpl_f_join},     {"last", tpl_f_last},       {"length", f_length},
-    {"list", tpl_f_list},     {"lower", f_lower},         {"map", tpl_f_map},
-    {"max", tpl_f_max},       {"min", tpl_f_min},         {"reject", tpl_f_reject},
-    {"rejectattr", tpl_f_rejectattr}, {"replace", f_replace}, {"reverse", tpl_f_reverse},
-    {"round", f_round},       {"safe", f_safe},           {"select", tpl_f_select},
-    {"selectattr", tpl_f_selectattr}, {"slice", tpl_f_slice}, {"sort", tpl_f_sort},
-    {"string", f_string},     {"sum", tpl_f_sum},         {"title", f_title},
-    {"tojson", f_tojson},     {"trim", f_trim},           {"unique", tpl_f_unique},
-    {"upper", f_upper},       {"wordcount", f_wordcount},
+    {"abs", f_abs},
+    {"attr", tpl_f_attr},
+    {"batch", tpl_f_batch},
+    {"capitalize", f_capitalize},
+    {"center", f_center},
+    {"count", f_length},
+    {"d", f_default},
+    {"default", f_default},
+    {"dictsort", tpl_f_dictsort},
+    {"e", f_escape},
+    {"escape", f_escape},
+    {"first", tpl_f_first},
+    {"float", f_float},
+    {"forceescape", f_escape},
+    {"format", f_format},
+    {"indent", f_indent},
+    {"int", f_int},
+    {"items", tpl_f_items},
+    {"join", tpl_f_join},
+    {"last", tpl_f_last},
+    {"length", f_length},
+    {"list", tpl_f_list},
+    {"lower", f_lower},
+    {"map", tpl_f_map},
+    {"max", tpl_f_max},
+    {"min", tpl_f_min},
+    {"reject", tpl_f_reject},
+    {"rejectattr", tpl_f_rejectattr},
+    {"replace", f_replace},
+    {"reverse", tpl_f_reverse},
+    {"round", f_round},
+    {"safe", f_safe},
+    {"select", tpl_f_select},
+    {"selectattr", tpl_f_selectattr},
+    {"slice", tpl_f_slice},
+    {"sort", tpl_f_sort},
+    {"string", f_string},
+    {"sum", tpl_f_sum},
+    {"title", f_title},
+    {"tojson", f_tojson},
+    {"trim", f_trim},
+    {"unique", tpl_f_unique},
+    {"upper", f_upper},
+    {"wordcount", f_wordcount},
 };
 
 int tpl_filter_exists(const char *name) {

@@ -10,7 +10,6 @@
 
 #include <string.h>
 
-
 #define CHECK_ARGS(what, ...)                                                                      \
     do {                                                                                           \
         static const char *const names_[] = {__VA_ARGS__};                                         \
@@ -103,7 +102,8 @@ static int merge_sort(struct tpl_render *r, int line, struct keyed *k, struct ke
                       int reverse) {
     if (n < 2) return 0;
     size_t h = n / 2;
-    if (merge_sort(r, line, k, tmp, h, reverse) || merge_sort(r, line, k + h, tmp, n - h, reverse)) return -1;
+    if (merge_sort(r, line, k, tmp, h, reverse) || merge_sort(r, line, k + h, tmp, n - h, reverse))
+        return -1;
     size_t i = 0, j = h, o = 0;
     while (i < h && j < n) {
         int lt;
@@ -130,7 +130,8 @@ static int sorted_by(struct tpl_render *r, int line, const struct tv *items, str
     if (rc) return -1;
     if (tv_list_new(TL_LIST, n, out)) return tpl_oom(r, line);
     for (size_t i = 0; i < n; i++)
-        if (tv_list_push(out, tv_ref(items->u.l->v[k[i].idx]))) return tv_drop(out), tpl_oom(r, line);
+        if (tv_list_push(out, tv_ref(items->u.l->v[k[i].idx])))
+            return tv_drop(out), tpl_oom(r, line);
     return 0;
 }
 
@@ -141,7 +142,8 @@ static void free_keys(struct keyed *k, size_t n) {
 
 /* ---- filters ---- */
 
-int tpl_f_sort(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_sort(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+               struct tv *out) {
     CHECK_ARGS("sort", "reverse", "case_sensitive", "attribute");
     const struct tv *rev = tpl_arg(a, 0, "reverse"), *cs = tpl_arg(a, 1, "case_sensitive"),
                     *attr = tpl_arg(a, 2, "attribute");
@@ -162,12 +164,14 @@ int tpl_f_sort(struct tpl_render *r, int line, const struct tv *v, struct tpl_ar
     return rc;
 }
 
-int tpl_f_dictsort(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_dictsort(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                   struct tv *out) {
     CHECK_ARGS("dictsort", "case_sensitive", "by", "reverse");
     const struct tv *cs = tpl_arg(a, 0, "case_sensitive"), *by = tpl_arg(a, 1, "by"),
                     *rev = tpl_arg(a, 2, "reverse");
     int pos = 0;
-    if (by && by->t == TV_STR && !strcmp(by->u.s->s, "value")) pos = 1;
+    if (by && by->t == TV_STR && !strcmp(by->u.s->s, "value"))
+        pos = 1;
     else if (by && !(by->t == TV_STR && !strcmp(by->u.s->s, "key")))
         return tpl_fail(r, line, "You can only sort by either \"key\" or \"value\"");
     if (v->t != TV_DICT || v->u.d->kind != TD_DICT)
@@ -195,7 +199,8 @@ int tpl_f_dictsort(struct tpl_render *r, int line, const struct tv *v, struct tp
     return rc;
 }
 
-int tpl_f_unique(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_unique(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                 struct tv *out) {
     CHECK_ARGS("unique", "case_sensitive", "attribute");
     const struct tv *cs = tpl_arg(a, 0, "case_sensitive"), *attr = tpl_arg(a, 1, "attribute");
     struct tv items, seen;
@@ -214,7 +219,8 @@ int tpl_f_unique(struct tpl_render *r, int line, const struct tv *v, struct tpl_
             tv_drop(&key);
         } else if (tv_dict_get(seen.u.d, &key)) {
             tv_drop(&key);
-        } else if (tv_dict_set(&seen, key, tv_none(), NULL) || tv_list_push(out, tv_ref(items.u.l->v[i]))) {
+        } else if (tv_dict_set(&seen, key, tv_none(), NULL) ||
+                   tv_list_push(out, tv_ref(items.u.l->v[i]))) {
             rc = tpl_oom(r, line);
         }
     }
@@ -253,14 +259,17 @@ static int min_max(struct tpl_render *r, int line, const struct tv *v, struct tp
     return rc;
 }
 
-int tpl_f_max(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_max(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+              struct tv *out) {
     return min_max(r, line, v, a, 1, out);
 }
-int tpl_f_min(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_min(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+              struct tv *out) {
     return min_max(r, line, v, a, 0, out);
 }
 
-int tpl_f_sum(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_sum(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+              struct tv *out) {
     CHECK_ARGS("sum", "attribute", "start");
     const struct tv *attr = tpl_arg(a, 0, "attribute"), *start = tpl_arg(a, 1, "start");
     struct tv items, acc = start ? tv_ref(*start) : tv_int(0);
@@ -282,12 +291,14 @@ int tpl_f_sum(struct tpl_render *r, int line, const struct tv *v, struct tpl_arg
     return 0;
 }
 
-int tpl_f_join(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_join(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+               struct tv *out) {
     CHECK_ARGS("join", "d", "attribute");
     const struct tv *d = tpl_arg(a, 0, "d"), *attr = tpl_arg(a, 1, "attribute");
     struct tv items, sep;
     if (tpl_iter_list(r, line, v, &items)) return -1;
-    if (d ? tpl_str_value(r, d, &sep) : tv_str_new("", 0, &sep)) return tv_drop(&items), r->failed ? -1 : tpl_oom(r, line);
+    if (d ? tpl_str_value(r, d, &sep) : tv_str_new("", 0, &sep))
+        return tv_drop(&items), r->failed ? -1 : tpl_oom(r, line);
     struct tpl_buf b = {0};
     int rc = 0;
     for (size_t i = 0; i < items.u.l->n && !rc; i++) {
@@ -306,7 +317,8 @@ int tpl_f_join(struct tpl_render *r, int line, const struct tv *v, struct tpl_ar
     return rc;
 }
 
-int tpl_f_list(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_list(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+               struct tv *out) {
     if (tpl_args_check(r, line, a, "list", NULL, 0)) return -1;
     struct tv items;
     if (tpl_iter_list(r, line, v, &items)) return -1;
@@ -316,12 +328,14 @@ int tpl_f_list(struct tpl_render *r, int line, const struct tv *v, struct tpl_ar
     }
     if (tv_list_new(TL_LIST, items.u.l->n, out)) return tv_drop(&items), tpl_oom(r, line);
     for (size_t i = 0; i < items.u.l->n; i++)
-        if (tv_list_push(out, tv_ref(items.u.l->v[i]))) return tv_drop(&items), tv_drop(out), tpl_oom(r, line);
+        if (tv_list_push(out, tv_ref(items.u.l->v[i])))
+            return tv_drop(&items), tv_drop(out), tpl_oom(r, line);
     tv_drop(&items);
     return 0;
 }
 
-int tpl_f_first(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_first(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                struct tv *out) {
     if (tpl_args_check(r, line, a, "first", NULL, 0)) return -1;
     struct tv items;
     if (tpl_iter_list(r, line, v, &items)) return -1;
@@ -330,9 +344,11 @@ int tpl_f_first(struct tpl_render *r, int line, const struct tv *v, struct tpl_a
     return 0;
 }
 
-int tpl_f_last(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_last(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+               struct tv *out) {
     if (tpl_args_check(r, line, a, "last", NULL, 0)) return -1;
-    if (v->t == TV_LIST && v->u.l->kind == TL_GEN) return tpl_fail(r, line, "'generator' object is not reversible");
+    if (v->t == TV_LIST && v->u.l->kind == TL_GEN)
+        return tpl_fail(r, line, "'generator' object is not reversible");
     struct tv items;
     if (tpl_iter_list(r, line, v, &items)) return -1;
     size_t n = items.u.l->n;
@@ -341,7 +357,8 @@ int tpl_f_last(struct tpl_render *r, int line, const struct tv *v, struct tpl_ar
     return 0;
 }
 
-int tpl_f_reverse(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_reverse(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                  struct tv *out) {
     if (tpl_args_check(r, line, a, "reverse", NULL, 0)) return -1;
     struct tv items;
     if (v->t == TV_STR) {
@@ -353,15 +370,18 @@ int tpl_f_reverse(struct tpl_render *r, int line, const struct tv *v, struct tpl
     size_t n = items.u.l->n;
     if (tv_list_new(gen ? TL_LIST : TL_GEN, n, out)) return tv_drop(&items), tpl_oom(r, line);
     for (size_t i = n; i-- > 0;)
-        if (tv_list_push(out, tv_ref(items.u.l->v[i]))) return tv_drop(&items), tv_drop(out), tpl_oom(r, line);
+        if (tv_list_push(out, tv_ref(items.u.l->v[i])))
+            return tv_drop(&items), tv_drop(out), tpl_oom(r, line);
     tv_drop(&items);
     return 0;
 }
 
-int tpl_f_items(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_items(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                struct tv *out) {
     if (tpl_args_check(r, line, a, "items", NULL, 0)) return -1;
     if (v->t == TV_UNDEF) return tv_list_new(TL_GEN, 0, out) ? tpl_oom(r, line) : 0;
-    if (v->t != TV_DICT || v->u.d->kind != TD_DICT) return tpl_fail(r, line, "Can only get item pairs from a mapping.");
+    if (v->t != TV_DICT || v->u.d->kind != TD_DICT)
+        return tpl_fail(r, line, "Can only get item pairs from a mapping.");
     const struct tv_dict *d = v->u.d;
     if (tv_list_new(TL_GEN, d->n, out)) return tpl_oom(r, line);
     for (size_t i = 0; i < d->n; i++) {
@@ -373,7 +393,8 @@ int tpl_f_items(struct tpl_render *r, int line, const struct tv *v, struct tpl_a
     return 0;
 }
 
-int tpl_f_attr(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_attr(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+               struct tv *out) {
     CHECK_ARGS("attr", "name");
     const struct tv *name = tpl_arg(a, 0, "name");
     if (!name || name->t != TV_STR) return tpl_fail(r, line, "attr() needs a name");
@@ -395,7 +416,8 @@ static struct tpl_args rest_args(const struct tpl_args *a, size_t skip) {
     return s;
 }
 
-int tpl_f_map(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_map(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+              struct tv *out) {
     const struct tv *attr = NULL, *dflt = NULL;
     if (!a->n) {
         attr = tpl_arg(a, 99, "attribute");
@@ -448,26 +470,33 @@ static int select_impl(struct tpl_render *r, int line, const struct tv *v, struc
         struct tv x;
         int res = 0;
         if ((rc = attr_get(r, line, &items.u.l->v[i], attr, NULL, &x))) break;
-        if (test) rc = tpl_test(r, line, test, &x, &sub, &res);
-        else res = tv_truthy(&x);
+        if (test)
+            rc = tpl_test(r, line, test, &x, &sub, &res);
+        else
+            res = tv_truthy(&x);
         tv_drop(&x);
-        if (!rc && !res == !keep_if && tv_list_push(out, tv_ref(items.u.l->v[i]))) rc = tpl_oom(r, line);
+        if (!rc && !res == !keep_if && tv_list_push(out, tv_ref(items.u.l->v[i])))
+            rc = tpl_oom(r, line);
     }
     tv_drop(&items);
     if (rc) tv_drop(out);
     return rc;
 }
 
-int tpl_f_select(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_select(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                 struct tv *out) {
     return select_impl(r, line, v, a, 0, 1, out);
 }
-int tpl_f_reject(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_reject(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                 struct tv *out) {
     return select_impl(r, line, v, a, 0, 0, out);
 }
-int tpl_f_selectattr(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_selectattr(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                     struct tv *out) {
     return select_impl(r, line, v, a, 1, 1, out);
 }
-int tpl_f_rejectattr(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_rejectattr(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                     struct tv *out) {
     return select_impl(r, line, v, a, 1, 0, out);
 }
 
@@ -476,11 +505,14 @@ int tpl_f_rejectattr(struct tpl_render *r, int line, const struct tv *v, struct 
 static int chunks(struct tpl_render *r, int line, const struct tv *v, int64_t count, int slices,
                   const struct tv *fill, struct tv *out) {
     struct tv items;
-    if (count <= 0) return tpl_fail(r, line, "%s must be positive", slices ? "slices" : "linecount");
+    if (count <= 0)
+        return tpl_fail(r, line, "%s must be positive", slices ? "slices" : "linecount");
     if (tpl_iter_list(r, line, v, &items)) return -1;
     size_t n = items.u.l->n, per = slices ? n / (size_t)count : (size_t)count;
-    size_t extra = slices ? n % (size_t)count : 0, groups = slices ? (size_t)count : (n + per - 1) / per;
-    if (tpl_step(r, line, groups + n) || tv_list_new(TL_GEN, groups, out)) return tv_drop(&items), r->failed ? -1 : tpl_oom(r, line);
+    size_t extra = slices ? n % (size_t)count : 0,
+           groups = slices ? (size_t)count : (n + per - 1) / per;
+    if (tpl_step(r, line, groups + n) || tv_list_new(TL_GEN, groups, out))
+        return tv_drop(&items), r->failed ? -1 : tpl_oom(r, line);
     size_t pos = 0;
     int rc = 0;
     for (size_t g = 0; g < groups && !rc; g++) {
@@ -505,17 +537,21 @@ static int chunks(struct tpl_render *r, int line, const struct tv *v, int64_t co
     return rc;
 }
 
-int tpl_f_batch(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_batch(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                struct tv *out) {
     CHECK_ARGS("batch", "linecount", "fill_with");
     const struct tv *c = tpl_arg(a, 0, "linecount");
-    if (!c || (c->t != TV_INT && c->t != TV_BOOL)) return tpl_fail(r, line, "batch needs an integer linecount");
+    if (!c || (c->t != TV_INT && c->t != TV_BOOL))
+        return tpl_fail(r, line, "batch needs an integer linecount");
     return chunks(r, line, v, c->u.i, 0, tpl_arg(a, 1, "fill_with"), out);
 }
 
-int tpl_f_slice(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a, struct tv *out) {
+int tpl_f_slice(struct tpl_render *r, int line, const struct tv *v, struct tpl_args *a,
+                struct tv *out) {
     CHECK_ARGS("slice", "slices", "fill_with");
     const struct tv *c = tpl_arg(a, 0, "slices");
-    if (!c || (c->t != TV_INT && c->t != TV_BOOL)) return tpl_fail(r, line, "slice needs an integer count");
+    if (!c || (c->t != TV_INT && c->t != TV_BOOL))
+        return tpl_fail(r, line, "slice needs an integer count");
     if (c->u.i > 100000) return tpl_fail(r, line, "too many slices");
     return chunks(r, line, v, c->u.i, 1, tpl_arg(a, 1, "fill_with"), out);
 }

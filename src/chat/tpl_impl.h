@@ -160,8 +160,8 @@ enum { TPL_USES_CALLER = 1, TPL_USES_VARARGS = 2, TPL_USES_KWARGS = 4 };
 #define TPL_MAX_NEST 1000
 
 /* Parses the tokens into a body node. -1 with "line L, column C: message" in err. */
-int tpl_parse(const struct tpl_tokens *toks, struct tpl_arena *a, struct tpl_node **out,
-              char *err, size_t err_cap);
+int tpl_parse(const struct tpl_tokens *toks, struct tpl_arena *a, struct tpl_node **out, char *err,
+              size_t err_cap);
 
 /* ---- evaluation ---- */
 struct tpl_scope {
@@ -178,18 +178,18 @@ struct tpl_buf {
 };
 
 struct tpl_render {
-    struct tv ctx;           /* dict of the caller's variables */
-    struct tpl_scope *root;  /* top-level `set`s */
+    struct tv ctx;          /* dict of the caller's variables */
+    struct tpl_scope *root; /* top-level `set`s */
     uint64_t steps, max_steps;
-    int depth, max_depth;    /* macro call nesting */
-    int nest;                /* tpl_exec/tpl_eval recursion (TPL_MAX_NEST) */
-    size_t max_output;       /* bytes in any one output buffer */
-    time_t now;              /* strftime_now() time */
-    struct tv keep;          /* macros and namespaces, torn down at the end (cycles) */
-    const struct tv *input;  /* ND_INPUT's value while a filter block is applied */
+    int depth, max_depth;   /* macro call nesting */
+    int nest;               /* tpl_exec/tpl_eval recursion (TPL_MAX_NEST) */
+    size_t max_output;      /* bytes in any one output buffer */
+    time_t now;             /* strftime_now() time */
+    struct tv keep;         /* macros and namespaces, torn down at the end (cycles) */
+    const struct tv *input; /* ND_INPUT's value while a filter block is applied */
     int failed;
-    int raised;              /* the error came from raise_exception() */
-    int limit;               /* the error is a budget limit (steps, output, memory, depth) */
+    int raised; /* the error came from raise_exception() */
+    int limit;  /* the error is a budget limit (steps, output, memory, depth) */
     int err_line;
     char err[512];
 };
@@ -308,9 +308,11 @@ int tpl_escape_str(struct tpl_render *r, const struct tv *v, struct tv *out);
 int tpl_binop(struct tpl_render *r, int line, int op, const struct tv *a, const struct tv *b,
               struct tv *out);
 /* Python's `item in c`. */
-int tpl_contains(struct tpl_render *r, int line, const struct tv *item, const struct tv *c, int *out);
+int tpl_contains(struct tpl_render *r, int line, const struct tv *item, const struct tv *c,
+                 int *out);
 /* obj[b0:b1:b2] (each None or an int). */
-int tpl_slice(struct tpl_render *r, int line, const struct tv *obj, const struct tv *bounds, struct tv *out);
+int tpl_slice(struct tpl_render *r, int line, const struct tv *obj, const struct tv *bounds,
+              struct tv *out);
 /* A cJSON tree to a value (integral numbers become ints); -1 on bad UTF-8 or depth. */
 int tpl_from_cjson(const struct cJSON *j, struct tv *out, int depth);
 /* The canonical (static) name of a method of self, or NULL. */
@@ -341,15 +343,15 @@ size_t tpl_utf8_offset(const struct tv_str *s, size_t k);
 struct tpl_json_opts {
     int ensure_ascii;
     int sort_keys;
-    int indent;              /* < 0: no indent */
-    const char *indent_str;  /* when not NULL, used instead of indent spaces */
-    const char *item_sep;    /* default ", " (or "," with indent) */
-    const char *key_sep;     /* default ": " */
-    int allow_nan;           /* 0: NaN and infinities are an error (valid JSON only) */
+    int indent;             /* < 0: no indent */
+    const char *indent_str; /* when not NULL, used instead of indent spaces */
+    const char *item_sep;   /* default ", " (or "," with indent) */
+    const char *key_sep;    /* default ": " */
+    int allow_nan;          /* 0: NaN and infinities are an error (valid JSON only) */
 };
 /* json.dumps(v) as transformers' tojson filter does it. */
-int tpl_to_json(struct tpl_render *r, int line, const struct tv *v,
-                const struct tpl_json_opts *o, struct tpl_buf *b);
+int tpl_to_json(struct tpl_render *r, int line, const struct tv *v, const struct tpl_json_opts *o,
+                struct tpl_buf *b);
 /* JSON text to a value: integers stay ints and numbers with a fraction or exponent floats.
  * -1 on invalid JSON (why set). */
 int tpl_from_json(const char *s, size_t len, struct tv *out, const char **why);

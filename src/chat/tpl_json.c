@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---- writer ---- */
 
 static int put(struct tpl_render *r, struct tpl_buf *b, const char *s) {
@@ -30,18 +29,33 @@ static int json_str(struct tpl_render *r, const char *s, size_t len, int ascii, 
         char esc[16];
         esc[0] = 0;
         switch (cp) {
-        case '"': strcpy(esc, "\\\""); break;
-        case '\\': strcpy(esc, "\\\\"); break;
-        case '\n': strcpy(esc, "\\n"); break;
-        case '\r': strcpy(esc, "\\r"); break;
-        case '\t': strcpy(esc, "\\t"); break;
-        case '\b': strcpy(esc, "\\b"); break;
-        case '\f': strcpy(esc, "\\f"); break;
+        case '"':
+            strcpy(esc, "\\\"");
+            break;
+        case '\\':
+            strcpy(esc, "\\\\");
+            break;
+        case '\n':
+            strcpy(esc, "\\n");
+            break;
+        case '\r':
+            strcpy(esc, "\\r");
+            break;
+        case '\t':
+            strcpy(esc, "\\t");
+            break;
+        case '\b':
+            strcpy(esc, "\\b");
+            break;
+        case '\f':
+            strcpy(esc, "\\f");
+            break;
         default:
             if (cp < 0x20 || (ascii && cp > 0x7E)) {
                 if (cp > 0xFFFF) {
                     uint32_t v = cp - 0x10000;
-                    snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
+                    snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xD800 + (v >> 10),
+                             0xDC00 + (v & 0x3FF));
                 } else {
                     snprintf(esc, sizeof esc, "\\u%04x", (unsigned)cp);
                 }
@@ -72,23 +86,31 @@ static int newline_indent(struct tpl_render *r, const struct tpl_json_opts *o, i
     return 0;
 }
 
-static int key_text(struct tpl_render *r, int line, const struct tv *k, const struct tpl_json_opts *o,
-                    struct tpl_buf *b) {
+static int key_text(struct tpl_render *r, int line, const struct tv *k,
+                    const struct tpl_json_opts *o, struct tpl_buf *b) {
     char tmp[64];
     switch (k->t) {
-    case TV_STR: return json_str(r, k->u.s->s, k->u.s->len, o->ensure_ascii, b);
-    case TV_BOOL: return put(r, b, k->u.i ? "\"true\"" : "\"false\"");
-    case TV_NONE: return put(r, b, "\"null\"");
-    case TV_INT: snprintf(tmp, sizeof tmp, "\"%lld\"", (long long)k->u.i); return put(r, b, tmp);
+    case TV_STR:
+        return json_str(r, k->u.s->s, k->u.s->len, o->ensure_ascii, b);
+    case TV_BOOL:
+        return put(r, b, k->u.i ? "\"true\"" : "\"false\"");
+    case TV_NONE:
+        return put(r, b, "\"null\"");
+    case TV_INT:
+        snprintf(tmp, sizeof tmp, "\"%lld\"", (long long)k->u.i);
+        return put(r, b, tmp);
     case TV_FLOAT:
         tpl_fmt_float(k->u.f, tmp + 1, sizeof tmp - 2);
         tmp[0] = '"';
-        if (isnan(k->u.f)) strcpy(tmp, "\"NaN");
-        else if (isinf(k->u.f)) strcpy(tmp, k->u.f < 0 ? "\"-Infinity" : "\"Infinity");
+        if (isnan(k->u.f))
+            strcpy(tmp, "\"NaN");
+        else if (isinf(k->u.f))
+            strcpy(tmp, k->u.f < 0 ? "\"-Infinity" : "\"Infinity");
         strcat(tmp, "\"");
         return put(r, b, tmp);
     default:
-        return tpl_fail(r, line, "keys must be str, int, float, bool or None, not %s", tpl_type_name(k));
+        return tpl_fail(r, line, "keys must be str, int, float, bool or None, not %s",
+                        tpl_type_name(k));
     }
 }
 
@@ -137,9 +159,13 @@ static int dump(struct tpl_render *r, int line, const struct tv *v, const struct
     if (level > TV_MAX_DEPTH) return tpl_fail(r, line, "values nested too deeply for tojson");
     if (tpl_step(r, line, 1)) return -1;
     switch (v->t) {
-    case TV_NONE: return put(r, b, "null");
-    case TV_BOOL: return put(r, b, v->u.i ? "true" : "false");
-    case TV_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i); return put(r, b, tmp);
+    case TV_NONE:
+        return put(r, b, "null");
+    case TV_BOOL:
+        return put(r, b, v->u.i ? "true" : "false");
+    case TV_INT:
+        snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i);
+        return put(r, b, tmp);
     case TV_FLOAT:
         if (!isfinite(v->u.f) && !o->allow_nan)
             return tpl_fail(r, line, "Out of range float values are not JSON compliant");
@@ -147,7 +173,8 @@ static int dump(struct tpl_render *r, int line, const struct tv *v, const struct
         if (isinf(v->u.f)) return put(r, b, v->u.f < 0 ? "-Infinity" : "Infinity");
         tpl_fmt_float(v->u.f, tmp, sizeof tmp);
         return put(r, b, tmp);
-    case TV_STR: return json_str(r, v->u.s->s, v->u.s->len, o->ensure_ascii, b);
+    case TV_STR:
+        return json_str(r, v->u.s->s, v->u.s->len, o->ensure_ascii, b);
     case TV_LIST:
         if (v->u.l->kind == TL_LIST || v->u.l->kind == TL_TUPLE) {
             const struct tv_list *l = v->u.l;
@@ -166,7 +193,8 @@ static int dump(struct tpl_render *r, int line, const struct tv *v, const struct
     case TV_DICT:
         if (v->u.d->kind == TD_DICT) return dump_dict(r, line, v->u.d, o, level, b);
         break;
-    default: break;
+    default:
+        break;
     }
     return tpl_fail(r, line, "Object of type %s is not JSON serializable", tpl_type_name(v));
 }
@@ -186,7 +214,8 @@ struct jreader {
 };
 
 static void jspace(struct jreader *J) {
-    while (J->i < J->n && (J->s[J->i] == ' ' || J->s[J->i] == '\t' || J->s[J->i] == '\n' || J->s[J->i] == '\r'))
+    while (J->i < J->n &&
+           (J->s[J->i] == ' ' || J->s[J->i] == '\t' || J->s[J->i] == '\n' || J->s[J->i] == '\r'))
         J->i++;
 }
 
@@ -195,7 +224,9 @@ static int hex4(const char *s, size_t end, size_t p, uint32_t *out) {
     uint32_t v = 0;
     for (int k = 0; k < 4; k++) {
         char c = s[p + k];
-        int h = c >= '0' && c <= '9' ? c - '0' : (c | 32) >= 'a' && (c | 32) <= 'f' ? (c | 32) - 'a' + 10 : -1;
+        int h = c >= '0' && c <= '9'                 ? c - '0'
+                : (c | 32) >= 'a' && (c | 32) <= 'f' ? (c | 32) - 'a' + 10
+                                                     : -1;
         if (h < 0) return -1;
         v = v * 16 + (uint32_t)h;
     }
@@ -252,11 +283,14 @@ static int jnumber(struct jreader *J, struct tv *out) {
     int is_float = 0;
     if (J->s[J->i] == '-') J->i++;
     if (J->i >= J->n || J->s[J->i] < '0' || J->s[J->i] > '9') return J->why = "bad number", -1;
-    if (J->s[J->i] == '0') J->i++;
-    else while (J->i < J->n && J->s[J->i] >= '0' && J->s[J->i] <= '9') J->i++;
+    if (J->s[J->i] == '0')
+        J->i++;
+    else
+        while (J->i < J->n && J->s[J->i] >= '0' && J->s[J->i] <= '9') J->i++;
     if (J->i < J->n && J->s[J->i] == '.') {
         is_float = 1;
-        if (++J->i >= J->n || J->s[J->i] < '0' || J->s[J->i] > '9') return J->why = "bad number", -1;
+        if (++J->i >= J->n || J->s[J->i] < '0' || J->s[J->i] > '9')
+            return J->why = "bad number", -1;
         while (J->i < J->n && J->s[J->i] >= '0' && J->s[J->i] <= '9') J->i++;
     }
     if (J->i < J->n && (J->s[J->i] | 32) == 'e') {
@@ -370,8 +404,10 @@ int tpl_from_json(const char *s, size_t len, struct tv *out, const char **why) {
 /* cJSON keeps numbers as doubles: integral ones within int64 become ints. */
 int tpl_from_cjson(const cJSON *j, struct tv *out, int depth) {
     if (depth > TV_MAX_DEPTH) return -1;
-    if (cJSON_IsNull(j)) *out = tv_none();
-    else if (cJSON_IsBool(j)) *out = tv_bool(cJSON_IsTrue(j));
+    if (cJSON_IsNull(j))
+        *out = tv_none();
+    else if (cJSON_IsBool(j))
+        *out = tv_bool(cJSON_IsTrue(j));
     else if (cJSON_IsNumber(j)) {
         double d = j->valuedouble;
         *out = d == floor(d) && fabs(d) < 9.2e18 ? tv_int((int64_t)d) : tv_float(d);

@@ -252,16 +252,20 @@ static const struct {
     const char *s;
     uint8_t op;
 } OPS[] = {
-    {"**", OP_POW},    {"//", OP_FLOORDIV}, {"==", OP_EQ},     {"!=", OP_NE},     {">=", OP_GE},
-    {"<=", OP_LE},     {"+", OP_ADD},       {"-", OP_SUB},     {"*", OP_MUL},     {"/", OP_DIV},
-    {"%", OP_MOD},     {"~", OP_TILDE},     {"(", OP_LPAREN},  {")", OP_RPAREN},  {"[", OP_LBRACKET},
-    {"]", OP_RBRACKET}, {"{", OP_LBRACE},   {"}", OP_RBRACE},  {",", OP_COMMA},   {".", OP_DOT},
-    {":", OP_COLON},   {"|", OP_PIPE},      {"=", OP_ASSIGN},  {"<", OP_LT},      {">", OP_GT},
+    {"**", OP_POW},     {"//", OP_FLOORDIV}, {"==", OP_EQ},    {"!=", OP_NE},    {">=", OP_GE},
+    {"<=", OP_LE},      {"+", OP_ADD},       {"-", OP_SUB},    {"*", OP_MUL},    {"/", OP_DIV},
+    {"%", OP_MOD},      {"~", OP_TILDE},     {"(", OP_LPAREN}, {")", OP_RPAREN}, {"[", OP_LBRACKET},
+    {"]", OP_RBRACKET}, {"{", OP_LBRACE},    {"}", OP_RBRACE}, {",", OP_COMMA},  {".", OP_DOT},
+    {":", OP_COLON},    {"|", OP_PIPE},      {"=", OP_ASSIGN}, {"<", OP_LT},     {">", OP_GT},
     {";", OP_SEMI},
 };
 
-static int is_digit(char c) { return c >= '0' && c <= '9'; }
-static int is_name0(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+static int is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
+static int is_name0(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
 
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
@@ -290,24 +294,52 @@ static int lex_string(struct lexer *L, size_t i, size_t *next, struct tpl_token 
         uint32_t cp = 0;
         int digits = 0;
         switch (e) {
-        case '\n': continue;
-        case '\\': o[n++] = '\\'; continue;
-        case '\'': o[n++] = '\''; continue;
-        case '"': o[n++] = '"'; continue;
-        case 'a': o[n++] = '\a'; continue;
-        case 'b': o[n++] = '\b'; continue;
-        case 'f': o[n++] = '\f'; continue;
-        case 'n': o[n++] = '\n'; continue;
-        case 'r': o[n++] = '\r'; continue;
-        case 't': o[n++] = '\t'; continue;
-        case 'v': o[n++] = '\v'; continue;
-        case 'x': digits = 2; break;
-        case 'u': digits = 4; break;
-        case 'U': digits = 8; break;
+        case '\n':
+            continue;
+        case '\\':
+            o[n++] = '\\';
+            continue;
+        case '\'':
+            o[n++] = '\'';
+            continue;
+        case '"':
+            o[n++] = '"';
+            continue;
+        case 'a':
+            o[n++] = '\a';
+            continue;
+        case 'b':
+            o[n++] = '\b';
+            continue;
+        case 'f':
+            o[n++] = '\f';
+            continue;
+        case 'n':
+            o[n++] = '\n';
+            continue;
+        case 'r':
+            o[n++] = '\r';
+            continue;
+        case 't':
+            o[n++] = '\t';
+            continue;
+        case 'v':
+            o[n++] = '\v';
+            continue;
+        case 'x':
+            digits = 2;
+            break;
+        case 'u':
+            digits = 4;
+            break;
+        case 'U':
+            digits = 8;
+            break;
         default:
             if (e >= '0' && e <= '7') {
                 int m = 0;
-                while (m < 3 && p < j && L->s[p] >= '0' && L->s[p] <= '7') cp = cp * 8 + (uint32_t)(L->s[p++] - '0'), m++;
+                while (m < 3 && p < j && L->s[p] >= '0' && L->s[p] <= '7')
+                    cp = cp * 8 + (uint32_t)(L->s[p++] - '0'), m++;
                 p--;
                 n += tpl_utf8_put(cp, o + n);
                 continue;
@@ -429,7 +461,8 @@ static int lex_tag(struct lexer *L, size_t i, int block, size_t *next, int *line
     while (1) {
         i = skip_space(L->s, L->n, i);
         if (i >= L->n)
-            return lex_fail(L, open, "unexpected end of template, expected '%s'", block ? "%}" : "}}");
+            return lex_fail(L, open, "unexpected end of template, expected '%s'",
+                            block ? "%}" : "}}");
         const char *p = L->s + i;
         size_t left = L->n - i;
         if (depth == 0) {
@@ -486,7 +519,9 @@ static int lex_tag(struct lexer *L, size_t i, int block, size_t *next, int *line
                     return lex_fail(L, i, "brackets nested too deeply");
                 stack[depth++] = tk.op;
             } else if (tk.op == OP_RPAREN || tk.op == OP_RBRACKET || tk.op == OP_RBRACE) {
-                int want = tk.op == OP_RPAREN ? OP_LPAREN : tk.op == OP_RBRACKET ? OP_LBRACKET : OP_LBRACE;
+                int want = tk.op == OP_RPAREN     ? OP_LPAREN
+                           : tk.op == OP_RBRACKET ? OP_LBRACKET
+                                                  : OP_LBRACE;
                 if (!depth) return lex_fail(L, i, "unexpected '%c'", *p);
                 if (stack[depth - 1] != want)
                     return lex_fail(L, i, "unexpected '%c', expected a closing bracket first", *p);
@@ -505,21 +540,22 @@ static int lex_tag(struct lexer *L, size_t i, int block, size_t *next, int *line
 
 int tpl_lex(const char *src, size_t len, struct tpl_arena *a, struct tpl_tokens *out, char *err,
             size_t err_cap) {
-    struct lexer L = {.s = src, .n = len, .line = 1, .a = a, .out = out, .err = err,
-                      .err_cap = err_cap};
+    struct lexer L = {
+        .s = src, .n = len, .line = 1, .a = a, .out = out, .err = err, .err_cap = err_cap};
     int line_starting = 1;
     size_t pos = 0;
     while (pos < len) {
         size_t tag = pos;
-        while (tag + 1 < len &&
-               !(src[tag] == '{' && (src[tag + 1] == '{' || src[tag + 1] == '%' || src[tag + 1] == '#')))
+        while (tag + 1 < len && !(src[tag] == '{' && (src[tag + 1] == '{' || src[tag + 1] == '%' ||
+                                                      src[tag + 1] == '#')))
             tag++;
         if (tag + 1 >= len) {
             if (emit_data(&L, pos, len)) goto oom;
             break;
         }
         char kind = src[tag + 1];
-        char sign = tag + 2 < len && (src[tag + 2] == '-' || src[tag + 2] == '+') ? src[tag + 2] : 0;
+        char sign =
+            tag + 2 < len && (src[tag + 2] == '-' || src[tag + 2] == '+') ? src[tag + 2] : 0;
         char raw_sign = 0;
         size_t raw_body = kind == '%' ? match_raw_begin(&L, tag, &raw_sign) : 0;
         size_t end = strip_before(&L, pos, tag, sign, kind != '{', line_starting);

@@ -11,12 +11,14 @@
 #include <utf8proc.h>
 
 static const char *const STR_METHODS[] = {
-    "capitalize", "casefold", "center", "count", "encode", "endswith", "expandtabs", "find",
-    "format", "format_map", "index", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit",
-    "isidentifier", "islower", "isnumeric", "isprintable", "isspace", "istitle", "isupper",
-    "join", "ljust", "lower", "lstrip", "maketrans", "partition", "removeprefix", "removesuffix",
-    "replace", "rfind", "rindex", "rjust", "rpartition", "rsplit", "rstrip", "split",
-    "splitlines", "startswith", "strip", "swapcase", "title", "translate", "upper", "zfill",
+    "capitalize",   "casefold",    "center",    "count",      "encode",       "endswith",
+    "expandtabs",   "find",        "format",    "format_map", "index",        "isalnum",
+    "isalpha",      "isascii",     "isdecimal", "isdigit",    "isidentifier", "islower",
+    "isnumeric",    "isprintable", "isspace",   "istitle",    "isupper",      "join",
+    "ljust",        "lower",       "lstrip",    "maketrans",  "partition",    "removeprefix",
+    "removesuffix", "replace",     "rfind",     "rindex",     "rjust",        "rpartition",
+    "rsplit",       "rstrip",      "split",     "splitlines", "startswith",   "strip",
+    "swapcase",     "title",       "translate", "upper",      "zfill",
 };
 static const char *const DICT_METHODS[] = {"copy", "get", "items", "keys", "values"};
 static const char *const LIST_METHODS[] = {"copy", "count", "index"};
@@ -31,20 +33,28 @@ static const char *find_name(const char *const *names, size_t n, const char *nam
 
 const char *tpl_method_name(const struct tv *self, const char *name) {
     switch (self->t) {
-    case TV_STR: return FIND(STR_METHODS, name);
-    case TV_DICT: return self->u.d->kind == TD_DICT ? FIND(DICT_METHODS, name) : NULL;
+    case TV_STR:
+        return FIND(STR_METHODS, name);
+    case TV_DICT:
+        return self->u.d->kind == TD_DICT ? FIND(DICT_METHODS, name) : NULL;
     case TV_LIST:
         if (self->u.l->kind == TL_LIST) return FIND(LIST_METHODS, name);
-        if (self->u.l->kind == TL_TUPLE) return strcmp(name, "copy") ? FIND(LIST_METHODS, name) : NULL;
+        if (self->u.l->kind == TL_TUPLE)
+            return strcmp(name, "copy") ? FIND(LIST_METHODS, name) : NULL;
         return NULL;
-    case TV_LOOP: return FIND(LOOP_METHODS, name);
-    default: return NULL;
+    case TV_LOOP:
+        return FIND(LOOP_METHODS, name);
+    default:
+        return NULL;
     }
 }
 
-int tpl_has_method(const struct tv *self, const char *name) { return tpl_method_name(self, name) != NULL; }
+int tpl_has_method(const struct tv *self, const char *name) {
+    return tpl_method_name(self, name) != NULL;
+}
 
-static const struct tv *opt_str(struct tpl_render *r, int line, const struct tv *v, const char *what) {
+static const struct tv *opt_str(struct tpl_render *r, int line, const struct tv *v,
+                                const char *what) {
     if (!v || v->t == TV_NONE) return NULL;
     if (v->t != TV_STR) tpl_fail(r, line, "%s must be None or str, not %s", what, tpl_type_name(v));
     return v;
@@ -53,20 +63,24 @@ static const struct tv *opt_str(struct tpl_render *r, int line, const struct tv 
 static int int_or(struct tpl_render *r, int line, const struct tv *v, int64_t dflt, int64_t *out) {
     if (!v) return *out = dflt, 0;
     if (v->t != TV_INT && v->t != TV_BOOL)
-        return tpl_fail(r, line, "'%s' object cannot be interpreted as an integer", tpl_type_name(v));
+        return tpl_fail(r, line, "'%s' object cannot be interpreted as an integer",
+                        tpl_type_name(v));
     return *out = v->u.i, 0;
 }
 
 static int need_str(struct tpl_render *r, int line, const struct tv *v, const char *m) {
     if (v && v->t == TV_STR) return 0;
-    return tpl_fail(r, line, "%s() argument must be str, not %s", m, v ? tpl_type_name(v) : "nothing");
+    return tpl_fail(r, line, "%s() argument must be str, not %s", m,
+                    v ? tpl_type_name(v) : "nothing");
 }
 
-static int affix(struct tpl_render *r, int line, const struct tv_str *s, struct tpl_args *a, int end, int *out) {
+static int affix(struct tpl_render *r, int line, const struct tv_str *s, struct tpl_args *a,
+                 int end, int *out) {
     const struct tv *p = tpl_arg(a, 0, NULL);
     size_t lo, hi;
     tpl_py_range(s, tpl_arg(a, 1, NULL), tpl_arg(a, 2, NULL), &lo, &hi);
-    if (!p) return tpl_fail(r, line, "%s() takes at least 1 argument", end ? "endswith" : "startswith");
+    if (!p)
+        return tpl_fail(r, line, "%s() takes at least 1 argument", end ? "endswith" : "startswith");
     const struct tv *items = p;
     size_t n = 1;
     if (p->t == TV_LIST && p->u.l->kind == TL_TUPLE) {
@@ -92,7 +106,8 @@ static int is_class(const struct tv_str *s, const char *what) {
         uint32_t cp = tpl_utf8_next(s->s, &i);
         utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
         int alpha = c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO;
-        int digit = c == UTF8PROC_CATEGORY_ND, num = c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO;
+        int digit = c == UTF8PROC_CATEGORY_ND,
+            num = c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO;
         int up = utf8proc_isupper((utf8proc_int32_t)cp) || c == UTF8PROC_CATEGORY_LT,
             low = utf8proc_islower((utf8proc_int32_t)cp);
         if (!strcmp(what, "isalpha") && !alpha) return 0;
@@ -110,12 +125,14 @@ static int is_class(const struct tv_str *s, const char *what) {
         cased |= up || low;
     }
     if (!strcmp(what, "isascii")) return 1;
-    if (!strcmp(what, "islower") || !strcmp(what, "isupper") || !strcmp(what, "istitle")) return cased;
+    if (!strcmp(what, "islower") || !strcmp(what, "isupper") || !strcmp(what, "istitle"))
+        return cased;
     return 1;
 }
 
 /* str.format with {} / {0} / {name}, optional !s/!r; format specs are not supported. */
-static int str_format(struct tpl_render *r, int line, const struct tv_str *f, struct tpl_args *a, struct tv *out) {
+static int str_format(struct tpl_render *r, int line, const struct tv_str *f, struct tpl_args *a,
+                      struct tv *out) {
     struct tpl_buf b = {0};
     size_t auto_i = 0;
     int rc = 0;
@@ -145,7 +162,8 @@ static int str_format(struct tpl_render *r, int line, const struct tv_str *f, st
         }
         const struct tv *v = NULL;
         size_t n = j - i - 1;
-        if (n == 0) v = auto_i < a->n ? &a->pos[auto_i++] : NULL;
+        if (n == 0)
+            v = auto_i < a->n ? &a->pos[auto_i++] : NULL;
         else if (f->s[i + 1] >= '0' && f->s[i + 1] <= '9') {
             size_t idx = 0;
             for (size_t q = i + 1; q < j; q++) idx = idx * 10 + (size_t)(f->s[q] - '0');
@@ -166,15 +184,18 @@ static int str_format(struct tpl_render *r, int line, const struct tv_str *f, st
     return rc;
 }
 
-static int str_join(struct tpl_render *r, int line, const struct tv_str *sep, const struct tv *it, struct tv *out) {
+static int str_join(struct tpl_render *r, int line, const struct tv_str *sep, const struct tv *it,
+                    struct tv *out) {
     struct tv items;
-    if (!it || tpl_iter_list(r, line, it, &items)) return r->failed ? -1 : tpl_fail(r, line, "join() takes exactly one argument");
+    if (!it || tpl_iter_list(r, line, it, &items))
+        return r->failed ? -1 : tpl_fail(r, line, "join() takes exactly one argument");
     struct tpl_buf b = {0};
     int rc = 0;
     for (size_t i = 0; i < items.u.l->n && !rc; i++) {
         const struct tv *x = &items.u.l->v[i];
         if (x->t != TV_STR) {
-            rc = tpl_fail(r, line, "sequence item %zu: expected str instance, %s found", i, tpl_type_name(x));
+            rc = tpl_fail(r, line, "sequence item %zu: expected str instance, %s found", i,
+                          tpl_type_name(x));
             break;
         }
         if (i) rc = tpl_buf_put(r, &b, sep->s, sep->len);
@@ -186,7 +207,8 @@ static int str_join(struct tpl_render *r, int line, const struct tv_str *sep, co
     return rc;
 }
 
-static int partition(struct tpl_render *r, int line, const struct tv_str *s, const struct tv *sep, int right, struct tv *out) {
+static int partition(struct tpl_render *r, int line, const struct tv_str *s, const struct tv *sep,
+                     int right, struct tv *out) {
     if (need_str(r, line, sep, right ? "rpartition" : "partition")) return -1;
     if (!sep->u.s->len) return tpl_fail(r, line, "empty separator");
     int64_t at = tpl_py_find(s, sep->u.s, NULL, NULL, right);
@@ -205,7 +227,8 @@ static int partition(struct tpl_render *r, int line, const struct tv_str *s, con
     if (tv_list_new(TL_TUPLE, 3, out)) return tpl_oom(r, line);
     for (int i = 0; i < 3; i++) {
         struct tv p;
-        if (tv_str_new(s->s + off[i], len[i], &p) || tv_list_push(out, p)) return tv_drop(out), tpl_oom(r, line);
+        if (tv_str_new(s->s + off[i], len[i], &p) || tv_list_push(out, p))
+            return tv_drop(out), tpl_oom(r, line);
     }
     return 0;
 }
@@ -237,7 +260,7 @@ static int str_method(struct tpl_render *r, int line, const struct tv_str *s, co
     static const struct {
         const char *name;
         enum tpl_case mode;
-    } cases[] = {{"upper", CASE_UPPER}, {"lower", CASE_LOWER}, {"casefold", CASE_LOWER},
+    } cases[] = {{"upper", CASE_UPPER},   {"lower", CASE_LOWER},           {"casefold", CASE_LOWER},
                  {"swapcase", CASE_SWAP}, {"capitalize", CASE_CAPITALIZE}, {"title", CASE_TITLE}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         if (!strcmp(m, cases[i].name)) return tpl_py_case(r, s, cases[i].mode, out);
@@ -258,9 +281,11 @@ static int str_method(struct tpl_render *r, int line, const struct tv_str *s, co
     if (!strcmp(m, "join")) return str_join(r, line, s, a0, out);
     if (!strcmp(m, "center") || !strcmp(m, "ljust") || !strcmp(m, "rjust") || !strcmp(m, "zfill")) {
         uint32_t fill = m[0] == 'z' ? '0' : ' ';
-        if (!a0 || int_or(r, line, a0, 0, &n)) return r->failed ? -1 : tpl_fail(r, line, "%s() needs a width", m);
+        if (!a0 || int_or(r, line, a0, 0, &n))
+            return r->failed ? -1 : tpl_fail(r, line, "%s() needs a width", m);
         if (a1) {
-            if (a1->t != TV_STR || a1->u.s->n_cp != 1) return tpl_fail(r, line, "the fill character must be exactly one character long");
+            if (a1->t != TV_STR || a1->u.s->n_cp != 1)
+                return tpl_fail(r, line, "the fill character must be exactly one character long");
             size_t i = 0;
             fill = tpl_utf8_next(a1->u.s->s, &i);
         }
@@ -281,13 +306,15 @@ static int str_method(struct tpl_render *r, int line, const struct tv_str *s, co
         }
         return tpl_py_pad(r, line, s, n, fill, m[0] == 'c' ? 0 : m[0] == 'l' ? 1 : 2, out);
     }
-    if (!strcmp(m, "partition") || !strcmp(m, "rpartition")) return partition(r, line, s, a0, m[0] == 'r', out);
+    if (!strcmp(m, "partition") || !strcmp(m, "rpartition"))
+        return partition(r, line, s, a0, m[0] == 'r', out);
     if (!strcmp(m, "removeprefix") || !strcmp(m, "removesuffix")) {
         if (need_str(r, line, a0, m)) return -1;
         const struct tv_str *x = a0->u.s;
         int pre = m[6] == 'p';
         if (x->len <= s->len && !memcmp(pre ? s->s : s->s + s->len - x->len, x->s, x->len))
-            return tv_str_new(pre ? s->s + x->len : s->s, s->len - x->len, out) ? tpl_oom(r, line) : 0;
+            return tv_str_new(pre ? s->s + x->len : s->s, s->len - x->len, out) ? tpl_oom(r, line)
+                                                                                : 0;
         return tv_str_new(s->s, s->len, out) ? tpl_oom(r, line) : 0;
     }
     if (!strncmp(m, "is", 2) && strcmp(m, "isidentifier") && strcmp(m, "isprintable"))
@@ -323,23 +350,28 @@ int tpl_method(struct tpl_render *r, int line, const struct tv *self, const char
         const struct tv_dict *d = self->u.d;
         if (!strcmp(name, "get")) {
             if (!a0) return tpl_fail(r, line, "get expected at least 1 argument, got 0");
-            const struct tv *v = tv_hashable(a0) ? tv_dict_get(d, a0) : NULL, *dflt = tpl_arg(a, 1, NULL);
-            if (!tv_hashable(a0)) return tpl_fail(r, line, "unhashable type: '%s'", tpl_type_name(a0));
+            const struct tv *v = tv_hashable(a0) ? tv_dict_get(d, a0) : NULL,
+                            *dflt = tpl_arg(a, 1, NULL);
+            if (!tv_hashable(a0))
+                return tpl_fail(r, line, "unhashable type: '%s'", tpl_type_name(a0));
             *out = v ? tv_ref(*v) : dflt ? tv_ref(*dflt) : tv_none();
             return 0;
         }
         if (!strcmp(name, "copy")) {
             if (tv_dict_new(TD_DICT, d->n, out)) return tpl_oom(r, line);
             for (size_t i = 0; i < d->n; i++)
-                if (tv_dict_set(out, tv_ref(d->k[i]), tv_ref(d->v[i]), NULL)) return tv_drop(out), tpl_oom(r, line);
+                if (tv_dict_set(out, tv_ref(d->k[i]), tv_ref(d->v[i]), NULL))
+                    return tv_drop(out), tpl_oom(r, line);
             return 0;
         }
         int kind = !strcmp(name, "items") ? TL_ITEMS : !strcmp(name, "keys") ? TL_KEYS : TL_VALUES;
-        if (tpl_step(r, line, d->n) || tv_list_new(kind, d->n, out)) return r->failed ? -1 : tpl_oom(r, line);
+        if (tpl_step(r, line, d->n) || tv_list_new(kind, d->n, out))
+            return r->failed ? -1 : tpl_oom(r, line);
         for (size_t i = 0; i < d->n; i++) {
             struct tv x;
             if (kind == TL_ITEMS) {
-                if (tv_list_new(TL_TUPLE, 2, &x) || tv_list_push(&x, tv_ref(d->k[i])) || tv_list_push(&x, tv_ref(d->v[i])))
+                if (tv_list_new(TL_TUPLE, 2, &x) || tv_list_push(&x, tv_ref(d->k[i])) ||
+                    tv_list_push(&x, tv_ref(d->v[i])))
                     return tv_drop(out), tpl_oom(r, line);
             } else {
                 x = tv_ref(kind == TL_KEYS ? d->k[i] : d->v[i]);

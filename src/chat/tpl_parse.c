@@ -41,36 +41,50 @@ int tpl_is_name(const struct tpl_token *t, const char *name) {
     return t->type == TK_NAME && t->len == n && !memcmp(t->s, name, n);
 }
 
-int tpl_is_op(const struct tpl_token *t, int op) { return t->type == TK_OP && t->op == op; }
+int tpl_is_op(const struct tpl_token *t, int op) {
+    return t->type == TK_OP && t->op == op;
+}
 
 static const char *describe(const struct tpl_token *t) {
     switch (t->type) {
-    case TK_EOF: return "end of template";
-    case TK_DATA: return "template data";
-    case TK_VAR_BEGIN: return "'{{'";
-    case TK_VAR_END: return "end of print statement";
-    case TK_BLOCK_BEGIN: return "'{%'";
-    case TK_BLOCK_END: return "end of statement block";
-    case TK_NAME: return "a name";
-    case TK_STRING: return "a string";
-    case TK_INT: return "an integer";
-    case TK_FLOAT: return "a float";
-    default: return "an operator";
+    case TK_EOF:
+        return "end of template";
+    case TK_DATA:
+        return "template data";
+    case TK_VAR_BEGIN:
+        return "'{{'";
+    case TK_VAR_END:
+        return "end of print statement";
+    case TK_BLOCK_BEGIN:
+        return "'{%'";
+    case TK_BLOCK_END:
+        return "end of statement block";
+    case TK_NAME:
+        return "a name";
+    case TK_STRING:
+        return "a string";
+    case TK_INT:
+        return "an integer";
+    case TK_FLOAT:
+        return "a float";
+    default:
+        return "an operator";
     }
 }
 
 int tpl_expect_op(struct tpl_parser *p, int op) {
     static const char *const names[] = {
-        [OP_COMMA] = "','", [OP_RPAREN] = "')'", [OP_RBRACKET] = "']'", [OP_RBRACE] = "'}'",
-        [OP_COLON] = "':'", [OP_LPAREN] = "'('", [OP_LBRACKET] = "'['", [OP_LBRACE] = "'{'",
-        [OP_ASSIGN] = "'='",
+        [OP_COMMA] = "','",    [OP_RPAREN] = "')'", [OP_RBRACKET] = "']'",
+        [OP_RBRACE] = "'}'",   [OP_COLON] = "':'",  [OP_LPAREN] = "'('",
+        [OP_LBRACKET] = "'['", [OP_LBRACE] = "'{'", [OP_ASSIGN] = "'='",
     };
     const struct tpl_token *t = tpl_cur(p);
     if (tpl_is_op(t, op)) {
         p->i++;
         return 0;
     }
-    const char *want = (size_t)op < sizeof names / sizeof *names && names[op] ? names[op] : "operator";
+    const char *want =
+        (size_t)op < sizeof names / sizeof *names && names[op] ? names[op] : "operator";
     return tpl_pfail(p, t, "expected %s, got %s", want, describe(t));
 }
 
@@ -107,8 +121,8 @@ static struct tpl_node *parse_body(struct tpl_parser *p, const char *const *end,
 static struct tpl_node *parse_statement(struct tpl_parser *p);
 
 /* After a tag's arguments: `%}`, the body up to one of end (current token left at that name). */
-static struct tpl_node *parse_statements(struct tpl_parser *p, const char *const *end,
-                                         size_t n_end, int drop_needle) {
+static struct tpl_node *parse_statements(struct tpl_parser *p, const char *const *end, size_t n_end,
+                                         int drop_needle) {
     if (tpl_is_op(tpl_cur(p), OP_COLON)) p->i++;
     if (expect_type(p, TK_BLOCK_END, "end of statement block")) return NULL;
     struct tpl_node *b = parse_body(p, end, n_end);
@@ -125,13 +139,15 @@ static struct tpl_node *parse_body(struct tpl_parser *p, const char *const *end,
     struct tpl_node *body = tpl_pnode(p, ND_BODY, tpl_cur(p));
     size_t cap = 0;
     if (!body) return NULL;
-    if (++p->depth > TPL_MAX_NESTING) return tpl_pfail(p, tpl_cur(p), "blocks nested too deeply"), NULL;
+    if (++p->depth > TPL_MAX_NESTING)
+        return tpl_pfail(p, tpl_cur(p), "blocks nested too deeply"), NULL;
     while (1) {
         const struct tpl_token *t = tpl_cur(p);
         if (t->type == TK_EOF) break;
         if (t->type == TK_DATA) {
             struct tpl_node *d = tpl_pnode(p, ND_DATA, t);
-            if (!d || tpl_arena_str(p->a, t->s, t->len, &d->value)) return tpl_pfail(p, t, "out of memory"), NULL;
+            if (!d || tpl_arena_str(p->a, t->s, t->len, &d->value))
+                return tpl_pfail(p, t, "out of memory"), NULL;
             p->i++;
             if (push(p, body, &cap, d)) return NULL;
         } else if (t->type == TK_VAR_BEGIN) {
@@ -187,11 +203,13 @@ static struct tpl_node *name_node(struct tpl_parser *p) {
     return n;
 }
 
-static int check_target(struct tpl_parser *p, const struct tpl_node *t, const struct tpl_token *at) {
+static int check_target(struct tpl_parser *p, const struct tpl_node *t,
+                        const struct tpl_token *at) {
     if (t->kind == ND_NAME) return 0;
     if (t->kind == ND_TUPLE) {
         for (size_t i = 0; i < t->n_items; i++)
-            if (t->items[i]->kind != ND_NAME) return tpl_pfail(p, at, "can't assign to this target");
+            if (t->items[i]->kind != ND_NAME)
+                return tpl_pfail(p, at, "can't assign to this target");
         return 0;
     }
     return tpl_pfail(p, at, "can't assign to this target");
@@ -309,7 +327,8 @@ static struct tpl_node *parse_set(struct tpl_parser *p, const struct tpl_token *
     return (n->b = parse_statements(p, end, 1, 1)) ? n : NULL;
 }
 
-static struct tpl_node *parse_macro_like(struct tpl_parser *p, const struct tpl_token *at, int call) {
+static struct tpl_node *parse_macro_like(struct tpl_parser *p, const struct tpl_token *at,
+                                         int call) {
     static const char *const endm[] = {"endmacro"}, *const endc[] = {"endcall"};
     struct tpl_node *n = tpl_pnode(p, call ? ND_CALL_BLOCK : ND_MACRO, at);
     if (!n) return NULL;
@@ -391,16 +410,20 @@ static struct tpl_node *parse_statement(struct tpl_parser *p) {
         } while (tpl_is_op(tpl_cur(p), OP_COMMA));
         return body;
     }
-    static const char *const unsupported[] = {"extends", "block", "include", "import", "from",
-                                              "autoescape"};
+    static const char *const unsupported[] = {"extends", "block", "include",
+                                              "import",  "from",  "autoescape"};
     for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++)
         if (tpl_is_name(t, unsupported[i]))
-            return tpl_pfail(p, t, "the '%s' tag is not supported in chat templates", unsupported[i]), NULL;
-    return tpl_pfail(p, t, "encountered unknown tag '%.*s'", (int)(t->len > 64 ? 64 : t->len), t->s), NULL;
+            return tpl_pfail(p, t, "the '%s' tag is not supported in chat templates",
+                             unsupported[i]),
+                   NULL;
+    return tpl_pfail(p, t, "encountered unknown tag '%.*s'", (int)(t->len > 64 ? 64 : t->len),
+                     t->s),
+           NULL;
 }
 
-int tpl_parse(const struct tpl_tokens *toks, struct tpl_arena *a, struct tpl_node **out,
-              char *err, size_t err_cap) {
+int tpl_parse(const struct tpl_tokens *toks, struct tpl_arena *a, struct tpl_node **out, char *err,
+              size_t err_cap) {
     struct tpl_parser p = {.t = toks->v, .n = toks->n, .a = a, .err = err, .err_cap = err_cap};
     err[0] = 0;
     struct tpl_node *body = parse_body(&p, NULL, 0);

@@ -24,7 +24,9 @@ int tpl_pfail(struct tpl_parser *p, const struct tpl_token *at, const char *fmt,
     __attribute__((format(printf, 3, 4)));
 struct tpl_node *tpl_pnode(struct tpl_parser *p, int kind, const struct tpl_token *at);
 
-static inline const struct tpl_token *tpl_cur(const struct tpl_parser *p) { return &p->t[p->i]; }
+static inline const struct tpl_token *tpl_cur(const struct tpl_parser *p) {
+    return &p->t[p->i];
+}
 static inline const struct tpl_token *tpl_look(const struct tpl_parser *p) {
     return &p->t[p->i + 1 < p->n ? p->i + 1 : p->i];
 }

@@ -215,7 +215,8 @@ struct tpl_node *tpl_parse_tuple(struct tpl_parser *p, int simplified, int with_
     while (1) {
         if (n && tpl_expect_op(p, OP_COMMA)) return NULL;
         if (is_tuple_end(p, extra_end)) break;
-        struct tpl_node *e = simplified ? tpl_parse_primary(p) : tpl_parse_expression(p, with_condexpr);
+        struct tpl_node *e =
+            simplified ? tpl_parse_primary(p) : tpl_parse_expression(p, with_condexpr);
         if (!e || push(p, &items, &n, &cap, e)) return NULL;
         if (!tpl_is_op(tpl_cur(p), OP_COMMA)) break;
         is_tuple = 1;
@@ -268,9 +269,12 @@ struct tpl_node *tpl_parse_primary(struct tpl_parser *p) {
         p->i++;
         n = tpl_pnode(p, ND_CONST, t);
         if (!n) return NULL;
-        if (tpl_is_name(t, "true") || tpl_is_name(t, "True")) n->value = tv_bool(1);
-        else if (tpl_is_name(t, "false") || tpl_is_name(t, "False")) n->value = tv_bool(0);
-        else if (tpl_is_name(t, "none") || tpl_is_name(t, "None")) n->value = tv_none();
+        if (tpl_is_name(t, "true") || tpl_is_name(t, "True"))
+            n->value = tv_bool(1);
+        else if (tpl_is_name(t, "false") || tpl_is_name(t, "False"))
+            n->value = tv_bool(0);
+        else if (tpl_is_name(t, "none") || tpl_is_name(t, "None"))
+            n->value = tv_none();
         else {
             n->kind = ND_NAME;
             n->name = tpl_arena_strdup(p->a, t->s, t->len);
@@ -292,7 +296,8 @@ struct tpl_node *tpl_parse_primary(struct tpl_parser *p) {
             off += p->t[p->i].len;
         }
         n = tpl_pnode(p, ND_CONST, t);
-        if (!n || tpl_arena_str(p->a, s, total, &n->value)) return tpl_pfail(p, t, "out of memory"), NULL;
+        if (!n || tpl_arena_str(p->a, s, total, &n->value))
+            return tpl_pfail(p, t, "out of memory"), NULL;
         return n;
     }
     case TK_INT:
@@ -316,12 +321,14 @@ struct tpl_node *tpl_parse_primary(struct tpl_parser *p) {
             return n;
         }
         break;
-    default: break;
+    default:
+        break;
     }
-    return tpl_pfail(p, t, "unexpected %s", t->type == TK_VAR_END ? "end of print statement"
-                                            : t->type == TK_BLOCK_END ? "end of statement block"
-                                            : t->type == TK_EOF       ? "end of template"
-                                                                      : "token"),
+    return tpl_pfail(p, t, "unexpected %s",
+                     t->type == TK_VAR_END     ? "end of print statement"
+                     : t->type == TK_BLOCK_END ? "end of statement block"
+                     : t->type == TK_EOF       ? "end of template"
+                                               : "token"),
            NULL;
 }
 
@@ -342,11 +349,13 @@ int tpl_parse_call_args(struct tpl_parser *p, struct tpl_node *call) {
             p->i++;
             if (!(call->dyn_args = tpl_parse_expression(p, 1))) return -1;
         } else if (tpl_is_op(t, OP_POW)) {
-            if (call->dyn_kwargs) return tpl_pfail(p, open, "invalid syntax for function call expression");
+            if (call->dyn_kwargs)
+                return tpl_pfail(p, open, "invalid syntax for function call expression");
             p->i++;
             if (!(call->dyn_kwargs = tpl_parse_expression(p, 1))) return -1;
         } else if (t->type == TK_NAME && tpl_is_op(tpl_look(p), OP_ASSIGN)) {
-            if (call->dyn_kwargs) return tpl_pfail(p, open, "invalid syntax for function call expression");
+            if (call->dyn_kwargs)
+                return tpl_pfail(p, open, "invalid syntax for function call expression");
             p->i += 2;
             struct tpl_node *v = tpl_parse_expression(p, 1);
             if (!v) return -1;
@@ -381,12 +390,15 @@ int tpl_parse_call_args(struct tpl_parser *p, struct tpl_node *call) {
 /* Every filter jinja2 3.1 knows: an unknown name is a syntax error there as here; names we
  * do not implement fail when they run (tpl_filter_exists tells them apart). */
 static const char *const JINJA_FILTERS[] = {
-    "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e",
-    "escape", "filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent",
-    "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min", "pprint",
-    "random", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
-    "selectattr", "slice", "sort", "string", "striptags", "sum", "title", "tojson", "trim",
-    "truncate", "unique", "upper", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr",
+    "abs",    "attr",       "batch",       "capitalize", "center",   "count",
+    "d",      "default",    "dictsort",    "e",          "escape",   "filesizeformat",
+    "first",  "float",      "forceescape", "format",     "groupby",  "indent",
+    "int",    "items",      "join",        "last",       "length",   "list",
+    "lower",  "map",        "max",         "min",        "pprint",   "random",
+    "reject", "rejectattr", "replace",     "reverse",    "round",    "safe",
+    "select", "selectattr", "slice",       "sort",       "string",   "striptags",
+    "sum",    "title",      "tojson",      "trim",       "truncate", "unique",
+    "upper",  "urlencode",  "urlize",      "wordcount",  "wordwrap", "xmlattr",
 };
 
 static int known_filter(const char *name) {
@@ -457,7 +469,8 @@ static struct tpl_node *parse_test(struct tpl_parser *p, struct tpl_node *node) 
                 c->type == TK_FLOAT || tpl_is_op(c, OP_LPAREN) || tpl_is_op(c, OP_LBRACKET) ||
                 tpl_is_op(c, OP_LBRACE)) &&
                !tpl_is_name(c, "else") && !tpl_is_name(c, "or") && !tpl_is_name(c, "and")) {
-        if (tpl_is_name(c, "is")) return tpl_pfail(p, c, "you cannot chain multiple tests with is"), NULL;
+        if (tpl_is_name(c, "is"))
+            return tpl_pfail(p, c, "you cannot chain multiple tests with is"), NULL;
         struct tpl_node *arg = tpl_parse_primary(p);
         while (arg && (tpl_is_op(tpl_cur(p), OP_DOT) || tpl_is_op(tpl_cur(p), OP_LBRACKET) ||
                        tpl_is_op(tpl_cur(p), OP_LPAREN))) {
@@ -573,10 +586,14 @@ static struct tpl_node *parse_unary(struct tpl_parser *p, int with_filter) {
         node = parse_postfix_one(p, node);
     while (node && with_filter) {
         const struct tpl_token *c = tpl_cur(p);
-        if (tpl_is_op(c, OP_PIPE)) node = tpl_parse_filter(p, node, 0);
-        else if (tpl_is_name(c, "is")) node = parse_test(p, node);
-        else if (tpl_is_op(c, OP_LPAREN)) node = parse_postfix_one(p, node);
-        else break;
+        if (tpl_is_op(c, OP_PIPE))
+            node = tpl_parse_filter(p, node, 0);
+        else if (tpl_is_name(c, "is"))
+            node = parse_test(p, node);
+        else if (tpl_is_op(c, OP_LPAREN))
+            node = parse_postfix_one(p, node);
+        else
+            break;
     }
     p->depth--;
     return node;

@@ -13,7 +13,6 @@
 #include <string.h>
 #include <utf8proc.h>
 
-
 static int new_str(struct tpl_render *r, const char *s, size_t n, struct tv *out) {
     return tv_str_new(s, n, out) ? tpl_oom(r, 0) : 0;
 }
@@ -27,8 +26,8 @@ static int in_set(uint32_t cp, const struct tv_str *chars) {
     return 0;
 }
 
-int tpl_py_strip(struct tpl_render *r, const struct tv_str *s, const struct tv_str *chars,
-                 int left, int right, struct tv *out) {
+int tpl_py_strip(struct tpl_render *r, const struct tv_str *s, const struct tv_str *chars, int left,
+                 int right, struct tv *out) {
     size_t a = 0, b = s->len;
     while (left && a < b) {
         size_t j = a;
@@ -66,7 +65,8 @@ static size_t prev_char(const char *s, size_t b) {
     return k;
 }
 
-static int split_ws(struct tpl_render *r, const struct tv_str *s, int64_t maxsplit, struct tv *out) {
+static int split_ws(struct tpl_render *r, const struct tv_str *s, int64_t maxsplit,
+                    struct tv *out) {
     size_t i = 0, n = s->len, w;
     while (1) {
         while ((w = space_len(s->s, n, i))) i += w;
@@ -80,7 +80,8 @@ static int split_ws(struct tpl_render *r, const struct tv_str *s, int64_t maxspl
     }
 }
 
-static int rsplit_ws(struct tpl_render *r, const struct tv_str *s, int64_t maxsplit, struct tv *out) {
+static int rsplit_ws(struct tpl_render *r, const struct tv_str *s, int64_t maxsplit,
+                     struct tv *out) {
     size_t b = s->len;
     while (1) {
         while (b > 0 && space_len(s->s, s->len, prev_char(s->s, b))) b = prev_char(s->s, b);
@@ -106,7 +107,8 @@ static int rsplit_ws(struct tpl_render *r, const struct tv_str *s, int64_t maxsp
 
 int tpl_py_split(struct tpl_render *r, int line, const struct tv_str *s, const struct tv_str *sep,
                  int64_t maxsplit, int from_right, struct tv *out) {
-    if (tpl_step(r, line, s->len / 16) || tv_list_new(TL_LIST, 0, out)) return r->failed ? -1 : tpl_oom(r, line);
+    if (tpl_step(r, line, s->len / 16) || tv_list_new(TL_LIST, 0, out))
+        return r->failed ? -1 : tpl_oom(r, line);
     int rc;
     if (!sep) {
         rc = from_right ? rsplit_ws(r, s, maxsplit, out) : split_ws(r, s, maxsplit, out);
@@ -176,7 +178,8 @@ int tpl_py_splitlines(struct tpl_render *r, const struct tv_str *s, int keepends
 void tpl_py_range(const struct tv_str *s, const struct tv *start, const struct tv *end, size_t *a,
                   size_t *b) {
     int64_t n = (int64_t)s->n_cp, lo = 0, hi = n;
-    if (start && (start->t == TV_INT || start->t == TV_BOOL)) lo = start->u.i < 0 ? start->u.i + n : start->u.i;
+    if (start && (start->t == TV_INT || start->t == TV_BOOL))
+        lo = start->u.i < 0 ? start->u.i + n : start->u.i;
     if (end && (end->t == TV_INT || end->t == TV_BOOL)) hi = end->u.i < 0 ? end->u.i + n : end->u.i;
     if (lo < 0) lo = 0;
     if (hi > n) hi = n;
@@ -213,7 +216,9 @@ int64_t tpl_py_count(const struct tv_str *s, const struct tv_str *sub, const str
     if (a > s->len || b < a) return 0;
     if (!sub->len) return cp_index(s, b) - cp_index(s, a) + 1;
     int64_t k = 0;
-    for (const char *p = s->s + a; (p = memmem(p, (size_t)(s->s + b - p), sub->s, sub->len)); p += sub->len) k++;
+    for (const char *p = s->s + a; (p = memmem(p, (size_t)(s->s + b - p), sub->s, sub->len));
+         p += sub->len)
+        k++;
     return k;
 }
 
@@ -255,18 +260,24 @@ static int is_cased(uint32_t cp) {
     return c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LL || c == UTF8PROC_CATEGORY_LT;
 }
 
-uint32_t tpl_py_lower(uint32_t cp) { return (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp); }
+uint32_t tpl_py_lower(uint32_t cp) {
+    return (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp);
+}
 
 static uint32_t case_map(uint32_t cp, enum tpl_case mode, int first, int prev_cased) {
     utf8proc_int32_t c = (utf8proc_int32_t)cp;
     switch (mode) {
-    case CASE_UPPER: return (uint32_t)utf8proc_toupper(c);
-    case CASE_LOWER: return (uint32_t)utf8proc_tolower(c);
+    case CASE_UPPER:
+        return (uint32_t)utf8proc_toupper(c);
+    case CASE_LOWER:
+        return (uint32_t)utf8proc_tolower(c);
     case CASE_SWAP:
         if (utf8proc_isupper(c)) return (uint32_t)utf8proc_tolower(c);
         return utf8proc_islower(c) ? (uint32_t)utf8proc_toupper(c) : cp;
-    case CASE_CAPITALIZE: return first ? (uint32_t)utf8proc_totitle(c) : (uint32_t)utf8proc_tolower(c);
-    case CASE_TITLE: return prev_cased ? (uint32_t)utf8proc_tolower(c) : (uint32_t)utf8proc_totitle(c);
+    case CASE_CAPITALIZE:
+        return first ? (uint32_t)utf8proc_totitle(c) : (uint32_t)utf8proc_tolower(c);
+    case CASE_TITLE:
+        return prev_cased ? (uint32_t)utf8proc_tolower(c) : (uint32_t)utf8proc_totitle(c);
     }
     return cp;
 }
@@ -344,11 +355,14 @@ int tpl_percent_format(struct tpl_render *r, int line, const struct tv_str *fmt,
         }
         char spec[32] = "%";
         size_t sn = 1;
-        while (i < fmt->len && fmt->s[i] && strchr("-+ #0", fmt->s[i]) && sn < 8) spec[sn++] = fmt->s[i++];
-        while (i < fmt->len && fmt->s[i] >= '0' && fmt->s[i] <= '9' && sn < 16) spec[sn++] = fmt->s[i++];
+        while (i < fmt->len && fmt->s[i] && strchr("-+ #0", fmt->s[i]) && sn < 8)
+            spec[sn++] = fmt->s[i++];
+        while (i < fmt->len && fmt->s[i] >= '0' && fmt->s[i] <= '9' && sn < 16)
+            spec[sn++] = fmt->s[i++];
         if (i < fmt->len && fmt->s[i] == '.') {
             spec[sn++] = fmt->s[i++];
-            while (i < fmt->len && fmt->s[i] >= '0' && fmt->s[i] <= '9' && sn < 24) spec[sn++] = fmt->s[i++];
+            while (i < fmt->len && fmt->s[i] >= '0' && fmt->s[i] <= '9' && sn < 24)
+                spec[sn++] = fmt->s[i++];
         }
         if (i >= fmt->len) {
             rc = tpl_fail(r, line, "incomplete format");
@@ -360,8 +374,10 @@ int tpl_percent_format(struct tpl_render *r, int line, const struct tv_str *fmt,
             continue;
         }
         if (!arg) {
-            if (is_map) arg = args;
-            else if (next < n_items) arg = &items[next++];
+            if (is_map)
+                arg = args;
+            else if (next < n_items)
+                arg = &items[next++];
             else {
                 rc = tpl_fail(r, line, "not enough arguments for format string");
                 break;
@@ -374,10 +390,12 @@ int tpl_percent_format(struct tpl_render *r, int line, const struct tv_str *fmt,
             if (!rc) {
                 spec[sn++] = 's';
                 spec[sn] = 0;
-                if (sn == 2) rc = tpl_buf_put(r, &b, t.p ? t.p : "", t.n);
+                if (sn == 2)
+                    rc = tpl_buf_put(r, &b, t.p ? t.p : "", t.n);
                 else {
                     int w = snprintf(tmp, sizeof tmp, spec, t.p ? t.p : "");
-                    rc = w < 0 || (size_t)w >= sizeof tmp ? tpl_buf_put(r, &b, t.p ? t.p : "", t.n) : tpl_buf_put(r, &b, tmp, (size_t)w);
+                    rc = w < 0 || (size_t)w >= sizeof tmp ? tpl_buf_put(r, &b, t.p ? t.p : "", t.n)
+                                                          : tpl_buf_put(r, &b, tmp, (size_t)w);
                 }
             }
             tpl_buf_free(&t);
@@ -399,16 +417,17 @@ int tpl_percent_format(struct tpl_render *r, int line, const struct tv_str *fmt,
             spec[sn] = 0;
             int w = snprintf(tmp, sizeof tmp, spec, v);
             rc = w < 0 || (size_t)w >= sizeof tmp ? tpl_fail(r, line, "format width too large")
-                                                 : tpl_buf_put(r, &b, tmp, (size_t)w);
+                                                  : tpl_buf_put(r, &b, tmp, (size_t)w);
         } else if (conv && strchr("eEfFgG", conv) && tv_is_number(arg)) {
             double v = arg->t == TV_FLOAT ? arg->u.f : (double)arg->u.i;
             spec[sn++] = conv;
             spec[sn] = 0;
             int w = snprintf(tmp, sizeof tmp, spec, v);
             rc = w < 0 || (size_t)w >= sizeof tmp ? tpl_fail(r, line, "format width too large")
-                                                 : tpl_buf_put(r, &b, tmp, (size_t)w);
+                                                  : tpl_buf_put(r, &b, tmp, (size_t)w);
         } else {
-            rc = tpl_fail(r, line, "%%%c format: a number is required, not %s", conv, tpl_type_name(arg));
+            rc = tpl_fail(r, line, "%%%c format: a number is required, not %s", conv,
+                          tpl_type_name(arg));
         }
     }
     if (!rc && !is_map && next < n_items && !(items == args && args->t == TV_LIST))

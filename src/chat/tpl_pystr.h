@@ -9,8 +9,8 @@
 enum tpl_case { CASE_UPPER, CASE_LOWER, CASE_SWAP, CASE_CAPITALIZE, CASE_TITLE };
 
 /* chars NULL strips whitespace (str.isspace). */
-int tpl_py_strip(struct tpl_render *r, const struct tv_str *s, const struct tv_str *chars,
-                 int left, int right, struct tv *out);
+int tpl_py_strip(struct tpl_render *r, const struct tv_str *s, const struct tv_str *chars, int left,
+                 int right, struct tv *out);
 /* sep NULL splits on whitespace runs; maxsplit < 0 means no limit. */
 int tpl_py_split(struct tpl_render *r, int line, const struct tv_str *s, const struct tv_str *sep,
                  int64_t maxsplit, int from_right, struct tv *out);

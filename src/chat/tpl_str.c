@@ -80,8 +80,10 @@ static int py_isprintable(uint32_t cp) {
     case UTF8PROC_CATEGORY_CO:
     case UTF8PROC_CATEGORY_ZL:
     case UTF8PROC_CATEGORY_ZP:
-    case UTF8PROC_CATEGORY_ZS: return 0;
-    default: return 1;
+    case UTF8PROC_CATEGORY_ZS:
+        return 0;
+    default:
+        return 1;
     }
 }
 
@@ -156,12 +158,20 @@ static int repr_str(struct tpl_render *r, const struct tv_str *s, struct tpl_buf
         uint32_t cp = tpl_utf8_next(s->s, &i);
         char esc[16];
         esc[0] = 0;
-        if (cp == (uint32_t)q || cp == '\\') snprintf(esc, sizeof esc, "\\%c", (char)cp);
-        else if (cp == '\t') snprintf(esc, sizeof esc, "\\t");
-        else if (cp == '\n') snprintf(esc, sizeof esc, "\\n");
-        else if (cp == '\r') snprintf(esc, sizeof esc, "\\r");
+        if (cp == (uint32_t)q || cp == '\\')
+            snprintf(esc, sizeof esc, "\\%c", (char)cp);
+        else if (cp == '\t')
+            snprintf(esc, sizeof esc, "\\t");
+        else if (cp == '\n')
+            snprintf(esc, sizeof esc, "\\n");
+        else if (cp == '\r')
+            snprintf(esc, sizeof esc, "\\r");
         else if (!py_isprintable(cp))
-            snprintf(esc, sizeof esc, cp <= 0xFF ? "\\x%02x" : cp <= 0xFFFF ? "\\u%04x" : "\\U%08x", (unsigned)cp);
+            snprintf(esc, sizeof esc,
+                     cp <= 0xFF     ? "\\x%02x"
+                     : cp <= 0xFFFF ? "\\u%04x"
+                                    : "\\U%08x",
+                     (unsigned)cp);
         if (!esc[0]) {
             run += i - a;
             continue;
@@ -176,11 +186,18 @@ static int repr_str(struct tpl_render *r, const struct tv_str *s, struct tpl_buf
 static int scalar(struct tpl_render *r, const struct tv *v, struct tpl_buf *b) {
     char tmp[64];
     switch (v->t) {
-    case TV_NONE: return put(r, b, "None");
-    case TV_BOOL: return put(r, b, v->u.i ? "True" : "False");
-    case TV_INT: snprintf(tmp, sizeof tmp, "%" PRId64, v->u.i); return put(r, b, tmp);
-    case TV_FLOAT: tpl_fmt_float(v->u.f, tmp, sizeof tmp); return put(r, b, tmp);
-    default: return 1;
+    case TV_NONE:
+        return put(r, b, "None");
+    case TV_BOOL:
+        return put(r, b, v->u.i ? "True" : "False");
+    case TV_INT:
+        snprintf(tmp, sizeof tmp, "%" PRId64, v->u.i);
+        return put(r, b, tmp);
+    case TV_FLOAT:
+        tpl_fmt_float(v->u.f, tmp, sizeof tmp);
+        return put(r, b, tmp);
+    default:
+        return 1;
     }
 }
 
@@ -214,33 +231,45 @@ static int object_str(struct tpl_render *r, const struct tv *v, struct tpl_buf *
     case TV_LIST: {
         const struct tv_list *l = v->u.l;
         switch (l->kind) {
-        case TL_TUPLE: return items_repr(r, l, b, depth, "(", ")");
-        case TL_GEN: return put(r, b, "<generator object at 0x0>");
-        case TL_ITEMS: return items_repr(r, l, b, depth, "dict_items([", "])");
-        case TL_KEYS: return items_repr(r, l, b, depth, "dict_keys([", "])");
-        case TL_VALUES: return items_repr(r, l, b, depth, "dict_values([", "])");
+        case TL_TUPLE:
+            return items_repr(r, l, b, depth, "(", ")");
+        case TL_GEN:
+            return put(r, b, "<generator object at 0x0>");
+        case TL_ITEMS:
+            return items_repr(r, l, b, depth, "dict_items([", "])");
+        case TL_KEYS:
+            return items_repr(r, l, b, depth, "dict_keys([", "])");
+        case TL_VALUES:
+            return items_repr(r, l, b, depth, "dict_values([", "])");
         case TL_RANGE:
             if (l->range[2] == 1)
-                snprintf(tmp, sizeof tmp, "range(%" PRId64 ", %" PRId64 ")", l->range[0], l->range[1]);
+                snprintf(tmp, sizeof tmp, "range(%" PRId64 ", %" PRId64 ")", l->range[0],
+                         l->range[1]);
             else
-                snprintf(tmp, sizeof tmp, "range(%" PRId64 ", %" PRId64 ", %" PRId64 ")", l->range[0],
-                         l->range[1], l->range[2]);
+                snprintf(tmp, sizeof tmp, "range(%" PRId64 ", %" PRId64 ", %" PRId64 ")",
+                         l->range[0], l->range[1], l->range[2]);
             return put(r, b, tmp);
-        default: return items_repr(r, l, b, depth, "[", "]");
+        default:
+            return items_repr(r, l, b, depth, "[", "]");
         }
     }
     case TV_DICT:
         if (v->u.d->kind == TD_NS)
-            return put(r, b, "<Namespace ") || dict_repr(r, v->u.d, b, depth) || put(r, b, ">") ? -1 : 0;
+            return put(r, b, "<Namespace ") || dict_repr(r, v->u.d, b, depth) || put(r, b, ">") ? -1
+                                                                                                : 0;
         return dict_repr(r, v->u.d, b, depth);
     case TV_FUNC:
-        if (v->u.fn->kind == FN_MACRO) snprintf(tmp, sizeof tmp, "<Macro '%.100s'>", v->u.fn->name);
-        else snprintf(tmp, sizeof tmp, "<built-in method %.100s>", v->u.fn->name);
+        if (v->u.fn->kind == FN_MACRO)
+            snprintf(tmp, sizeof tmp, "<Macro '%.100s'>", v->u.fn->name);
+        else
+            snprintf(tmp, sizeof tmp, "<built-in method %.100s>", v->u.fn->name);
         return put(r, b, tmp);
     case TV_LOOP:
-        snprintf(tmp, sizeof tmp, "<LoopContext %zu/%zu>", v->u.loop->i + 1, v->u.loop->items.u.l->n);
+        snprintf(tmp, sizeof tmp, "<LoopContext %zu/%zu>", v->u.loop->i + 1,
+                 v->u.loop->items.u.l->n);
         return put(r, b, tmp);
-    default: return put(r, b, "<object>");
+    default:
+        return put(r, b, "<object>");
     }
 }
 
@@ -282,7 +311,12 @@ int tpl_escape_str(struct tpl_render *r, const struct tv *v, struct tv *out) {
     int rc = 0;
     for (size_t i = 0; i < s.u.s->len && !rc; i++) {
         char c = s.u.s->s[i];
-        const char *e = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&#34;" : c == '\'' ? "&#39;" : NULL;
+        const char *e = c == '&'    ? "&amp;"
+                        : c == '<'  ? "&lt;"
+                        : c == '>'  ? "&gt;"
+                        : c == '"'  ? "&#34;"
+                        : c == '\'' ? "&#39;"
+                                    : NULL;
         rc = e ? put(r, &b, e) : tpl_buf_put(r, &b, &c, 1);
     }
     tv_drop(&s);

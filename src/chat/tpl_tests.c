@@ -35,15 +35,19 @@ static int mod2(struct tpl_render *r, int line, const struct tv *v, int want) {
         if (tpl_binop(r, line, OP_MOD, v, &two, &m)) return -1;
         return m.u.f == (double)want;
     }
-    if (v->t == TV_STR) return tpl_fail(r, line, "not all arguments converted during string formatting");
-    return tpl_fail(r, line, "unsupported operand type(s) for %%: '%s' and 'int'", tpl_type_name(v));
+    if (v->t == TV_STR)
+        return tpl_fail(r, line, "not all arguments converted during string formatting");
+    return tpl_fail(r, line, "unsupported operand type(s) for %%: '%s' and 'int'",
+                    tpl_type_name(v));
 }
 
 static const char *const TESTS[] = {
-    "odd", "even", "divisibleby", "defined", "undefined", "none", "boolean", "false", "true",
-    "integer", "float", "number", "string", "mapping", "sequence", "iterable", "callable",
-    "sameas", "escaped", "lower", "upper", "in", "==", "eq", "equalto", "!=", "ne", ">", "gt",
-    "greaterthan", ">=", "ge", "<", "lt", "lessthan", "<=", "le", "filter", "test",
+    "odd",      "even",        "divisibleby", "defined", "undefined", "none",   "boolean",
+    "false",    "true",        "integer",     "float",   "number",    "string", "mapping",
+    "sequence", "iterable",    "callable",    "sameas",  "escaped",   "lower",  "upper",
+    "in",       "==",          "eq",          "equalto", "!=",        "ne",     ">",
+    "gt",       "greaterthan", ">=",          "ge",      "<",         "lt",     "lessthan",
+    "<=",       "le",          "filter",      "test",
 };
 
 int tpl_test_exists(const char *name) {
@@ -72,7 +76,8 @@ int tpl_test(struct tpl_render *r, int line, const char *name, const struct tv *
     if (is(name, "string", NULL, NULL)) return *out = t == TV_STR, 0;
     if (is(name, "mapping", NULL, NULL)) return *out = t == TV_DICT && v->u.d->kind == TD_DICT, 0;
     if (is(name, "escaped", NULL, NULL)) return *out = t == TV_STR && v->u.s->markup, 0;
-    if (is(name, "callable", NULL, NULL)) return *out = t == TV_FUNC || t == TV_LOOP || t == TV_UNDEF, 0;
+    if (is(name, "callable", NULL, NULL))
+        return *out = t == TV_FUNC || t == TV_LOOP || t == TV_UNDEF, 0;
     if (is(name, "iterable", NULL, NULL))
         return *out = t == TV_UNDEF || t == TV_STR || t == TV_LIST || t == TV_LOOP ||
                       (t == TV_DICT && v->u.d->kind == TD_DICT),
@@ -97,7 +102,8 @@ int tpl_test(struct tpl_render *r, int line, const char *name, const struct tv *
         return 0;
     }
     if (is(name, "filter", "test", NULL)) {
-        *out = t == TV_STR && (name[0] == 'f' ? tpl_filter_exists(v->u.s->s) : tpl_test_exists(v->u.s->s));
+        *out = t == TV_STR &&
+               (name[0] == 'f' ? tpl_filter_exists(v->u.s->s) : tpl_test_exists(v->u.s->s));
         return 0;
     }
     if (!tpl_test_exists(name)) return tpl_fail(r, line, "no test named '%s'", name);
@@ -112,10 +118,14 @@ int tpl_test(struct tpl_render *r, int line, const char *name, const struct tv *
     }
     if (is(name, "sameas", NULL, NULL)) {
         if (t != o->t) return 0;
-        if (t == TV_STR) *out = v->u.s == o->u.s;
-        else if (t == TV_LIST) *out = v->u.l == o->u.l;
-        else if (t == TV_DICT) *out = v->u.d == o->u.d;
-        else *out = tv_equal(v, o);
+        if (t == TV_STR)
+            *out = v->u.s == o->u.s;
+        else if (t == TV_LIST)
+            *out = v->u.l == o->u.l;
+        else if (t == TV_DICT)
+            *out = v->u.d == o->u.d;
+        else
+            *out = tv_equal(v, o);
         return 0;
     }
     if (is(name, "in", NULL, NULL)) return tpl_contains(r, line, v, o, out);

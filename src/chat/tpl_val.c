@@ -19,8 +19,12 @@ int tv_take_too_deep(void) {
     return d;
 }
 
-void tv_budget_begin(struct tv_budget *b) { budget = b; }
-void tv_budget_end(void) { budget = NULL; }
+void tv_budget_begin(struct tv_budget *b) {
+    budget = b;
+}
+void tv_budget_end(void) {
+    budget = NULL;
+}
 
 void *tv_alloc(size_t n) {
     if (budget) {
@@ -42,7 +46,8 @@ void *tv_realloc(void *p, size_t old_n, size_t new_n) {
         if (budget && new_n > old_n) budget->used -= new_n - old_n;
         return NULL;
     }
-    if (budget && new_n < old_n) budget->used -= old_n - new_n < budget->used ? old_n - new_n : budget->used;
+    if (budget && new_n < old_n)
+        budget->used -= old_n - new_n < budget->used ? old_n - new_n : budget->used;
     return q;
 }
 
@@ -159,9 +164,11 @@ int tv_hashable(const struct tv *v) {
 
 static uint64_t hash_of(const struct tv *v) {
     switch (v->t) {
-    case TV_STR: return hash_bytes(v->u.s->s, v->u.s->len);
+    case TV_STR:
+        return hash_bytes(v->u.s->s, v->u.s->len);
     case TV_BOOL:
-    case TV_INT: return mix((uint64_t)v->u.i);
+    case TV_INT:
+        return mix((uint64_t)v->u.i);
     case TV_FLOAT:
         if (v->u.f == floor(v->u.f) && fabs(v->u.f) < 9.2e18) return mix((uint64_t)(int64_t)v->u.f);
         {
@@ -174,8 +181,10 @@ static uint64_t hash_of(const struct tv *v) {
         for (size_t i = 0; i < v->u.l->n; i++) h = mix(h * 31 + hash_of(&v->u.l->v[i]));
         return h;
     }
-    case TV_FUNC: return mix((uint64_t)(uintptr_t)v->u.fn);
-    default: return (uint64_t)v->t * 0x9E3779B97F4A7C15ull;
+    case TV_FUNC:
+        return mix((uint64_t)(uintptr_t)v->u.fn);
+    default:
+        return (uint64_t)v->t * 0x9E3779B97F4A7C15ull;
     }
 }
 
@@ -309,12 +318,23 @@ struct tv *tv_dict_get_str(const struct tv_dict *d, const char *key, size_t len)
 struct tv tv_ref(struct tv v) {
     int32_t *rc = NULL;
     switch (v.t) {
-    case TV_STR: rc = &v.u.s->rc; break;
-    case TV_LIST: rc = &v.u.l->rc; break;
-    case TV_DICT: rc = &v.u.d->rc; break;
-    case TV_FUNC: rc = tpl_func_rc(v.u.fn); break;
-    case TV_LOOP: rc = tpl_loop_rc(v.u.loop); break;
-    default: break;
+    case TV_STR:
+        rc = &v.u.s->rc;
+        break;
+    case TV_LIST:
+        rc = &v.u.l->rc;
+        break;
+    case TV_DICT:
+        rc = &v.u.d->rc;
+        break;
+    case TV_FUNC:
+        rc = tpl_func_rc(v.u.fn);
+        break;
+    case TV_LOOP:
+        rc = tpl_loop_rc(v.u.loop);
+        break;
+    default:
+        break;
     }
     if (rc && *rc >= 0) ++*rc;
     return v;
@@ -353,9 +373,14 @@ void tv_drop(struct tv *v) {
             tv_free(v->u.d, sizeof *v->u.d);
         }
         break;
-    case TV_FUNC: tpl_func_release(v->u.fn); break;
-    case TV_LOOP: tpl_loop_release(v->u.loop); break;
-    default: break;
+    case TV_FUNC:
+        tpl_func_release(v->u.fn);
+        break;
+    case TV_LOOP:
+        tpl_loop_release(v->u.loop);
+        break;
+    default:
+        break;
     }
     v->t = TV_UNDEF;
     v->u.hint = NULL;
@@ -363,43 +388,63 @@ void tv_drop(struct tv *v) {
 
 /* ---- properties ---- */
 
-int tv_is_str(const struct tv *v) { return v->t == TV_STR; }
+int tv_is_str(const struct tv *v) {
+    return v->t == TV_STR;
+}
 int tv_is_number(const struct tv *v) {
     return v->t == TV_BOOL || v->t == TV_INT || v->t == TV_FLOAT;
 }
 
 unsigned tv_depth(const struct tv *v) {
     switch (v->t) {
-    case TV_LIST: return v->u.l->depth;
-    case TV_DICT: return v->u.d->kind == TD_DICT ? v->u.d->depth : 0; /* namespaces: see teardown */
-    case TV_LOOP: return tpl_loop_depth(v->u.loop);
-    case TV_FUNC: return tpl_func_depth(v->u.fn);
-    default: return 0;
+    case TV_LIST:
+        return v->u.l->depth;
+    case TV_DICT:
+        return v->u.d->kind == TD_DICT ? v->u.d->depth : 0; /* namespaces: see teardown */
+    case TV_LOOP:
+        return tpl_loop_depth(v->u.loop);
+    case TV_FUNC:
+        return tpl_func_depth(v->u.fn);
+    default:
+        return 0;
     }
 }
 
 int tv_truthy(const struct tv *v) {
     switch (v->t) {
     case TV_UNDEF:
-    case TV_NONE: return 0;
+    case TV_NONE:
+        return 0;
     case TV_BOOL:
-    case TV_INT: return v->u.i != 0;
-    case TV_FLOAT: return v->u.f != 0.0;
-    case TV_STR: return v->u.s->len != 0;
-    case TV_LIST: return v->u.l->kind == TL_GEN || v->u.l->n != 0;
-    case TV_DICT: return v->u.d->kind == TD_NS || v->u.d->n != 0;
-    default: return 1;
+    case TV_INT:
+        return v->u.i != 0;
+    case TV_FLOAT:
+        return v->u.f != 0.0;
+    case TV_STR:
+        return v->u.s->len != 0;
+    case TV_LIST:
+        return v->u.l->kind == TL_GEN || v->u.l->n != 0;
+    case TV_DICT:
+        return v->u.d->kind == TD_NS || v->u.d->n != 0;
+    default:
+        return 1;
     }
 }
 
 int64_t tv_len(const struct tv *v) {
     switch (v->t) {
-    case TV_UNDEF: return 0;
-    case TV_STR: return (int64_t)v->u.s->n_cp;
-    case TV_LIST: return v->u.l->kind == TL_GEN ? -1 : (int64_t)v->u.l->n;
-    case TV_DICT: return v->u.d->kind == TD_NS ? -1 : (int64_t)v->u.d->n;
-    case TV_LOOP: return tpl_loop_length(v->u.loop);
-    default: return -1;
+    case TV_UNDEF:
+        return 0;
+    case TV_STR:
+        return (int64_t)v->u.s->n_cp;
+    case TV_LIST:
+        return v->u.l->kind == TL_GEN ? -1 : (int64_t)v->u.l->n;
+    case TV_DICT:
+        return v->u.d->kind == TD_NS ? -1 : (int64_t)v->u.d->n;
+    case TV_LOOP:
+        return tpl_loop_length(v->u.loop);
+    default:
+        return -1;
     }
 }
 
@@ -424,7 +469,8 @@ int tv_equal(const struct tv *a, const struct tv *b) {
     if (a->t != b->t) return 0;
     switch (a->t) {
     case TV_UNDEF:
-    case TV_NONE: return 1;
+    case TV_NONE:
+        return 1;
     case TV_STR:
         return a->u.s == b->u.s ||
                (a->u.s->len == b->u.s->len && !memcmp(a->u.s->s, b->u.s->s, a->u.s->len));
@@ -447,9 +493,12 @@ int tv_equal(const struct tv *a, const struct tv *b) {
         }
         return 1;
     }
-    case TV_FUNC: return a->u.fn == b->u.fn;
-    case TV_LOOP: return a->u.loop == b->u.loop;
-    default: return 0;
+    case TV_FUNC:
+        return a->u.fn == b->u.fn;
+    case TV_LOOP:
+        return a->u.loop == b->u.loop;
+    default:
+        return 0;
     }
 }
 

@@ -54,7 +54,7 @@ struct tv {
 
 struct tv_list {
     int32_t rc;
-    uint8_t kind;  /* enum tv_list_kind */
+    uint8_t kind;   /* enum tv_list_kind */
     uint16_t depth; /* nesting depth of lists/dicts below and including this one */
     size_t n, cap;
     struct tv *v;
@@ -82,7 +82,9 @@ static inline struct tv tv_undef(const char *hint) {
     v.u.hint = hint;
     return v;
 }
-static inline struct tv tv_none(void) { return (struct tv){.t = TV_NONE}; }
+static inline struct tv tv_none(void) {
+    return (struct tv){.t = TV_NONE};
+}
 static inline struct tv tv_bool(int b) {
     struct tv v = {.t = TV_BOOL};
     v.u.i = b != 0;

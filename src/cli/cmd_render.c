@@ -18,16 +18,17 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dspark render (--template FILE | --model DIR) --context FILE [--now SECONDS]\n\n"
-               "  --template FILE  a Jinja2 chat template; the context holds every variable\n"
-               "                   (messages, tools, add_generation_prompt, bos_token, ...)\n"
-               "  --model DIR      the chat template and special tokens of a model folder; the\n"
-               "                   context's messages, tools and add_generation_prompt are\n"
-               "                   normalized as the server does, other keys are passed through\n"
-               "  --context FILE   JSON object of template variables (- reads standard input)\n"
-               "  --now SECONDS    the time strftime_now() sees (seconds since 1970)\n"
-               "  --tool-format    print the tool-call format the template implies, then exit\n"
-               "  --help           show this help\n");
+    fprintf(
+        f, "usage: dspark render (--template FILE | --model DIR) --context FILE [--now SECONDS]\n\n"
+           "  --template FILE  a Jinja2 chat template; the context holds every variable\n"
+           "                   (messages, tools, add_generation_prompt, bos_token, ...)\n"
+           "  --model DIR      the chat template and special tokens of a model folder; the\n"
+           "                   context's messages, tools and add_generation_prompt are\n"
+           "                   normalized as the server does, other keys are passed through\n"
+           "  --context FILE   JSON object of template variables (- reads standard input)\n"
+           "  --now SECONDS    the time strftime_now() sees (seconds since 1970)\n"
+           "  --tool-format    print the tool-call format the template implies, then exit\n"
+           "  --help           show this help\n");
 }
 
 static int read_all(const char *path, char **out, size_t *len) {
@@ -75,15 +76,18 @@ static int render_model(const char *dir, const char *ctx, size_t ctx_len,
     struct chat_request q = {
         .messages = cJSON_GetObjectItemCaseSensitive(j, "messages"),
         .tools = cJSON_GetObjectItemCaseSensitive(j, "tools"),
-        .add_generation_prompt = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "add_generation_prompt")),
+        .add_generation_prompt =
+            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "add_generation_prompt")),
         .kwargs = j,
         .opts = o,
     };
     char *out = NULL, err[1024];
     size_t n = 0;
     int rc = chat_render(c, &q, &out, &n, err, sizeof err);
-    if (rc) fprintf(stderr, "error: %s\n", err);
-    else fwrite(out, 1, n, stdout);
+    if (rc)
+        fprintf(stderr, "error: %s\n", err);
+    else
+        fwrite(out, 1, n, stdout);
     free(out);
     cJSON_Delete(j);
     chat_free(c);
@@ -113,8 +117,10 @@ static int render_file(const char *path, const char *ctx, size_t ctx_len,
     char *out = NULL;
     size_t n = 0;
     rc = chat_template_render_json(t, ctx, ctx_len, o, &out, &n, err, sizeof err);
-    if (rc) fprintf(stderr, "error: %s\n", err);
-    else fwrite(out, 1, n, stdout);
+    if (rc)
+        fprintf(stderr, "error: %s\n", err);
+    else
+        fwrite(out, 1, n, stdout);
     free(out);
     chat_template_free(t);
     return rc ? 1 : 0;

@@ -13,13 +13,19 @@
 #include <string.h>
 
 static const char CONTEXT[] =
-    "{\"messages\": [{\"role\": \"system\", \"content\": \"sys\"}, {\"role\": \"user\", \"content\": \"hi \\u00e9\"},"
-    " {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"abc123DEF\", \"type\": \"function\","
-    " \"function\": {\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1.5, \\\"y\\\": [1, \\\"z\\\"]}\"}}]},"
-    " {\"role\": \"tool\", \"tool_call_id\": \"abc123DEF\", \"content\": [{\"type\": \"text\", \"text\": \"ok\"}]}],"
+    "{\"messages\": [{\"role\": \"system\", \"content\": \"sys\"}, {\"role\": \"user\", "
+    "\"content\": \"hi \\u00e9\"},"
+    " {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"abc123DEF\", "
+    "\"type\": \"function\","
+    " \"function\": {\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1.5, \\\"y\\\": [1, "
+    "\\\"z\\\"]}\"}}]},"
+    " {\"role\": \"tool\", \"tool_call_id\": \"abc123DEF\", \"content\": [{\"type\": \"text\", "
+    "\"text\": \"ok\"}]}],"
     " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"d\","
-    " \"parameters\": {\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"number\"}}, \"required\": [\"x\"]}}}],"
-    " \"add_generation_prompt\": true, \"enable_thinking\": false, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}";
+    " \"parameters\": {\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"number\"}}, "
+    "\"required\": [\"x\"]}}}],"
+    " \"add_generation_prompt\": true, \"enable_thinking\": false, \"bos_token\": \"<s>\", "
+    "\"eos_token\": \"</s>\"}";
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -31,8 +37,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t tlen = nul ? (size_t)(nul - data) : size;
     const char *ctx = nul ? (const char *)nul + 1 : CONTEXT;
     size_t clen = nul ? size - tlen - 1 : sizeof CONTEXT - 1;
-    struct chat_render_opts o = {.now = 1721952000, .max_steps = 20000, .max_output = 1 << 20,
-                                 .max_memory = 32 << 20, .max_depth = 30};
+    struct chat_render_opts o = {.now = 1721952000,
+                                 .max_steps = 20000,
+                                 .max_output = 1 << 20,
+                                 .max_memory = 32 << 20,
+                                 .max_depth = 30};
     struct chat_template *t = NULL;
     char err[512], *out = NULL;
     size_t n = 0;
@@ -41,7 +50,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     chat_template_free(t);
 
     struct chat *c = NULL;
-    if (chat_from_text(src, tlen, "{\"bos_token\": \"<s>\", \"eos_token\": {\"content\": \"</s>\"}}", 55, &c, err, sizeof err) != 0)
+    if (chat_from_text(src, tlen,
+                       "{\"bos_token\": \"<s>\", \"eos_token\": {\"content\": \"</s>\"}}", 55, &c,
+                       err, sizeof err) != 0)
         return 0;
     cJSON *j = cJSON_Parse(CONTEXT);
     struct chat_request q = {.messages = cJSON_GetObjectItem(j, "messages"),

@@ -23,7 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < c.n_calls; i++) {
         if (!c.calls[i].name || !c.calls[i].name[0]) abort();
         cJSON *a = json_parse(c.calls[i].arguments, strlen(c.calls[i].arguments), NULL);
-        if (!cJSON_IsObject(a) && !memmem(text, len, c.calls[i].arguments, strlen(c.calls[i].arguments)))
+        if (!cJSON_IsObject(a) &&
+            !memmem(text, len, c.calls[i].arguments, strlen(c.calls[i].arguments)))
             abort(); /* serialized arguments must be an object (strings pass through as given) */
         cJSON_Delete(a);
     }

@@ -86,7 +86,8 @@ static void show_diff(const char *name, const char *conv_name, const char *want,
     size_t k = 0;
     while (k < wl && k < gl && want[k] == got[k]) k++;
     size_t from = k > 40 ? k - 40 : 0;
-    printf("  %s / %s: differs at byte %zu (want %zu bytes, got %zu)\n", name, conv_name, k, wl, gl);
+    printf("  %s / %s: differs at byte %zu (want %zu bytes, got %zu)\n", name, conv_name, k, wl,
+           gl);
     printf("    want: ...%.*s...\n", (int)((wl - from) < 120 ? (wl - from) : 120), want + from);
     printf("    got:  ...%.*s...\n", (int)((gl - from) < 120 ? (gl - from) : 120), got + from);
 }
@@ -127,7 +128,8 @@ TEST(goldens) {
             continue;
         }
         n_templates++;
-        struct chat_render_opts opts = {.now = (int64_t)cJSON_GetObjectItem(doc, "now")->valuedouble};
+        struct chat_render_opts opts = {.now =
+                                            (int64_t)cJSON_GetObjectItem(doc, "now")->valuedouble};
         const cJSON *special = cJSON_GetObjectItem(doc, "special");
         const cJSON *c;
         cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
@@ -143,8 +145,10 @@ TEST(goldens) {
             if (want) {
                 size_t wl = strlen(want->valuestring);
                 int eq = rc == OK && out_len == wl && !memcmp(out, want->valuestring, wl);
-                if (!eq && rc) printf("  %s / %s: render failed: %s\n", e->d_name, cname, err);
-                else if (!eq) show_diff(e->d_name, cname, want->valuestring, wl, out, out_len);
+                if (!eq && rc)
+                    printf("  %s / %s: render failed: %s\n", e->d_name, cname, err);
+                else if (!eq)
+                    show_diff(e->d_name, cname, want->valuestring, wl, out, out_len);
                 CHECK(eq);
                 n_equal += eq;
             } else {
@@ -168,7 +172,8 @@ TEST(goldens) {
     closedir(d);
     printf("  %d templates, %d cases: %d renders equal to jinja2, %d errors as in jinja2\n",
            n_templates, n_cases, n_equal, n_errors);
-    if (n_skipped) printf("  skipped: %d templates of ../shared/templates (../shared is absent)\n", n_skipped);
+    if (n_skipped)
+        printf("  skipped: %d templates of ../shared/templates (../shared is absent)\n", n_skipped);
     CHECK(n_templates >= 1);
     for (int i = 0; i < n_conv; i++) free(conv[i]);
 }
@@ -201,9 +206,12 @@ TEST(model_render_normalizes) {
     char *out = render_pycoder(
         "{\"messages\": ["
         "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Hi \"},"
-        " {\"type\": \"image_url\", \"image_url\": {\"url\": \"x\"}}, {\"type\": \"text\", \"text\": \"there\"}]},"
-        "{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\","
-        " \"function\": {\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1.0, \\\"y\\\": [1, 2]}\"}}]},"
+        " {\"type\": \"image_url\", \"image_url\": {\"url\": \"x\"}}, {\"type\": \"text\", "
+        "\"text\": \"there\"}]},"
+        "{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", \"type\": "
+        "\"function\","
+        " \"function\": {\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1.0, \\\"y\\\": [1, "
+        "2]}\"}}]},"
         "{\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"ok\"}],"
         " \"add_generation_prompt\": true, \"kwargs\": {\"enable_thinking\": false}}",
         &rc, err, sizeof err);
@@ -211,7 +219,8 @@ TEST(model_render_normalizes) {
     CHECK(rc == OK);
     const char *want = "<|im_start|>user\nHi there<|im_end|>\n"
                        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
-                       "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1.0, \"y\": [1, 2]}}\n</tool_call><|im_end|>\n"
+                       "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1.0, \"y\": [1, "
+                       "2]}}\n</tool_call><|im_end|>\n"
                        "<|im_start|>user\n<tool_response>\nok\n</tool_response><|im_end|>\n"
                        "<|im_start|>assistant\n<think>\n\n</think>\n\n";
     if (strcmp(out, want)) printf("  got: %s\n", out);
@@ -223,14 +232,18 @@ TEST(model_render_thinking) {
     char err[512];
     int rc;
     const char *tail = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
-    char *out = render_pycoder("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"add_generation_prompt\": true,"
-                               " \"thinking\": false}", &rc, err, sizeof err);
+    char *out = render_pycoder("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                               "\"add_generation_prompt\": true,"
+                               " \"thinking\": false}",
+                               &rc, err, sizeof err);
     REQUIRE(out != NULL);
     CHECK(rc == OK && strstr(out, tail));
     free(out);
     /* chat_template_kwargs win over the server's choice */
-    out = render_pycoder("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"add_generation_prompt\": true,"
-                         " \"thinking\": false, \"kwargs\": {\"enable_thinking\": true}}", &rc, err, sizeof err);
+    out = render_pycoder("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                         "\"add_generation_prompt\": true,"
+                         " \"thinking\": false, \"kwargs\": {\"enable_thinking\": true}}",
+                         &rc, err, sizeof err);
     REQUIRE(out != NULL);
     CHECK(rc == OK && !strstr(out, tail));
     free(out);
@@ -251,9 +264,11 @@ TEST(model_render_errors) {
 }
 
 TEST(named_templates) {
-    const char *cfg = "{\"bos_token\": {\"content\": \"<B>\"}, \"eos_token\": \"<E>\", \"chat_template\": ["
-                      "{\"name\": \"default\", \"template\": \"D{{ bos_token }}{{ messages|length }}{{ eos_token }}\"},"
-                      "{\"name\": \"tool_use\", \"template\": \"T{{ tools|length }}<tool_call>\"}]}";
+    const char *cfg =
+        "{\"bos_token\": {\"content\": \"<B>\"}, \"eos_token\": \"<E>\", \"chat_template\": ["
+        "{\"name\": \"default\", \"template\": \"D{{ bos_token }}{{ messages|length }}{{ eos_token "
+        "}}\"},"
+        "{\"name\": \"tool_use\", \"template\": \"T{{ tools|length }}<tool_call>\"}]}";
     struct chat *c = NULL;
     char err[256];
     REQUIRE(chat_from_text(NULL, 0, cfg, strlen(cfg), &c, err, sizeof err) == OK);

@@ -49,13 +49,18 @@ TEST(snippets) {
         int rc = render(src, vars, &o, &out, err, sizeof err), ok;
         if (want) {
             ok = rc == OK && !strcmp(out, want->valuestring);
-            if (!ok) printf("  %s\n    want: %s\n    got:  %s\n", src, want->valuestring, rc ? err : out);
+            if (!ok)
+                printf("  %s\n    want: %s\n    got:  %s\n", src, want->valuestring,
+                       rc ? err : out);
         } else {
             const char *kind = cJSON_GetObjectItem(c, "error")->valuestring;
             const char *msg = cJSON_GetObjectItem(c, "message")->valuestring;
             ok = rc != OK;
-            if (ok && !strcmp(kind, "TemplateError")) ok = chat_template_last_raised() && !strcmp(err, msg);
-            if (!ok) printf("  %s\n    jinja2 raised %s: %s; we got: %s\n", src, kind, msg, rc ? err : out);
+            if (ok && !strcmp(kind, "TemplateError"))
+                ok = chat_template_last_raised() && !strcmp(err, msg);
+            if (!ok)
+                printf("  %s\n    jinja2 raised %s: %s; we got: %s\n", src, kind, msg,
+                       rc ? err : out);
         }
         CHECK(ok);
         good += ok;
@@ -130,13 +135,20 @@ TEST(limits) {
     struct chat_render_opts o = {.max_steps = 200000};
     clock_t t0 = clock();
     CHECK(expect_limit("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", o, "recursion"));
-    CHECK(expect_limit("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", (struct chat_render_opts){.max_depth = 20}, "recursion"));
-    CHECK(expect_limit("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", o, "step limit"));
-    CHECK(expect_limit("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", (struct chat_render_opts){.max_output = 1 << 20}, "too large"));
+    CHECK(expect_limit("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+                       (struct chat_render_opts){.max_depth = 20}, "recursion"));
+    CHECK(expect_limit(
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", o,
+        "step limit"));
+    CHECK(expect_limit("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
+                       (struct chat_render_opts){.max_output = 1 << 20}, "too large"));
     CHECK(expect_limit("{{ 'x' * 100000000000 }}", (struct chat_render_opts){0}, "too large"));
-    CHECK(expect_limit("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + ['x' * 100000 ~ i] %}{% endfor %}",
+    CHECK(expect_limit("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = "
+                       "ns.l + ['x' * 100000 ~ i] %}{% endfor %}",
                        (struct chat_render_opts){.max_memory = 8 << 20}, "memory"));
-    CHECK(expect_limit("{% set x %}{% for i in range(100000) %}{{ 'y' * 100 }}{% endfor %}{% endset %}", (struct chat_render_opts){.max_output = 1 << 20}, "too large"));
+    CHECK(expect_limit(
+        "{% set x %}{% for i in range(100000) %}{{ 'y' * 100 }}{% endfor %}{% endset %}",
+        (struct chat_render_opts){.max_output = 1 << 20}, "too large"));
     /* long left-nested chains build deep trees without deep parsing: evaluation is bounded */
     size_t n = 5000;
     char *chain = malloc(n * 4 + 16);
@@ -149,9 +161,11 @@ TEST(limits) {
     strcat(chain, " }}");
     CHECK(expect_limit(chain, (struct chat_render_opts){0}, "nests too deeply"));
     free(chain);
-    CHECK(expect_limit("{% set ns = namespace(l=1) %}{% for i in range(1000) %}{% set ns.l = [ns.l] %}{% endfor %}",
+    CHECK(expect_limit("{% set ns = namespace(l=1) %}{% for i in range(1000) %}{% set ns.l = "
+                       "[ns.l] %}{% endfor %}",
                        (struct chat_render_opts){0}, "nested too deeply"));
-    CHECK(expect_limit("{% set ns = namespace(l=[1]) %}{% for i in range(1000) %}{% set ns.l = ns.l | batch(1) | list %}{% endfor %}",
+    CHECK(expect_limit("{% set ns = namespace(l=[1]) %}{% for i in range(1000) %}{% set ns.l = "
+                       "ns.l | batch(1) | list %}{% endfor %}",
                        (struct chat_render_opts){0}, "nested too deeply"));
     double secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
     printf("  limits hit in %.2f s\n", secs);
@@ -161,16 +175,19 @@ TEST(limits) {
 TEST(cycles_and_sharing) {
     char *out = NULL, err[512];
     /* a namespace holding itself and a macro held by a namespace are freed (ASan checks) */
-    REQUIRE(render("{% set ns = namespace() %}{% set ns.me = ns %}{% macro m() %}{{ ns.me.me is defined }}{% endmacro %}"
+    REQUIRE(render("{% set ns = namespace() %}{% set ns.me = ns %}{% macro m() %}{{ ns.me.me is "
+                   "defined }}{% endmacro %}"
                    "{% set ns.m = m %}{{ ns.m() }}{% set ns.l = [ns, [ns]] %}{{ ns.l | length }}",
                    "{}", NULL, &out, err, sizeof err) == OK);
     CHECK(!strcmp(out, "True2"));
     free(out);
     /* printing a cycle fails cleanly */
-    CHECK(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", "{}", NULL, &out, err, sizeof err) != OK);
+    CHECK(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", "{}", NULL, &out, err,
+                 sizeof err) != OK);
     free(out);
     /* loop objects outlive their loop */
-    REQUIRE(render("{% set ns = namespace() %}{% for x in [1, 2] %}{% set ns.loop = loop %}{% endfor %}{{ ns.loop.index }}{{ ns.loop.last }}",
+    REQUIRE(render("{% set ns = namespace() %}{% for x in [1, 2] %}{% set ns.loop = loop %}{% "
+                   "endfor %}{{ ns.loop.index }}{{ ns.loop.last }}",
                    "{}", NULL, &out, err, sizeof err) == OK);
     CHECK(!strcmp(out, "2True"));
     free(out);
@@ -179,17 +196,20 @@ TEST(cycles_and_sharing) {
 TEST(cjson_context) {
     struct chat_template *t = NULL;
     char err[256], *out = NULL;
-    const char *src = "{{ messages[0].content }}|{{ n }}|{{ f }}|{{ flag }}|{{ none_v }}|{{ messages | tojson }}";
+    const char *src =
+        "{{ messages[0].content }}|{{ n }}|{{ f }}|{{ flag }}|{{ none_v }}|{{ messages | tojson }}";
     REQUIRE(chat_template_parse(src, strlen(src), &t, err, sizeof err) == OK);
-    cJSON *ctx = cJSON_Parse("{\"messages\": [{\"role\": \"user\", \"content\": \"h\\u00e9\"}], \"n\": 3, \"f\": 2.5,"
-                             " \"flag\": true, \"none_v\": null}");
+    cJSON *ctx = cJSON_Parse(
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"h\\u00e9\"}], \"n\": 3, \"f\": 2.5,"
+        " \"flag\": true, \"none_v\": null}");
     REQUIRE(chat_template_render(t, ctx, NULL, &out, NULL, err, sizeof err) == OK);
     CHECK(!strcmp(out, "hé|3|2.5|True|None|[{\"role\": \"user\", \"content\": \"hé\"}]"));
     free(out);
     cJSON *arr = cJSON_CreateArray();
     CHECK(chat_template_render(t, arr, NULL, &out, NULL, err, sizeof err) == ERR_FORMAT);
     CHECK(chat_template_render_json(t, "[1]", 3, NULL, &out, NULL, err, sizeof err) == ERR_FORMAT);
-    CHECK(chat_template_render_json(t, "{\"a\": ", 6, NULL, &out, NULL, err, sizeof err) == ERR_FORMAT);
+    CHECK(chat_template_render_json(t, "{\"a\": ", 6, NULL, &out, NULL, err, sizeof err) ==
+          ERR_FORMAT);
     cJSON_Delete(arr);
     cJSON_Delete(ctx);
     chat_template_free(t);
@@ -199,7 +219,8 @@ TEST(cjson_context) {
     CHECK(!strcmp(out, "1971-01-01"));
     free(out);
     /* raise_exception's message comes back verbatim */
-    CHECK(render("{{ raise_exception('no ' ~ 42) }}", "{}", NULL, &out, err, sizeof err) == ERR_ARG);
+    CHECK(render("{{ raise_exception('no ' ~ 42) }}", "{}", NULL, &out, err, sizeof err) ==
+          ERR_ARG);
     CHECK(!strcmp(err, "no 42") && chat_template_last_raised());
     CHECK(render("{{ x.y.z }}", "{}", NULL, &out, err, sizeof err) == ERR_ARG);
     CHECK(strstr(err, "line 1") && !chat_template_last_raised());
@@ -216,16 +237,20 @@ static void *worker(void *arg) {
     j->ok = 1;
     for (int i = 0; i < 200; i++) {
         char *out = NULL, err[128];
-        const char *ctx = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}";
-        if (chat_template_render_json(j->t, ctx, strlen(ctx), NULL, &out, NULL, err, sizeof err) || strcmp(out, j->want)) j->ok = 0;
+        const char *ctx = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": "
+                          "\"assistant\", \"content\": \"yo\"}]}";
+        if (chat_template_render_json(j->t, ctx, strlen(ctx), NULL, &out, NULL, err, sizeof err) ||
+            strcmp(out, j->want))
+            j->ok = 0;
         free(out);
     }
     return NULL;
 }
 
 TEST(threads) {
-    const char *src = "{% macro turn(m) %}<{{ m.role }}>{{ m.content | upper }}{% endmacro %}"
-                      "{% for m in messages %}{{ turn(m) }}{{ ' ' if not loop.last }}{% endfor %}{{ 'const' }}";
+    const char *src =
+        "{% macro turn(m) %}<{{ m.role }}>{{ m.content | upper }}{% endmacro %}"
+        "{% for m in messages %}{{ turn(m) }}{{ ' ' if not loop.last }}{% endfor %}{{ 'const' }}";
     struct chat_template *t = NULL;
     char err[128];
     REQUIRE(chat_template_parse(src, strlen(src), &t, err, sizeof err) == OK);

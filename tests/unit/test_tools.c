@@ -26,7 +26,8 @@ static int expect(enum chat_tool_format f, const char *text, const char *content
     va_end(ap);
     if (!ok) {
         printf("  input: %s\n  content: %s\n", text, c.content ? c.content : "(null)");
-        for (int i = 0; i < c.n_calls; i++) printf("  call %d: %s %s\n", i, c.calls[i].name, c.calls[i].arguments);
+        for (int i = 0; i < c.n_calls; i++)
+            printf("  call %d: %s %s\n", i, c.calls[i].name, c.calls[i].arguments);
     }
     chat_tool_calls_free(&c);
     return ok;
@@ -34,52 +35,79 @@ static int expect(enum chat_tool_format f, const char *text, const char *content
 
 TEST(hermes) {
     enum chat_tool_format H = CHAT_TOOLS_HERMES;
-    CHECK(expect(H, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": 1.0, \"k\": 2}}\n</tool_call>",
+    CHECK(expect(H,
+                 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+                 "\"n\": 1.0, \"k\": 2}}\n</tool_call>",
                  NULL, 1, "get_weather", "{\"city\": \"Paris\", \"n\": 1.0, \"k\": 2}"));
-    CHECK(expect(H, "Let me check.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>{\"name\": \"b\", \"arguments\": {\"x\": [1, {\"y\": null}]}}</tool_call>",
+    CHECK(expect(H,
+                 "Let me check.\n<tool_call>\n{\"name\": \"a\", \"arguments\": "
+                 "{}}\n</tool_call>\n<tool_call>{\"name\": \"b\", \"arguments\": {\"x\": [1, "
+                 "{\"y\": null}]}}</tool_call>",
                  "Let me check.", 2, "a", "{}", "b", "{\"x\": [1, {\"y\": null}]}"));
-    CHECK(expect(H, "<tool_call>{\"name\": \"z\", \"arguments\": {\"city\": \"Z\xc3\xbcrich \xe6\x9d\xb1\"}}</tool_call>", NULL, 1, "z",
-                 "{\"city\": \"Z\xc3\xbcrich \xe6\x9d\xb1\"}"));
+    CHECK(expect(H,
+                 "<tool_call>{\"name\": \"z\", \"arguments\": {\"city\": \"Z\xc3\xbcrich "
+                 "\xe6\x9d\xb1\"}}</tool_call>",
+                 NULL, 1, "z", "{\"city\": \"Z\xc3\xbcrich \xe6\x9d\xb1\"}"));
     /* arguments given as a string pass through; a missing one is {} */
-    CHECK(expect(H, "<tool_call>{\"name\": \"s\", \"arguments\": \"{\\\"a\\\":1}\"}</tool_call>", NULL, 1, "s", "{\"a\":1}"));
+    CHECK(expect(H, "<tool_call>{\"name\": \"s\", \"arguments\": \"{\\\"a\\\":1}\"}</tool_call>",
+                 NULL, 1, "s", "{\"a\":1}"));
     CHECK(expect(H, "<tool_call>{\"name\": \"noargs\"}</tool_call>", NULL, 1, "noargs", "{}"));
     /* malformed blocks stay in the content; no name is no call */
-    CHECK(expect(H, "<tool_call>{\"name\": \"bad\", \"arguments\": {</tool_call>", "<tool_call>{\"name\": \"bad\", \"arguments\": {</tool_call>", 0));
-    CHECK(expect(H, "<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>", 0));
+    CHECK(expect(H, "<tool_call>{\"name\": \"bad\", \"arguments\": {</tool_call>",
+                 "<tool_call>{\"name\": \"bad\", \"arguments\": {</tool_call>", 0));
+    CHECK(expect(H, "<tool_call>{\"arguments\": {}}</tool_call>",
+                 "<tool_call>{\"arguments\": {}}</tool_call>", 0));
     CHECK(expect(H, "<tool_call>not json</tool_call> ok", "<tool_call>not json</tool_call> ok", 0));
-    CHECK(expect(H, "<tool_call>{\"name\": 5}</tool_call>", "<tool_call>{\"name\": 5}</tool_call>", 0));
+    CHECK(expect(H, "<tool_call>{\"name\": 5}</tool_call>", "<tool_call>{\"name\": 5}</tool_call>",
+                 0));
     /* a truncated call at the end is dropped */
     CHECK(expect(H, "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"argu", "Sure.", 0));
-    CHECK(expect(H, "<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"na", NULL, 1, "a", "{}"));
+    CHECK(
+        expect(H, "<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"na", NULL, 1, "a", "{}"));
     /* plain text is untouched, whitespace included */
     CHECK(expect(H, "  just text\n", "  just text\n", 0));
     CHECK(expect(H, "", "", 0));
-    CHECK(expect(H, "before <tool_call>{\"name\": \"a\"}</tool_call> after", "before  after", 1, "a", "{}"));
+    CHECK(expect(H, "before <tool_call>{\"name\": \"a\"}</tool_call> after", "before  after", 1,
+                 "a", "{}"));
 }
 
 TEST(qwen_xml) {
     enum chat_tool_format X = CHAT_TOOLS_QWEN_XML;
-    CHECK(expect(X, "I'll look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
-                    "<parameter=opts>\n{\"exact\": true}\n</parameter>\n</function>\n</tool_call>",
-                 "I'll look.", 1, "get_weather", "{\"city\": \"Paris\", \"days\": 3, \"opts\": {\"exact\": true}}"));
+    CHECK(expect(X,
+                 "I'll "
+                 "look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</"
+                 "parameter>\n<parameter=days>\n3\n</parameter>\n"
+                 "<parameter=opts>\n{\"exact\": true}\n</parameter>\n</function>\n</tool_call>",
+                 "I'll look.", 1, "get_weather",
+                 "{\"city\": \"Paris\", \"days\": 3, \"opts\": {\"exact\": true}}"));
     CHECK(expect(X, "<tool_call><function=noop></function></tool_call>", NULL, 1, "noop", "{}"));
-    CHECK(expect(X, "<tool_call><function=f><parameter=text>\nline 1\nline 2\n</parameter></function></tool_call>", NULL, 1, "f",
-                 "{\"text\": \"line 1\\nline 2\"}"));
+    CHECK(expect(X,
+                 "<tool_call><function=f><parameter=text>\nline 1\nline "
+                 "2\n</parameter></function></tool_call>",
+                 NULL, 1, "f", "{\"text\": \"line 1\\nline 2\"}"));
     CHECK(expect(X, "<tool_call>no function</tool_call>", "<tool_call>no function</tool_call>", 0));
-    CHECK(expect(X, "<tool_call><function=f><parameter=a>1</tool_call>", "<tool_call><function=f><parameter=a>1</tool_call>", 0));
+    CHECK(expect(X, "<tool_call><function=f><parameter=a>1</tool_call>",
+                 "<tool_call><function=f><parameter=a>1</tool_call>", 0));
     CHECK(expect(X, "text <tool_call><function=f>", "text", 0));
 }
 
 TEST(gemma4) {
     enum chat_tool_format G = CHAT_TOOLS_GEMMA4;
-    CHECK(expect(G, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:3,flag:true,ratio:0.5,none:null,"
-                    "tags:[<|\"|>a<|\"|>,<|\"|>b<|\"|>],opts:{exact:false}}<tool_call|><|tool_response>",
-                 NULL, 1, "get_weather",
-                 "{\"city\": \"Paris\", \"days\": 3, \"flag\": true, \"ratio\": 0.5, \"none\": null, \"tags\": [\"a\", \"b\"], \"opts\": {\"exact\": false}}"));
-    CHECK(expect(G, "<|tool_call>call:q{text:<|\"|>a, b} [c]: \"d\"<|\"|>,mode:fast}<tool_call|>", NULL, 1, "q",
-                 "{\"text\": \"a, b} [c]: \\\"d\\\"\", \"mode\": \"fast\"}"));
-    CHECK(expect(G, "Checking.<|tool_call>call:a{}<tool_call|><|tool_call>call:b{<|\"|>k<|\"|>:1}<tool_call|>", "Checking.", 2, "a", "{}", "b", "{\"k\": 1}"));
-    CHECK(expect(G, "<|tool_call>call:broken{city:<|\"|>Paris}<tool_call|>", "<|tool_call>call:broken{city:<|\"|>Paris}<tool_call|>", 0));
+    CHECK(expect(
+        G,
+        "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:3,flag:true,ratio:0.5,none:null,"
+        "tags:[<|\"|>a<|\"|>,<|\"|>b<|\"|>],opts:{exact:false}}<tool_call|><|tool_response>",
+        NULL, 1, "get_weather",
+        "{\"city\": \"Paris\", \"days\": 3, \"flag\": true, \"ratio\": 0.5, \"none\": null, "
+        "\"tags\": [\"a\", \"b\"], \"opts\": {\"exact\": false}}"));
+    CHECK(expect(G, "<|tool_call>call:q{text:<|\"|>a, b} [c]: \"d\"<|\"|>,mode:fast}<tool_call|>",
+                 NULL, 1, "q", "{\"text\": \"a, b} [c]: \\\"d\\\"\", \"mode\": \"fast\"}"));
+    CHECK(expect(
+        G,
+        "Checking.<|tool_call>call:a{}<tool_call|><|tool_call>call:b{<|\"|>k<|\"|>:1}<tool_call|>",
+        "Checking.", 2, "a", "{}", "b", "{\"k\": 1}"));
+    CHECK(expect(G, "<|tool_call>call:broken{city:<|\"|>Paris}<tool_call|>",
+                 "<|tool_call>call:broken{city:<|\"|>Paris}<tool_call|>", 0));
     CHECK(expect(G, "<|tool_call>call:x{a:1<tool_call|>", "<|tool_call>call:x{a:1<tool_call|>", 0));
     CHECK(expect(G, "<|tool_call>nocall{}<tool_call|>", "<|tool_call>nocall{}<tool_call|>", 0));
     CHECK(expect(G, "answer <|tool_call>call:f{a:", "answer", 0));
@@ -88,15 +116,21 @@ TEST(gemma4) {
 
 TEST(llama3) {
     enum chat_tool_format L = CHAT_TOOLS_LLAMA3;
-    CHECK(expect(L, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", NULL, 1, "get_weather", "{\"city\": \"Paris\"}"));
-    CHECK(expect(L, "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}; {\"name\": \"g\", \"arguments\": {\"x\": \"}\"}}", NULL, 2, "f", "{}", "g",
-                 "{\"x\": \"}\"}"));
+    CHECK(expect(L, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", NULL, 1,
+                 "get_weather", "{\"city\": \"Paris\"}"));
+    CHECK(expect(L,
+                 "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}; {\"name\": \"g\", "
+                 "\"arguments\": {\"x\": \"}\"}}",
+                 NULL, 2, "f", "{}", "g", "{\"x\": \"}\"}"));
     CHECK(expect(L, "Hello, I am fine.", "Hello, I am fine.", 0));
-    CHECK(expect(L, "{\"name\": \"f\", \"parameters\": {\"x\": 1}} and more", "{\"name\": \"f\", \"parameters\": {\"x\": 1}} and more", 0));
+    CHECK(expect(L, "{\"name\": \"f\", \"parameters\": {\"x\": 1}} and more",
+                 "{\"name\": \"f\", \"parameters\": {\"x\": 1}} and more", 0));
     CHECK(expect(L, "{\"foo\": 1}", "{\"foo\": 1}", 0));
-    CHECK(expect(L, "{\"name\": \"f\", \"parameters\": [1]}", "{\"name\": \"f\", \"parameters\": [1]}", 0));
+    CHECK(expect(L, "{\"name\": \"f\", \"parameters\": [1]}",
+                 "{\"name\": \"f\", \"parameters\": [1]}", 0));
     CHECK(expect(L, "{\"name\": \"f\", \"parame", "{\"name\": \"f\", \"parame", 0));
-    CHECK(expect(CHAT_TOOLS_NONE, "<tool_call>{\"name\": \"a\"}</tool_call>", "<tool_call>{\"name\": \"a\"}</tool_call>", 0));
+    CHECK(expect(CHAT_TOOLS_NONE, "<tool_call>{\"name\": \"a\"}</tool_call>",
+                 "<tool_call>{\"name\": \"a\"}</tool_call>", 0));
 }
 
 TEST(detect) {
