@@ -37,6 +37,10 @@ const char *chat_tool_format_name(enum chat_tool_format f) {
     }
 }
 
+const char *chat_tool_stop_text(enum chat_tool_format f) {
+    return f == CHAT_TOOLS_GEMMA4 ? "<|tool_response>" : NULL;
+}
+
 void chat_tool_call_id(uint64_t *state, char out[30]) {
     static const char hex[] = "0123456789abcdef";
     memcpy(out, "call_", 5);

@@ -42,6 +42,9 @@ struct chat_tool_calls {
  * it shows no tool-call syntax. */
 enum chat_tool_format chat_tool_format_of_template(const char *tpl, size_t len);
 const char *chat_tool_format_name(enum chat_tool_format f);
+/* Text after which generation must stop when tools are offered (Gemma 4 writes
+ * "<|tool_response>" after its calls and would go on to invent the response), or NULL. */
+const char *chat_tool_stop_text(enum chat_tool_format f);
 
 /* Splits text[0..len) into content and calls. ERR_NOMEM only; malformed calls are not an
  * error (they stay in the content). */

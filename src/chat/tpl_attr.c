@@ -116,8 +116,10 @@ int tpl_getitem(struct tpl_render *r, int line, const struct tv *obj, const stru
             return tv_str_new(obj->u.s->s + a, b - a, out) ? tpl_oom(r, line) : 0;
         }
         break;
-    case TV_LIST:
-        if (obj->u.l->kind != TL_GEN && seq_index(key, (int64_t)obj->u.l->n, &i)) {
+    case TV_LIST: /* dict views and generators are not subscriptable */
+        if ((obj->u.l->kind == TL_LIST || obj->u.l->kind == TL_TUPLE ||
+             obj->u.l->kind == TL_RANGE) &&
+            seq_index(key, (int64_t)obj->u.l->n, &i)) {
             *out = tv_ref(obj->u.l->v[i]);
             return 0;
         }
@@ -173,17 +175,15 @@ int tpl_slice(struct tpl_render *r, int line, const struct tv *obj, const struct
               struct tv *out) {
     if (obj->t == TV_UNDEF) return tpl_undefined_error(r, line, obj);
     int is_str = obj->t == TV_STR;
-    if (!is_str && !(obj->t == TV_LIST && obj->u.l->kind != TL_GEN)) {
-        *out = tv_undef(NULL);
-        return 0;
-    }
+    /* jinja2 slices with Python's own subscript (not the sandbox's getitem): errors raise */
+    if (!is_str &&
+        !(obj->t == TV_LIST &&
+          (obj->u.l->kind == TL_LIST || obj->u.l->kind == TL_TUPLE || obj->u.l->kind == TL_RANGE)))
+        return tpl_fail(r, line, "'%s' object is not subscriptable", tpl_type_name(obj));
     int64_t n = is_str ? (int64_t)obj->u.s->n_cp : (int64_t)obj->u.l->n, start, stop, step;
     int rc = slice_bounds(b, n, &start, &stop, &step);
     if (rc == -2) return tpl_fail(r, line, "slice step cannot be zero");
-    if (rc) {
-        *out = tv_undef(NULL);
-        return 0;
-    }
+    if (rc) return tpl_fail(r, line, "slice indices must be integers or None");
     if (tpl_step(r, line, (uint64_t)n / 8)) return -1;
     if (is_str) {
         const struct tv_str *s = obj->u.s;

@@ -166,6 +166,11 @@ TEST(detect) {
     }
 }
 
+TEST(stop_text) {
+    CHECK(!strcmp(chat_tool_stop_text(CHAT_TOOLS_GEMMA4), "<|tool_response>"));
+    CHECK(chat_tool_stop_text(CHAT_TOOLS_HERMES) == NULL);
+}
+
 TEST(ids) {
     uint64_t a = 42, b = 42;
     char x[30], y[30], z[30];
@@ -184,6 +189,7 @@ int main(void) {
     RUN(gemma4);
     RUN(llama3);
     RUN(detect);
+    RUN(stop_text);
     RUN(ids);
     return test_report();
 }
