@@ -9,6 +9,7 @@
 #include "base/log.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* bf16 reference mode: transformers rounds every op's output to bfloat16. */
@@ -41,7 +42,13 @@ static void kv_store(struct kv_cache *kv, int layer, int pos0, int T, const floa
     }
 }
 
-static void attention_block(struct model *m, struct kv_cache *kv, int li, int pos0, int T) {
+/* Rows [row0, row0 + n) of the step belong to one sequence, at positions pos0.. of kv. */
+struct seg {
+    struct kv_cache *kv;
+    int row0, n, pos0;
+};
+
+static void attention_block(struct model *m, const struct seg *sg, int n_seg, int li, int T) {
     const struct hf_config *c = &m->cfg;
     const struct layer *l = &m->layers[li];
     int H = c->hidden_size, D = c->head_dim;
@@ -58,27 +65,31 @@ static void attention_block(struct model *m, struct kv_cache *kv, int li, int po
         cpu_rmsnorm(m->q, m->q, l->q_norm, T * c->n_heads, D, c->rms_eps, bf);
         cpu_rmsnorm(m->k, m->k, l->k_norm, T * c->n_kv_heads, D, c->rms_eps, bf);
     }
-    cpu_rope(m->q, T, c->n_heads, D, pos0, m->inv_freq, bf);
-    cpu_rope(m->k, T, c->n_kv_heads, D, pos0, m->inv_freq, bf);
-    kv_store(kv, li, pos0, T, m->k, m->v);
-    size_t layer_off = (size_t)li * c->n_kv_heads * kv->cap * D;
-    struct cpu_attn a = {
-        .out = m->att,
-        .q = m->q,
-        .k = kv->k + layer_off,
-        .v = kv->v + layer_off,
-        .n = T,
-        .pos0 = pos0,
-        .cap = kv->cap,
-        .n_heads = c->n_heads,
-        .n_kv_heads = c->n_kv_heads,
-        .head_dim = D,
-        .window = c->sliding_window,
-        .scale = 1.0f / sqrtf((float)D),
-        .scratch = m->attn_scratch,
-        .bf16 = bf,
-    };
-    cpu_attention(m->pool, &a);
+    for (int i = 0; i < n_seg; i++) { /* positions, cache and attention are per sequence */
+        const struct seg *g = &sg[i];
+        float *q = m->q + (size_t)g->row0 * QD, *k = m->k + (size_t)g->row0 * KD;
+        cpu_rope(q, g->n, c->n_heads, D, g->pos0, m->inv_freq, bf);
+        cpu_rope(k, g->n, c->n_kv_heads, D, g->pos0, m->inv_freq, bf);
+        kv_store(g->kv, li, g->pos0, g->n, k, m->v + (size_t)g->row0 * KD);
+        size_t layer_off = (size_t)li * c->n_kv_heads * g->kv->cap * D;
+        struct cpu_attn a = {
+            .out = m->att + (size_t)g->row0 * QD,
+            .q = q,
+            .k = g->kv->k + layer_off,
+            .v = g->kv->v + layer_off,
+            .n = g->n,
+            .pos0 = g->pos0,
+            .cap = g->kv->cap,
+            .n_heads = c->n_heads,
+            .n_kv_heads = c->n_kv_heads,
+            .head_dim = D,
+            .window = c->sliding_window,
+            .scale = 1.0f / sqrtf((float)D),
+            .scratch = m->attn_scratch,
+            .bf16 = bf,
+        };
+        cpu_attention(m->pool, &a);
+    }
     cpu_matmul(m->pool, m->xn, m->att, l->wo.data, l->wo.dtype, NULL, T, QD, H);
     residual_add(m, m->x, m->xn, (size_t)T * H);
 }
@@ -113,6 +124,10 @@ int model_set_taps(struct model *m, const int *layers, int n) {
         }
         m->tap_layers[i] = layers[i];
     }
+    if (n && !m->taps_scratch) {
+        size_t b = sizeof(float) * MODEL_CHUNK * MODEL_MAX_TAPS * (size_t)m->cfg.hidden_size;
+        if (!(m->taps_scratch = malloc(b))) return ERR_NOMEM;
+    }
     m->n_taps = n;
     return OK;
 }
@@ -122,45 +137,92 @@ int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int 
     return model_forward_taps(m, kv, ids, n, logits, all_rows, NULL);
 }
 
-int model_forward_taps(struct model *m, struct kv_cache *kv, const int32_t *ids, int n,
-                       float *logits, int all_rows, float *taps) {
-    const struct hf_config *c = &m->cfg;
+static int check_ids(const struct model *m, struct kv_cache *kv, const int32_t *ids, int n) {
     if (n <= 0) return ERR_ARG;
     if (n > kv->cap - kv->len) {
         log_error("context full: %d positions held, %d more do not fit in %d", kv->len, n, kv->cap);
         return ERR_FULL;
     }
     for (int i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= c->vocab_size) {
-            log_error("token id %d is outside the vocabulary (size %d)", ids[i], c->vocab_size);
+        if (ids[i] < 0 || ids[i] >= m->cfg.vocab_size) {
+            log_error("token id %d is outside the vocabulary (size %d)", ids[i],
+                      m->cfg.vocab_size);
             return ERR_ARG;
         }
     }
+    return OK;
+}
+
+/* One pass of the layer stack over T rows (x holds their embeddings), the rows split into
+ * sequences by sg; taps of row r go to taps[r] when taps != NULL. */
+static void layers_pass(struct model *m, const struct seg *sg, int n_seg, int T, float *taps) {
+    const struct hf_config *c = &m->cfg;
+    round_if(m, m->x, (size_t)T * c->hidden_size);
+    for (int li = 0; li < c->n_layers; li++) {
+        attention_block(m, sg, n_seg, li, T);
+        layer_mlp(m->pool, &m->layers[li], c, m->x, m->xn, m->g, m->u, T, m->act_bf16);
+        if (taps) copy_tap(m, li, T, taps);
+    }
+}
+
+/* logits[n, V] of the rows x[row0 .. row0 + n) */
+static void head_rows(struct model *m, int row0, int n, float *logits) {
+    const struct hf_config *c = &m->cfg;
     int H = c->hidden_size, V = c->vocab_size;
+    cpu_rmsnorm(m->xn, m->x + (size_t)row0 * H, m->final_norm, n, H, c->rms_eps, m->act_bf16);
+    cpu_matmul(m->pool, logits, m->xn, m->lm_head.data, m->lm_head.dtype, NULL, n, H, V);
+    round_if(m, logits, (size_t)n * V);
+}
+
+int model_forward_batch(struct model *m, struct model_batch_item *items, int n_items) {
+    const struct hf_config *c = &m->cfg;
+    int H = c->hidden_size, nt = m->n_taps;
+    struct seg sg[MODEL_CHUNK];
+    for (int i = 0; i < n_items; i++) {
+        int rc = check_ids(m, items[i].kv, items[i].ids, items[i].n);
+        if (rc) return rc;
+    }
+    for (int first = 0; first < n_items;) {
+        /* as many whole items as fit in one step's rows */
+        int T = 0, k = 0;
+        while (first + k < n_items && k < MODEL_CHUNK && T + items[first + k].n <= MODEL_CHUNK)
+            T += items[first + k++].n;
+        if (k == 0) return ERR_ARG; /* an item wider than a step: use model_forward_taps */
+        for (int i = 0; i < k; i++) {
+            struct model_batch_item *it = &items[first + i];
+            int row0 = i ? sg[i - 1].row0 + sg[i - 1].n : 0;
+            sg[i] = (struct seg){it->kv, row0, it->n, it->kv->len};
+            embed_rows(m, it->ids, it->n, m->x + (size_t)row0 * H);
+        }
+        float *taps = nt ? m->taps_scratch : NULL;
+        layers_pass(m, sg, k, T, taps);
+        for (int i = 0; i < k; i++) {
+            struct model_batch_item *it = &items[first + i];
+            it->kv->len += it->n;
+            if (it->logits) head_rows(m, sg[i].row0, it->n, it->logits);
+            if (it->taps && taps)
+                memcpy(it->taps, taps + (size_t)sg[i].row0 * nt * H,
+                       sizeof(float) * (size_t)it->n * nt * H);
+        }
+        first += k;
+    }
+    return OK;
+}
+
+int model_forward_taps(struct model *m, struct kv_cache *kv, const int32_t *ids, int n,
+                       float *logits, int all_rows, float *taps) {
+    int rc = check_ids(m, kv, ids, n);
+    if (rc) return rc;
+    int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
     for (int done = 0; done < n; done += MODEL_CHUNK) {
         int T = n - done < MODEL_CHUNK ? n - done : MODEL_CHUNK;
-        int pos0 = kv->len;
+        struct seg sg = {kv, 0, T, kv->len};
         embed_rows(m, ids + done, T, m->x);
-        round_if(m, m->x, (size_t)T * H);
-        for (int li = 0; li < c->n_layers; li++) {
-            attention_block(m, kv, li, pos0, T);
-            layer_mlp(m->pool, &m->layers[li], c, m->x, m->xn, m->g, m->u, T, m->act_bf16);
-            if (taps) copy_tap(m, li, T, taps + (size_t)done * m->n_taps * H);
-        }
+        layers_pass(m, &sg, 1, T, taps ? taps + (size_t)done * m->n_taps * H : NULL);
         kv->len += T;
         if (!logits) continue;
-        int last_chunk = done + T == n;
-        if (all_rows) {
-            cpu_rmsnorm(m->xn, m->x, m->final_norm, T, H, c->rms_eps, m->act_bf16);
-            cpu_matmul(m->pool, logits + (size_t)done * V, m->xn, m->lm_head.data, m->lm_head.dtype,
-                       NULL, T, H, V);
-            round_if(m, logits + (size_t)done * V, (size_t)T * V);
-        } else if (last_chunk) {
-            cpu_rmsnorm(m->xn, m->x + (size_t)(T - 1) * H, m->final_norm, 1, H, c->rms_eps,
-                        m->act_bf16);
-            cpu_matmul(m->pool, logits, m->xn, m->lm_head.data, m->lm_head.dtype, NULL, 1, H, V);
-            round_if(m, logits, (size_t)V);
-        }
+        if (all_rows) head_rows(m, 0, T, logits + (size_t)done * V);
+        else if (done + T == n) head_rows(m, T - 1, 1, logits);
     }
     return OK;
 }

@@ -143,6 +143,7 @@ void model_free(struct model *m) {
     free(m->final_norm);
     free(m->x), free(m->xn), free(m->q), free(m->k), free(m->v), free(m->att);
     free(m->g), free(m->u), free(m->last_logits), free(m->attn_scratch), free(m->inv_freq);
+    free(m->taps_scratch);
     if (m->owns_pool) pool_free(m->pool);
     st_close(m->st);
     free(m);

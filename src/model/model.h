@@ -44,6 +44,19 @@ void kv_truncate(struct kv_cache *kv, int n); /* roll back to the first n positi
 int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int n, float *logits,
                   int all_rows);
 
+/* Several sequences in one pass, so each weight is read once for all of them (continuous
+ * batching). Item i runs ids[0..n) after its cache's contents, like model_forward_taps()
+ * with all_rows, and every row's result is bit-identical to running the item alone. Items
+ * wider than MODEL_CHUNK rows are refused (ERR_ARG); logits and taps may be NULL. */
+struct model_batch_item {
+    struct kv_cache *kv;
+    const int32_t *ids;
+    int n;
+    float *logits; /* [n, vocab] */
+    float *taps;   /* [n, n_taps * H] */
+};
+int model_forward_batch(struct model *m, struct model_batch_item *items, int n_items);
+
 /* ---- for drafters that read the target (DSpark, DFlash) ---- */
 
 #define MODEL_MAX_TAPS 16

@@ -25,6 +25,7 @@ struct model {
     /* step scratch, sized for MODEL_CHUNK rows at load (the hot loop never mallocs) */
     float *x, *xn, *q, *k, *v, *att, *g, *u, *last_logits;
     float *attn_scratch; /* [n_threads, max_pos] */
+    float *taps_scratch; /* [MODEL_CHUNK, MODEL_MAX_TAPS * H] once taps are set */
 };
 
 /* Rows per forward chunk: longer inputs are processed chunk by chunk (chunked prefill). */

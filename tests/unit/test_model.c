@@ -246,7 +246,44 @@ TEST(verify_rows_equal_single_steps) {
     }
 }
 
+/* Several sequences in one batched pass give, row for row, the logits each gives alone. */
+TEST(batched_forward_equals_single) {
+    const char *dir = "tests/data/golden/qwen3_f32";
+    if (!fs_exists(dir)) SKIP("tests/data/golden is absent");
+    struct model *m;
+    REQUIRE(model_load(dir, &(struct model_opts){.n_threads = 2}, &m) == 0);
+    int V = model_config(m)->vocab_size;
+    enum { NS = 5 };
+    struct kv_cache *a[NS], *b[NS];
+    int32_t ids[NS][40];
+    int pre[NS] = {3, 17, 1, 30, 9}, step[NS] = {1, 8, 3, 1, 5};
+    for (int i = 0; i < NS; i++) {
+        REQUIRE(kv_new(m, 128, &a[i]) == 0 && kv_new(m, 128, &b[i]) == 0);
+        for (int j = 0; j < 40; j++) ids[i][j] = (int32_t)((i * 31 + j * 7) % V);
+        CHECK(model_forward(m, a[i], ids[i], pre[i], NULL, 0) == 0);
+        CHECK(model_forward(m, b[i], ids[i], pre[i], NULL, 0) == 0);
+    }
+    float *la = malloc(sizeof(float) * V * 8 * NS), *lb = malloc(sizeof(float) * V * 8);
+    struct model_batch_item items[NS];
+    for (int i = 0; i < NS; i++)
+        items[i] = (struct model_batch_item){a[i], ids[i] + pre[i], step[i],
+                                             la + (size_t)i * 8 * V, NULL};
+    CHECK(model_forward_batch(m, items, NS) == 0);
+    int same = 0;
+    for (int i = 0; i < NS; i++) {
+        CHECK(model_forward(m, b[i], ids[i] + pre[i], step[i], lb, 1) == 0);
+        same += !memcmp(la + (size_t)i * 8 * V, lb, sizeof(float) * V * step[i]);
+        CHECK(kv_len(a[i]) == kv_len(b[i]));
+    }
+    printf("  %d of %d sequences bit-identical in a batch of %d rows\n", same, NS, 18);
+    CHECK(same == NS);
+    for (int i = 0; i < NS; i++) kv_free(a[i]), kv_free(b[i]);
+    free(la), free(lb);
+    model_free(m);
+}
+
 int main(void) {
+    RUN(batched_forward_equals_single);
     RUN(shared_golden_target);
     RUN(golden_folders);
     RUN(verify_rows_equal_single_steps);
