@@ -5,7 +5,15 @@
  * tojson, raise_exception and strftime_now). A parsed template is immutable: any number of
  * threads may render it at once. Rendering is bounded (steps, output, memory, recursion), so
  * no template or context can crash or hang the caller; errors come back as a return code
- * and a message. Output strings are heap copies the caller frees with free(). */
+ * and a message. Output strings are heap copies the caller frees with free().
+ *
+ * Outside the chat-template subset (errors when used): extends/block/include/import tags,
+ * recursive loops, the cycler/joiner/lipsum globals, the filters filesizeformat, groupby,
+ * pprint, random, striptags, truncate, urlencode, urlize, wordwrap and xmlattr, str.format
+ * specs (`{:>10}`), str.encode/translate/expandtabs. Known differences: integers are 64-bit
+ * (overflow is an error, Python has big ints); case mapping maps one code point to one
+ * ('ß'.upper() stays 'ß'); generators are lists underneath (iterable twice); methods of
+ * Markup strings return plain strings; functions and generators print without addresses. */
 #ifndef DSPARK_CHAT_TEMPLATE_H
 #define DSPARK_CHAT_TEMPLATE_H
 
