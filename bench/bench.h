@@ -19,20 +19,36 @@
 struct bw_job {
     const char *buf;
     size_t n_bytes;
+    int prefetch;    /* read like the matmul does, with its software prefetch */
     double sums[64]; /* per thread, so the reads cannot be optimised away */
 };
 
 static inline void bw_worker(void *arg, int ith, int nth) {
     struct bw_job *j = arg;
-    size_t per = j->n_bytes / (size_t)nth / 256 * 256;
+    size_t per = j->n_bytes / (size_t)nth / 16384 * 16384;
     const char *p = j->buf + per * (size_t)ith;
 #ifdef __AVX512F__
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i < per; i += 256) {
-        a0 = _mm512_add_ps(a0, _mm512_load_ps((const float *)(const void *)(p + i)));
-        a1 = _mm512_add_ps(a1, _mm512_load_ps((const float *)(const void *)(p + i + 64)));
-        a2 = _mm512_add_ps(a2, _mm512_load_ps((const float *)(const void *)(p + i + 128)));
-        a3 = _mm512_add_ps(a3, _mm512_load_ps((const float *)(const void *)(p + i + 192)));
+    if (j->prefetch) {
+        /* the matmul's pattern: 16 KiB tiles read as 8 rows of 2 KiB side by side, each line
+         * prefetched into L2 one tile ahead */
+        for (size_t t = 0; t < per; t += 16384)
+            for (size_t b = 0; b < 2048; b += 64)
+                for (size_t c = 0; c < 16384; c += 8192) {
+                    const char *q = p + t + b + c;
+                    for (size_t l = 0; l < 8192; l += 2048) __builtin_prefetch(q + 16384 + l, 0, 2);
+                    a0 = _mm512_add_ps(a0, _mm512_load_ps((const float *)(const void *)q));
+                    a1 = _mm512_add_ps(a1, _mm512_load_ps((const float *)(const void *)(q + 2048)));
+                    a2 = _mm512_add_ps(a2, _mm512_load_ps((const float *)(const void *)(q + 4096)));
+                    a3 = _mm512_add_ps(a3, _mm512_load_ps((const float *)(const void *)(q + 6144)));
+                }
+    } else {
+        for (size_t i = 0; i < per; i += 256) {
+            a0 = _mm512_add_ps(a0, _mm512_load_ps((const float *)(const void *)(p + i)));
+            a1 = _mm512_add_ps(a1, _mm512_load_ps((const float *)(const void *)(p + i + 64)));
+            a2 = _mm512_add_ps(a2, _mm512_load_ps((const float *)(const void *)(p + i + 128)));
+            a3 = _mm512_add_ps(a3, _mm512_load_ps((const float *)(const void *)(p + i + 192)));
+        }
     }
     j->sums[ith] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 #else
@@ -46,15 +62,17 @@ static inline void bw_worker(void *arg, int ith, int nth) {
 #endif
 }
 
-/* Best-of-`reps` read bandwidth in bytes/s of `pool`'s threads streaming over buf. */
-static inline double bw_measure_buf(struct pool *pool, const void *buf, size_t n_bytes, int reps) {
-    struct bw_job j = {.buf = buf, .n_bytes = n_bytes};
+/* Best-of-`reps` read bandwidth in bytes/s of `pool`'s threads streaming over buf (64-byte
+ * aligned), with or without software prefetch. */
+static inline double bw_measure_buf(struct pool *pool, const void *buf, size_t n_bytes,
+                                    int prefetch, int reps) {
+    struct bw_job j = {.buf = buf, .n_bytes = n_bytes, .prefetch = prefetch};
     double best = 0;
     for (int r = 0; r < reps; r++) {
         double t0 = timer_now();
         pool_run(pool, bw_worker, &j);
         double dt = timer_now() - t0;
-        double rate = (double)(n_bytes / (size_t)pool_size(pool) / 256 * 256) *
+        double rate = (double)(n_bytes / (size_t)pool_size(pool) / 16384 * 16384) *
                       pool_size(pool) / dt;
         if (rate > best) best = rate;
     }
@@ -62,13 +80,14 @@ static inline double bw_measure_buf(struct pool *pool, const void *buf, size_t n
 }
 
 /* Read bandwidth over a fresh anonymous buffer of n_bytes, with or without transparent huge
- * pages; returns 0 when the buffer cannot be had. */
-static inline double bw_measure(struct pool *pool, size_t n_bytes, int huge, int reps) {
+ * pages and software prefetch; returns 0 when the buffer cannot be had. */
+static inline double bw_measure(struct pool *pool, size_t n_bytes, int huge, int prefetch,
+                                int reps) {
     void *buf = mmap(NULL, n_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (buf == MAP_FAILED) return 0;
     if (huge) madvise(buf, n_bytes, MADV_HUGEPAGE);
     memset(buf, 1, n_bytes);
-    double r = bw_measure_buf(pool, buf, n_bytes, reps);
+    double r = bw_measure_buf(pool, buf, n_bytes, prefetch, reps);
     munmap(buf, n_bytes);
     return r;
 }

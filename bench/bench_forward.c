@@ -27,7 +27,7 @@ struct opts {
 };
 
 /* Best-of read bandwidth over the model file map (the pages the forward pass reads). */
-static double bw_file(struct pool *pool, const char *dir, int reps) {
+static double bw_file(struct pool *pool, const char *dir, int prefetch, int reps) {
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     int fd = open(path, O_RDONLY);
@@ -41,7 +41,7 @@ static double bw_file(struct pool *pool, const char *dir, int reps) {
     void *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (p == MAP_FAILED) return 0;
-    double r = bw_measure_buf(pool, p, n, reps);
+    double r = bw_measure_buf(pool, p, n, prefetch, reps);
     munmap(p, n);
     return r;
 }
@@ -53,32 +53,60 @@ static void fill_ids(int32_t *ids, int n, int vocab, uint32_t seed) {
     }
 }
 
-/* Seconds for model_forward of n ids at context ctx, min over reps. */
-static double time_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int ctx,
-                           int n, float *logits, int all_rows, int reps) {
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        kv_truncate(kv, ctx);
-        double t0 = timer_now();
-        if (model_forward(m, kv, ids, n, logits, all_rows)) return -1;
-        double dt = timer_now() - t0;
-        if (dt < best) best = dt;
+/* One timed forward: n ids (or n_steps single-token steps) after a cache of ctx positions. */
+struct fwd {
+    struct model *m;
+    struct kv_cache *kv;
+    const int32_t *ids; /* the prompt, then the ids to time */
+    int ctx, n, n_steps, all_rows;
+    float *logits;
+};
+
+static int fwd_prep(void *arg) {
+    struct fwd *f = arg;
+    if (kv_len(f->kv) < f->ctx) {
+        kv_truncate(f->kv, 0);
+        if (model_forward(f->m, f->kv, f->ids, f->ctx, NULL, 0)) return -1;
     }
-    return best;
+    kv_truncate(f->kv, f->ctx);
+    return 0;
+}
+
+static int fwd_run(void *arg) {
+    struct fwd *f = arg;
+    if (f->n_steps) {
+        for (int s = 0; s < f->n_steps; s++)
+            if (model_forward(f->m, f->kv, f->ids + f->ctx + s, 1, f->logits, 0)) return -1;
+        return 0;
+    }
+    return model_forward(f->m, f->kv, f->ids + f->ctx, f->n, f->logits, f->all_rows);
+}
+
+/* Min seconds over reps undisturbed runs; notes on stdout when other processes interfered. */
+static double timed(struct fwd *f, int reps) {
+    int clean;
+    double t = bench_min(fwd_prep, fwd_run, f, reps, &clean);
+    if (t >= 0 && clean < reps) printf("  (only %d of %d runs undisturbed)\n", clean, reps);
+    return t;
 }
 
 static int run(const struct opts *o, int th) {
     printf("\n== %d thread%s\n", th, th > 1 ? "s" : "");
     struct pool *pool = pool_new(th);
-    double bw4k = bw_measure(pool, (size_t)1 << 30, 0, o->reps);
-    double bwhuge = bw_measure(pool, (size_t)1 << 30, 1, o->reps);
-    double bwfile = bw_file(pool, o->dir, o->reps);
+    /* [page kind][prefetch]: 4 KiB anonymous, huge anonymous, the model file's map */
+    double r[3][2], bw = 0;
+    for (int pf = 0; pf < 2; pf++) {
+        r[0][pf] = bw_measure(pool, (size_t)1 << 30, 0, pf, o->reps);
+        r[1][pf] = bw_measure(pool, (size_t)1 << 30, 1, pf, o->reps);
+        r[2][pf] = bw_file(pool, o->dir, pf, o->reps);
+    }
     pool_free(pool);
-    double bw = bw4k > bwhuge ? bw4k : bwhuge;
-    if (bwfile > bw) bw = bwfile;
-    printf("read bandwidth: %.1f GB/s (4 KiB pages), %.1f GB/s (huge pages), %.1f GB/s "
-           "(model file map); roofline uses %.1f\n",
-           bw4k / 1e9, bwhuge / 1e9, bwfile / 1e9, bw / 1e9);
+    for (int i = 0; i < 3; i++)
+        for (int pf = 0; pf < 2; pf++) bw = r[i][pf] > bw ? r[i][pf] : bw;
+    printf("read bandwidth, GB/s (plain / with prefetch): 4 KiB pages %.1f / %.1f, huge pages "
+           "%.1f / %.1f, model file map %.1f / %.1f; roofline uses the best, %.1f\n",
+           r[0][0] / 1e9, r[0][1] / 1e9, r[1][0] / 1e9, r[1][1] / 1e9, r[2][0] / 1e9, r[2][1] / 1e9,
+           bw / 1e9);
     bench_quiesce();
 
     struct model_opts mo = {.n_threads = th};
@@ -98,40 +126,36 @@ static int run(const struct opts *o, int th) {
     printf("weights read per decode step: %.3f GB -> roofline %.1f tok/s (%.2f ms/token)\n",
            wbytes / 1e9, roof, 1e3 / roof);
 
-    /* prefill (warm the page cache first) */
-    time_forward(m, kv, ids, 0, 64, logits, 0, 1);
+    /* prefill from an empty cache (a first, untimed pass warms the page cache) */
+    struct fwd f = {.m = m, .kv = kv, .ids = ids, .logits = logits};
+    f.n = 64;
+    if (fwd_prep(&f) || fwd_run(&f)) return 1;
     const int pre[] = {64, 512};
     for (int i = 0; i < 2; i++) {
-        int reps = pre[i] > 64 ? (o->reps + 1) / 2 : o->reps;
-        double t = time_forward(m, kv, ids, 0, pre[i], logits, 0, reps);
+        f.n = pre[i];
+        double t = timed(&f, pre[i] > 64 ? (o->reps + 1) / 2 : o->reps);
         if (t < 0) return 1;
         printf("prefill %4d tokens: %8.1f ms  %7.1f tok/s\n", pre[i], t * 1e3, pre[i] / t);
     }
 
     /* decode: n_decode single steps after a CTX-token prompt */
-    double best = 1e30;
-    for (int r = 0; r < o->reps; r++) {
-        kv_truncate(kv, 0);
-        if (model_forward(m, kv, ids, CTX, NULL, 0)) return 1;
-        double t0 = timer_now();
-        for (int s = 0; s < o->n_decode; s++)
-            if (model_forward(m, kv, ids + CTX + s, 1, logits, 0)) return 1;
-        double dt = timer_now() - t0;
-        if (dt < best) best = dt;
-    }
+    f = (struct fwd){.m = m, .kv = kv, .ids = ids, .logits = logits, .ctx = CTX,
+                     .n_steps = o->n_decode};
+    double best = timed(&f, o->reps);
+    if (best < 0) return 1;
     double tps = o->n_decode / best;
     printf("decode %d steps: %.2f ms/token  %.1f tok/s  = %.1f%% of roofline (%.1f GB/s "
            "effective)\n",
            o->n_decode, best / o->n_decode * 1e3, tps, 100 * tps / roof, tps * wbytes / 1e9);
 
     /* verify-style passes over k new tokens at context CTX */
-    kv_truncate(kv, 0);
-    if (model_forward(m, kv, ids, CTX, NULL, 0)) return 1;
     const int ks[] = {1, 2, 4, 8, 16};
     double t1 = 0;
     printf("k-token pass at context %d (all rows' logits):\n", CTX);
     for (int i = 0; i < 5; i++) {
-        double t = time_forward(m, kv, ids + CTX, CTX, ks[i], logits, 1, o->reps);
+        f = (struct fwd){.m = m, .kv = kv, .ids = ids, .logits = logits, .ctx = CTX, .n = ks[i],
+                         .all_rows = 1};
+        double t = timed(&f, o->reps);
         if (t < 0) return 1;
         if (ks[i] == 1) t1 = t;
         printf("  k=%2d: %7.2f ms  %.2fx k=1\n", ks[i], t * 1e3, t / t1);
