@@ -15,12 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct run {
+struct gen_seq {
     const struct gen_engine *e;
-    const struct gen_params *p;
+    const struct gen_params *p; /* the caller's; it and its stop strings outlive the seq */
     gen_emit_fn *emit;
     void *ctx;
-    struct gen_result *out;
+    struct gen_result *out; /* &res */
+    struct gen_result res;
     int32_t *seq; /* prompt + committed output */
     int n_seq, cap_seq;
     int ids_cap;
@@ -30,6 +31,19 @@ struct run {
     int32_t tok_eos;
     int done;
     int rc;
+    /* the sequence's engine state */
+    struct drafter lookup, dm;
+    struct kv_cache *kv;
+    struct sampler *s;
+    struct verify v;
+    int max_draft, tapped, tap_width, drafted_cap;
+    long cap;
+    double t0; /* decode start */
+    /* the round in flight: pending token + drafts, and where they go in the cache */
+    int32_t in[1 + VERIFY_MAX_DRAFT];
+    const struct sample_dist *qs[VERIFY_MAX_DRAFT];
+    struct draft d;
+    int n_in, from_lookup, pos;
 };
 
 static int push_id(int32_t **a, int *n, int *cap, int32_t id) {
@@ -44,7 +58,7 @@ static int push_id(int32_t **a, int *n, int *cap, int32_t id) {
     return OK;
 }
 
-static int append_text(struct run *r, const char *s, size_t n) {
+static int append_text(struct gen_seq *r, const char *s, size_t n) {
     struct gen_result *o = r->out;
     if (o->text_len + n + 1 > r->text_cap) {
         size_t c = r->text_cap ? r->text_cap : 256;
@@ -60,7 +74,7 @@ static int append_text(struct run *r, const char *s, size_t n) {
     return OK;
 }
 
-static int is_eos(const struct run *r, int32_t id) {
+static int is_eos(const struct gen_seq *r, int32_t id) {
     for (int i = 0; i < r->p->n_stop_ids; i++)
         if (r->p->stop_ids[i] == id) return 1;
     if (r->p->ignore_eos) return 0;
@@ -68,7 +82,7 @@ static int is_eos(const struct run *r, int32_t id) {
 }
 
 /* Earliest stop string in text at or after `from`; returns its start or -1. */
-static long find_stop(const struct run *r, size_t from) {
+static long find_stop(const struct gen_seq *r, size_t from) {
     const char *t = r->out->text;
     long best = -1;
     for (int i = 0; i < r->p->n_stop; i++) {
@@ -83,7 +97,7 @@ static long find_stop(const struct run *r, size_t from) {
 
 /* How much text may be shown: everything except what could still begin a stop string, never
  * cutting a UTF-8 character. */
-static size_t safe_len(const struct run *r) {
+static size_t safe_len(const struct gen_seq *r) {
     size_t n = r->out->text_len;
     if (r->max_stop > 1 && !r->done) n = n > r->max_stop - 1 ? n - (r->max_stop - 1) : 0;
     const char *t = r->out->text;
@@ -92,7 +106,7 @@ static size_t safe_len(const struct run *r) {
 }
 
 static int commit(void *ctx, int32_t id, const struct logprobs *lp) {
-    struct run *r = ctx;
+    struct gen_seq *r = ctx;
     struct gen_result *o = r->out;
     if ((r->rc = push_id(&o->ids, &o->n_ids, &r->ids_cap, id)) ||
         (r->rc = push_id(&r->seq, &r->n_seq, &r->cap_seq, id)))
@@ -135,7 +149,7 @@ static int commit(void *ctx, int32_t id, const struct logprobs *lp) {
     return r->done;
 }
 
-static int record_round(struct run *r, const struct draft *d, int acc, int from_lookup,
+static int record_round(struct gen_seq *r, const struct draft *d, int acc, int from_lookup,
                         int *drafted_cap) {
     struct gen_result *o = r->out;
     int n = o->stats.rounds;
@@ -187,11 +201,51 @@ static int setup_drafters(const struct gen_params *p, const struct gen_engine *e
     return rc;
 }
 
-int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
-            const struct gen_params *p, gen_emit_fn *emit, void *ctx, struct gen_result *out) {
-    memset(out, 0, sizeof *out);
-    struct gen_stats *st = &out->stats;
-    st->n_prompt = n_prompt;
+/* Frees the engine state; the result stays in r->res. */
+static void seq_release(struct gen_seq *r) {
+    if (r->tapped) model_set_taps(r->e->target, NULL, 0);
+    drafter_free(&r->lookup);
+    drafter_free(&r->dm);
+    verify_deinit(&r->v);
+    sampler_free(r->s);
+    kv_free(r->kv);
+    detok_free(r->dt);
+    free(r->seq);
+    r->tapped = 0, r->kv = NULL, r->s = NULL, r->dt = NULL, r->seq = NULL;
+}
+
+void gen_seq_free(struct gen_seq *r) {
+    if (!r) return;
+    seq_release(r);
+    gen_result_free(&r->res);
+    free(r);
+}
+
+/* Prefills the whole prompt (its taps go to the drafter) and commits the first token from
+ * the last row, as a round without drafts would. */
+static int prefill(struct gen_seq *r, const int32_t *prompt, int n_prompt) {
+    struct gen_stats *st = &r->res.stats;
+    float *ptaps = NULL;
+    double t0 = timer_now();
+    if (r->tapped &&
+        !(ptaps = malloc(sizeof(float) * (size_t)r->tap_width * (size_t)n_prompt)))
+        return ERR_NOMEM;
+    int rc = model_forward_taps(r->e->target, r->kv, prompt, n_prompt, r->v.logits, 0, ptaps);
+    if (!rc && r->tapped) rc = r->dm.ops->observe(&r->dm, ptaps, 0, n_prompt);
+    free(ptaps);
+    if (rc) return rc;
+    st->target_forwards += (n_prompt - 1) / MODEL_CHUNK_ROWS + 1;
+    st->prefill_s = timer_now() - t0;
+    int acc, stopped;
+    static const struct draft none = {0};
+    if ((rc = verify_decide(&r->v, &none, commit, r, &acc, &stopped))) return rc;
+    r->t0 = timer_now();
+    return r->rc;
+}
+
+int gen_seq_new(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
+                const struct gen_params *p, gen_emit_fn *emit, void *ctx, struct gen_seq **out) {
+    *out = NULL;
     const struct hf_config *c = model_config(e->target);
     if (n_prompt <= 0 || p->max_tokens <= 0) {
         log_error(n_prompt <= 0 ? "the prompt is empty: at least one token is needed"
@@ -202,6 +256,11 @@ int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
         log_error("the prompt has %d tokens; the model's context is %d", n_prompt, c->max_pos);
         return ERR_FULL;
     }
+    struct gen_seq *r = calloc(1, sizeof *r);
+    if (!r) return ERR_NOMEM;
+    *r = (struct gen_seq){.e = e, .p = p, .emit = emit, .ctx = ctx, .tok_eos = -1};
+    r->out = &r->res;
+    r->res.stats.n_prompt = n_prompt;
     int max_draft = p->mode == GEN_BASELINE ? 0 : p->max_draft;
     if ((p->mode == GEN_DSPARK || p->mode == GEN_DFLASH) && e->block && max_draft <= 0) {
         int B = block_model_config(e->block)->block_size; /* 0: the whole block */
@@ -209,113 +268,146 @@ int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
     }
     if (max_draft < 0) max_draft = 0;
     if (max_draft > VERIFY_MAX_DRAFT) max_draft = VERIFY_MAX_DRAFT;
-    struct run r = {.e = e, .p = p, .emit = emit, .ctx = ctx, .out = out, .tok_eos = -1};
-    struct drafter lookup = {0}, dm = {0};
-    struct kv_cache *kv = NULL;
-    struct sampler *s = NULL;
-    struct verify v = {0};
-    int rc, drafted_cap = 0, tapped = 0;
-    float *ptaps = NULL;
-    long cap = (long)n_prompt + p->max_tokens + max_draft + 1;
-    if (cap > c->max_pos) cap = c->max_pos;
+    r->max_draft = max_draft;
+    r->cap = (long)n_prompt + p->max_tokens + max_draft + 1;
+    if (r->cap > c->max_pos) r->cap = c->max_pos;
     for (int i = 0; i < p->n_stop; i++)
-        if (strlen(p->stop[i]) > r.max_stop) r.max_stop = strlen(p->stop[i]);
+        if (strlen(p->stop[i]) > r->max_stop) r->max_stop = strlen(p->stop[i]);
+    int rc = OK;
     if (e->tok) {
-        r.tok_eos = tokenizer_eos_id(e->tok);
-        if (!(r.dt = detok_new(e->tok))) return ERR_NOMEM;
+        r->tok_eos = tokenizer_eos_id(e->tok);
+        if (!(r->dt = detok_new(e->tok))) rc = ERR_NOMEM;
     }
-    if ((rc = append_text(&r, "", 0))) goto done;
-    if (!(s = sampler_new(&p->sp, c->vocab_size))) {
-        rc = ERR_NOMEM;
-        goto done;
+    if (!rc) rc = append_text(r, "", 0);
+    if (!rc && !(r->s = sampler_new(&p->sp, c->vocab_size))) rc = ERR_NOMEM;
+    if (!rc) rc = kv_new(e->target, (int)r->cap, &r->kv);
+    if (!rc) rc = setup_drafters(p, e, max_draft, (int)r->cap, &r->lookup, &r->dm);
+    r->tap_width = r->dm.n_taps * c->hidden_size; /* the drafter reads the target's layers */
+    if (!rc && r->dm.n_taps && !(rc = model_set_taps(e->target, r->dm.tap_layers, r->dm.n_taps)))
+        r->tapped = 1;
+    if (!rc) rc = verify_init(&r->v, e->target, r->kv, r->s, max_draft, p->top_logprobs,
+                              r->tap_width);
+    for (int i = 0; !rc && i < n_prompt; i++) rc = push_id(&r->seq, &r->n_seq, &r->cap_seq, prompt[i]);
+    if (!rc) rc = prefill(r, prompt, n_prompt);
+    if (rc) {
+        gen_seq_free(r);
+        return rc;
     }
-    if ((rc = kv_new(e->target, (int)cap, &kv)) ||
-        (rc = setup_drafters(p, e, max_draft, (int)cap, &lookup, &dm)))
-        goto done;
-    int tap_width = dm.n_taps * c->hidden_size; /* the drafter reads the target's layers */
-    if (dm.n_taps) {
-        if ((rc = model_set_taps(e->target, dm.tap_layers, dm.n_taps))) goto done;
-        tapped = 1;
+    *out = r;
+    return OK;
+}
+
+int gen_seq_done(const struct gen_seq *r) { return r->done; }
+
+/* Chooses this round's drafts; afterwards r->in[0..n_in) is what the target must run. */
+static int propose(struct gen_seq *r) {
+    struct gen_stats *st = &r->res.stats;
+    int room = (int)r->cap - kv_len(r->kv) - 1;
+    int remaining = r->p->max_tokens - st->n_generated;
+    r->d = (struct draft){.ids = r->in + 1, .q = r->qs, .n = 0, .cap = VERIFY_MAX_DRAFT};
+    r->from_lookup = 0;
+    r->n_in = 0;
+    if (room < 0) { /* the context is full */
+        r->res.finish = GEN_FINISH_LENGTH;
+        r->done = 1;
+        return OK;
     }
-    if ((rc = verify_init(&v, e->target, kv, s, max_draft, p->top_logprobs, tap_width))) goto done;
-    for (int i = 0; i < n_prompt; i++)
-        if ((rc = push_id(&r.seq, &r.n_seq, &r.cap_seq, prompt[i]))) goto done;
-    /* Prefill the whole prompt (its taps go to the drafter), then commit the first token
-     * from the last row as a round without drafts would. */
-    double t0 = timer_now();
-    if (tapped && !(ptaps = malloc(sizeof(float) * (size_t)tap_width * (size_t)n_prompt))) {
-        rc = ERR_NOMEM;
-        goto done;
+    int kmax = r->max_draft;
+    if (kmax > remaining - 1) kmax = remaining - 1;
+    if (kmax > room) kmax = room;
+    double td = timer_now();
+    int rc = OK;
+    if (kmax > 0 && r->lookup.ops) {
+        rc = r->lookup.ops->propose(&r->lookup, r->seq, r->n_seq, kmax < 6 ? kmax : 6, &r->d);
+        r->from_lookup = r->d.n > 0;
     }
-    if ((rc = model_forward_taps(e->target, kv, prompt, n_prompt, v.logits, 0, ptaps))) goto done;
-    if (tapped && (rc = dm.ops->observe(&dm, ptaps, 0, n_prompt))) goto done;
-    st->target_forwards += (n_prompt - 1) / 256 + 1;
-    int acc0, stopped0;
-    static const struct draft none = {0};
-    if ((rc = verify_decide(&v, &none, commit, &r, &acc0, &stopped0)) || (rc = r.rc)) goto done;
-    st->prefill_s = timer_now() - t0;
-    t0 = timer_now();
-    int32_t ids[VERIFY_MAX_DRAFT];
-    const struct sample_dist *qs[VERIFY_MAX_DRAFT];
-    while (!r.done) {
-        int room = (int)cap - kv_len(kv) - 1;
-        int remaining = p->max_tokens - st->n_generated;
-        if (room < 0) {
-            out->finish = GEN_FINISH_LENGTH;
-            break;
-        }
-        int kmax = max_draft;
-        if (kmax > remaining - 1) kmax = remaining - 1;
-        if (kmax > room) kmax = room;
-        struct draft d = {.ids = ids, .q = qs, .n = 0, .cap = VERIFY_MAX_DRAFT};
-        int from_lookup = 0;
-        double td = timer_now();
-        if (kmax > 0 && lookup.ops) {
-            if ((rc = lookup.ops->propose(&lookup, r.seq, r.n_seq, kmax < 6 ? kmax : 6, &d))) break;
-            from_lookup = d.n > 0;
-        }
-        if (kmax > 0 && !d.n && dm.ops && (rc = dm.ops->propose(&dm, r.seq, r.n_seq, kmax, &d)))
-            break;
-        st->draft_s += timer_now() - td;
-        int acc, stopped, pos = kv_len(kv);
-        if ((rc = verify_round(&v, r.seq[r.n_seq - 1], &d, commit, &r, &acc, &stopped))) break;
-        if (r.rc) {
-            rc = r.rc;
-            break;
-        }
-        /* the pending token and the accepted drafts are committed: the drafter reads them */
-        if (tapped && !r.done && (rc = dm.ops->observe(&dm, v.taps, pos, acc + 1))) break;
-        if (p->trace && (rc = record_round(&r, &d, acc, from_lookup, &drafted_cap))) break;
-        st->rounds++;
-        st->target_forwards++;
-        st->drafted += d.n;
-        st->accepted += acc;
-        st->accept_hist[acc < GEN_ACCEPT_BUCKETS - 1 ? acc : GEN_ACCEPT_BUCKETS - 1]++;
-        st->lookup_rounds += from_lookup;
-        if (kv_len(kv) >= cap - 1 && !r.done) {
-            out->finish = GEN_FINISH_LENGTH;
-            break;
-        }
-    }
-    st->decode_s = timer_now() - t0;
-    if (!rc && !r.done && r.dt) { /* context end: show what was held back */
-        r.done = 1;
-        size_t safe = safe_len(&r);
-        if (r.emit && safe > r.emitted)
-            r.emit(r.ctx, -1, out->text + r.emitted, safe - r.emitted, NULL);
-    }
-done:
-    if (tapped) model_set_taps(e->target, NULL, 0);
-    free(ptaps);
-    drafter_free(&lookup);
-    drafter_free(&dm);
-    verify_deinit(&v);
-    sampler_free(s);
-    kv_free(kv);
-    detok_free(r.dt);
-    free(r.seq);
-    if (rc) gen_result_free(out);
+    if (!rc && kmax > 0 && !r->d.n && r->dm.ops)
+        rc = r->dm.ops->propose(&r->dm, r->seq, r->n_seq, kmax, &r->d);
+    st->draft_s += timer_now() - td;
+    r->in[0] = r->seq[r->n_seq - 1];
+    r->n_in = 1 + r->d.n;
+    r->pos = kv_len(r->kv);
     return rc;
+}
+
+/* After the target ran r->in (logits and taps in r->v): decide, roll back, feed the drafter. */
+static int apply(struct gen_seq *r) {
+    struct gen_stats *st = &r->res.stats;
+    int acc, stopped;
+    int rc = verify_decide(&r->v, &r->d, commit, r, &acc, &stopped);
+    kv_truncate(r->kv, r->pos + 1 + acc);
+    if (!rc) rc = r->rc;
+    /* the pending token and the accepted drafts are committed: the drafter reads them */
+    if (!rc && r->tapped && !r->done) rc = r->dm.ops->observe(&r->dm, r->v.taps, r->pos, acc + 1);
+    if (!rc && r->p->trace) rc = record_round(r, &r->d, acc, r->from_lookup, &r->drafted_cap);
+    st->rounds++;
+    st->target_forwards++;
+    st->drafted += r->d.n;
+    st->accepted += acc;
+    st->accept_hist[acc < GEN_ACCEPT_BUCKETS - 1 ? acc : GEN_ACCEPT_BUCKETS - 1]++;
+    st->lookup_rounds += r->from_lookup;
+    if (!r->done && kv_len(r->kv) >= r->cap - 1) {
+        r->res.finish = GEN_FINISH_LENGTH;
+        r->done = 1;
+    }
+    return rc;
+}
+
+int gen_seq_step(struct gen_seq *r) {
+    if (r->done) return OK;
+    int rc = propose(r);
+    if (rc || r->done) return rc;
+    rc = model_forward_taps(r->e->target, r->kv, r->in, r->n_in, r->v.logits, 1, r->v.taps);
+    return rc ? rc : apply(r);
+}
+
+int gen_step_batch(struct gen_seq **seqs, int n) {
+    struct model_batch_item items[GEN_MAX_BATCH];
+    struct gen_seq *live[GEN_MAX_BATCH];
+    int k = 0, rc = OK;
+    if (n > GEN_MAX_BATCH) return ERR_ARG;
+    for (int i = 0; i < n; i++) {
+        struct gen_seq *r = seqs[i];
+        if (r->done) continue;
+        if ((rc = propose(r))) return rc;
+        if (r->done) continue;
+        items[k] = (struct model_batch_item){r->kv, r->in, r->n_in, r->v.logits, r->v.taps};
+        live[k++] = r;
+    }
+    if (!k) return OK;
+    if ((rc = model_forward_batch(seqs[0]->e->target, items, k))) return rc;
+    for (int i = 0; i < k && !rc; i++) rc = apply(live[i]);
+    return rc;
+}
+
+int gen_seq_finish(struct gen_seq *r, struct gen_result *out) {
+    struct gen_stats *st = &r->res.stats;
+    st->decode_s = r->t0 > 0 ? timer_now() - r->t0 : 0;
+    if (!r->done && r->dt) r->done = 1; /* stopped from outside */
+    if (r->dt) { /* show what was held back */
+        size_t safe = safe_len(r);
+        if (r->emit && safe > r->emitted)
+            r->emit(r->ctx, -1, r->res.text + r->emitted, safe - r->emitted, NULL);
+        r->emitted = safe;
+    }
+    *out = r->res;
+    memset(&r->res, 0, sizeof r->res);
+    gen_seq_free(r);
+    return OK;
+}
+
+int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
+            const struct gen_params *p, gen_emit_fn *emit, void *ctx, struct gen_result *out) {
+    memset(out, 0, sizeof *out);
+    struct gen_seq *r;
+    int rc = gen_seq_new(e, prompt, n_prompt, p, emit, ctx, &r);
+    if (rc) return rc;
+    while (!rc && !r->done) rc = gen_seq_step(r);
+    if (rc) {
+        gen_seq_free(r);
+        return rc;
+    }
+    return gen_seq_finish(r, out);
 }
 
 static const char *const mode_names[] = {"baseline", "lookup", "draft", "dspark", "dflash"};

@@ -85,6 +85,22 @@ typedef int gen_emit_fn(void *ctx, int32_t id, const char *text, size_t len,
 
 int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
             const struct gen_params *p, gen_emit_fn *emit, void *ctx, struct gen_result *out);
+
+/* ---- the same, one round at a time, for schedulers that interleave sequences ----
+ * gen_seq_new() prefills and commits the first token; each step runs one round; steps of
+ * several sequences can share one batched target pass (gen_step_batch), with results
+ * bit-identical to stepping each alone. params (and its stop strings) must outlive the seq.
+ * gen_seq_finish() hands over the result and frees the seq. All sequences stepped together
+ * must use the same engine and mode. */
+#define GEN_MAX_BATCH 64
+struct gen_seq;
+int gen_seq_new(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
+                const struct gen_params *p, gen_emit_fn *emit, void *ctx, struct gen_seq **out);
+int gen_seq_step(struct gen_seq *s);
+int gen_step_batch(struct gen_seq **seqs, int n);
+int gen_seq_done(const struct gen_seq *s);
+int gen_seq_finish(struct gen_seq *s, struct gen_result *out);
+void gen_seq_free(struct gen_seq *s); /* abandons it; NULL is a no-op */
 void gen_result_free(struct gen_result *r);
 
 #endif

@@ -13,6 +13,8 @@
 struct model;
 struct kv_cache;
 
+#define MODEL_CHUNK_ROWS 256 /* rows per forward step; longer inputs run in chunks */
+
 struct pool;
 
 struct model_opts {

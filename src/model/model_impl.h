@@ -29,7 +29,7 @@ struct model {
 };
 
 /* Rows per forward chunk: longer inputs are processed chunk by chunk (chunked prefill). */
-#define MODEL_CHUNK 256
+#define MODEL_CHUNK MODEL_CHUNK_ROWS
 
 struct kv_cache {
     int n_layers, n_kv_heads, head_dim;
