@@ -32,6 +32,8 @@ static void usage(FILE *f) {
                "  --default-top-k K\n"
                "  --max-body-mb N          reject larger request bodies with 413 (default 8)\n"
                "  --max-queue N            queued requests beyond this get 503 (default 64)\n"
+               "  --max-batch N            sequences generated together, sharing each weight\n"
+               "                           read (default 1)\n"
                "  --threads N              CPU threads (default: all cores)\n");
 }
 
@@ -87,6 +89,8 @@ int cmd_serve(int argc, char **argv) {
             bad = args_int("--default-top-k", a.value, 0, 1 << 24, &o.default_top_k);
         } else if (args_flag(&a, "--max-body-mb")) {
             bad = args_int("--max-body-mb", a.value, 1, 4096, &mb);
+        } else if (args_flag(&a, "--max-batch")) {
+            bad = args_int("--max-batch", a.value, 1, 64, &o.max_batch);
         } else if (args_flag(&a, "--max-queue")) {
             bad = args_int("--max-queue", a.value, 1, 1 << 16, &o.max_queue);
         } else if (args_flag(&a, "--threads")) {

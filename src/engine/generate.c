@@ -203,7 +203,7 @@ static int setup_drafters(const struct gen_params *p, const struct gen_engine *e
 
 /* Frees the engine state; the result stays in r->res. */
 static void seq_release(struct gen_seq *r) {
-    if (r->tapped) model_set_taps(r->e->target, NULL, 0);
+    /* the target's taps stay set: other sequences of the same engine may still read them */
     drafter_free(&r->lookup);
     drafter_free(&r->dm);
     verify_deinit(&r->v);
@@ -227,8 +227,7 @@ static int prefill(struct gen_seq *r, const int32_t *prompt, int n_prompt) {
     struct gen_stats *st = &r->res.stats;
     float *ptaps = NULL;
     double t0 = timer_now();
-    if (r->tapped &&
-        !(ptaps = malloc(sizeof(float) * (size_t)r->tap_width * (size_t)n_prompt)))
+    if (r->tapped && !(ptaps = malloc(sizeof(float) * (size_t)r->tap_width * (size_t)n_prompt)))
         return ERR_NOMEM;
     int rc = model_forward_taps(r->e->target, r->kv, prompt, n_prompt, r->v.logits, 0, ptaps);
     if (!rc && r->tapped) rc = r->dm.ops->observe(&r->dm, ptaps, 0, n_prompt);
@@ -285,9 +284,10 @@ int gen_seq_new(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
     r->tap_width = r->dm.n_taps * c->hidden_size; /* the drafter reads the target's layers */
     if (!rc && r->dm.n_taps && !(rc = model_set_taps(e->target, r->dm.tap_layers, r->dm.n_taps)))
         r->tapped = 1;
-    if (!rc) rc = verify_init(&r->v, e->target, r->kv, r->s, max_draft, p->top_logprobs,
-                              r->tap_width);
-    for (int i = 0; !rc && i < n_prompt; i++) rc = push_id(&r->seq, &r->n_seq, &r->cap_seq, prompt[i]);
+    if (!rc)
+        rc = verify_init(&r->v, e->target, r->kv, r->s, max_draft, p->top_logprobs, r->tap_width);
+    for (int i = 0; !rc && i < n_prompt; i++)
+        rc = push_id(&r->seq, &r->n_seq, &r->cap_seq, prompt[i]);
     if (!rc) rc = prefill(r, prompt, n_prompt);
     if (rc) {
         gen_seq_free(r);
@@ -297,7 +297,9 @@ int gen_seq_new(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
     return OK;
 }
 
-int gen_seq_done(const struct gen_seq *r) { return r->done; }
+int gen_seq_done(const struct gen_seq *r) {
+    return r->done;
+}
 
 /* Chooses this round's drafts; afterwards r->in[0..n_in) is what the target must run. */
 static int propose(struct gen_seq *r) {
@@ -384,7 +386,7 @@ int gen_seq_finish(struct gen_seq *r, struct gen_result *out) {
     struct gen_stats *st = &r->res.stats;
     st->decode_s = r->t0 > 0 ? timer_now() - r->t0 : 0;
     if (!r->done && r->dt) r->done = 1; /* stopped from outside */
-    if (r->dt) { /* show what was held back */
+    if (r->dt) {                        /* show what was held back */
         size_t safe = safe_len(r);
         if (r->emit && safe > r->emitted)
             r->emit(r->ctx, -1, r->res.text + r->emitted, safe - r->emitted, NULL);

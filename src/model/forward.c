@@ -145,8 +145,7 @@ static int check_ids(const struct model *m, struct kv_cache *kv, const int32_t *
     }
     for (int i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= m->cfg.vocab_size) {
-            log_error("token id %d is outside the vocabulary (size %d)", ids[i],
-                      m->cfg.vocab_size);
+            log_error("token id %d is outside the vocabulary (size %d)", ids[i], m->cfg.vocab_size);
             return ERR_ARG;
         }
     }
@@ -221,8 +220,10 @@ int model_forward_taps(struct model *m, struct kv_cache *kv, const int32_t *ids,
         layers_pass(m, &sg, 1, T, taps ? taps + (size_t)done * m->n_taps * H : NULL);
         kv->len += T;
         if (!logits) continue;
-        if (all_rows) head_rows(m, 0, T, logits + (size_t)done * V);
-        else if (done + T == n) head_rows(m, T - 1, 1, logits);
+        if (all_rows)
+            head_rows(m, 0, T, logits + (size_t)done * V);
+        else if (done + T == n)
+            head_rows(m, T - 1, 1, logits);
     }
     return OK;
 }

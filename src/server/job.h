@@ -12,7 +12,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#define JOB_MAX_STOP 8
+#define JOB_MAX_STOP    8
+#define JOB_MAX_CHOICES 8
 
 struct job {
     /* request: written before queueing, read-only afterwards */
@@ -30,6 +31,7 @@ struct job {
     long created;
     char model[128];
     atomic_int cancelled; /* set by the HTTP side when the client went away */
+    void *run;            /* the engine thread's generations (response.c) */
     /* response */
     pthread_mutex_t mu;
     pthread_cond_t cv;

@@ -252,48 +252,95 @@ static void stream_choice_end(struct choice_run *c, const struct gen_result *r) 
     send_event(j, o);
 }
 
-void oa_run_job(struct server *s, struct job *j) {
+/* A job's generations: n choices, each a sequence the engine steps (possibly batched with
+ * other jobs' sequences), with seeds seed, seed+1, ... */
+struct job_run {
+    struct choice_run c[JOB_MAX_CHOICES];
+    struct gen_params gp[JOB_MAX_CHOICES];
+    struct gen_seq *seq[JOB_MAX_CHOICES];
+};
+
+static void fail_job(struct job *j, int status) {
+    char *e = oa_error_body("generation failed", "server_error", "internal_error");
+    if (j->stream) job_write(j, "data: ", 6);
+    if (e) job_write(j, e, strlen(e));
+    if (j->stream) job_write(j, "\n\n", 2);
+    free(e);
+    job_finish(j, status);
+}
+
+static void free_run(struct job *j) {
+    struct job_run *run = j->run;
+    if (!run) return;
+    for (int i = 0; i < j->n_choices; i++) {
+        gen_seq_free(run->seq[i]);
+        struct choice_run *c = &run->c[i];
+        cJSON_Delete(c->lp_content), cJSON_Delete(c->lp_tokens);
+        cJSON_Delete(c->lp_token_logprobs), cJSON_Delete(c->lp_top);
+    }
+    free(run);
+    j->run = NULL;
+}
+
+int oa_job_start(struct server *s, struct job *j) {
+    struct job_run *run = calloc(1, sizeof *run);
+    if (!run) {
+        fail_job(j, 503);
+        return ERR_NOMEM;
+    }
+    j->run = run;
+    for (int i = 0; i < j->n_choices; i++) {
+        struct choice_run *c = &run->c[i];
+        *c = (struct choice_run){.s = s, .j = j, .index = i};
+        reset_logprobs(c);
+        run->gp[i] = j->gp;
+        run->gp[i].sp.seed += (uint64_t)i;
+        if (j->stream && j->chat) send_delta(c, NULL, 0, "assistant", NULL, NULL);
+        int rc =
+            gen_seq_new(&s->eng, j->prompt, j->n_prompt, &run->gp[i], on_token, c, &run->seq[i]);
+        if (rc) {
+            free_run(j);
+            fail_job(j, rc == ERR_NOMEM ? 503 : 500);
+            return rc;
+        }
+    }
+    return OK;
+}
+
+int oa_job_seqs(struct job *j, struct gen_seq **out) {
+    struct job_run *run = j->run;
+    int n = 0;
+    for (int i = 0; run && i < j->n_choices; i++)
+        if (!gen_seq_done(run->seq[i])) out[n++] = run->seq[i];
+    return n;
+}
+
+void oa_job_abort(struct job *j, int status) {
+    free_run(j);
+    fail_job(j, status);
+}
+
+void oa_job_complete(struct server *s, struct job *j) {
+    struct job_run *run = j->run;
     struct gen_stats sum = {0};
     cJSON *body = j->stream ? NULL : envelope(j, 0);
     cJSON *choices = body ? cJSON_AddArrayToObject(body, "choices") : NULL;
-    int status = 200;
-    /* n choices are n generations with seeds seed, seed+1, ... (greedy ones repeat) */
-    for (int i = 0; i < j->n_choices && !atomic_load(&j->cancelled); i++) {
-        struct choice_run c = {.s = s, .j = j, .index = i};
-        reset_logprobs(&c);
-        struct gen_params gp = j->gp;
-        gp.sp.seed += (uint64_t)i;
-        if (j->stream && j->chat) send_delta(&c, NULL, 0, "assistant", NULL, NULL);
+    for (int i = 0; i < j->n_choices; i++) {
+        struct choice_run *c = &run->c[i];
         struct gen_result r;
-        int rc = gen_run(&s->eng, j->prompt, j->n_prompt, &gp, on_token, &c, &r);
-        if (rc) {
-            status = rc == ERR_NOMEM ? 503 : 500;
+        gen_seq_finish(run->seq[i], &r); /* emits the text it held back */
+        run->seq[i] = NULL;
+        metrics_record(s, &r.stats);
+        add_stats(&sum, &r.stats);
+        if (j->stream) {
+            stream_choice_end(c, &r);
         } else {
-            metrics_record(s, &r.stats);
-            add_stats(&sum, &r.stats);
-            if (j->stream) {
-                stream_choice_end(&c, &r);
-            } else {
-                const char *fin;
-                cJSON_AddItemToArray(choices, final_choice(&c, &r, &fin));
-            }
+            const char *fin;
+            cJSON_AddItemToArray(choices, final_choice(c, &r, &fin));
         }
         gen_result_free(&r);
-        reset_logprobs(&c);
-        cJSON_Delete(c.lp_content), cJSON_Delete(c.lp_tokens);
-        cJSON_Delete(c.lp_token_logprobs), cJSON_Delete(c.lp_top);
-        if (rc) break;
     }
-    if (status != 200) {
-        cJSON_Delete(body);
-        char *e = oa_error_body("generation failed", "server_error", "internal_error");
-        if (j->stream) job_write(j, "data: ", 6);
-        if (e) job_write(j, e, strlen(e));
-        if (j->stream) job_write(j, "\n\n", 2);
-        free(e);
-        job_finish(j, status);
-        return;
-    }
+    free_run(j);
     if (j->stream) {
         if (j->include_usage) {
             cJSON *o = envelope(j, 1);

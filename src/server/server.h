@@ -24,6 +24,7 @@ struct server_opts {
     int default_top_k;                        /* < 0: unset */
     size_t max_body_bytes;                    /* larger bodies get 413 (default 8 MiB) */
     int max_queue;                            /* queued requests beyond this get 503 (default 64) */
+    int max_batch; /* sequences generated together (default 1: one at a time) */
     int n_threads;
     int show_progress;
 };

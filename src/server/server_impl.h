@@ -39,7 +39,7 @@ struct server {
     pthread_cond_t cv;
     struct job **queue; /* FIFO ring of max_queue slots */
     int q_head, q_len;
-    int running; /* the job the engine is on */
+    int running; /* jobs the engine is generating */
     int stopping;
     struct metrics m;
 };
@@ -55,7 +55,13 @@ void *engine_main(void *arg);
 /* openai.c: request → job, and the response shapes */
 int oa_parse_request(struct server *s, const char *body, size_t len, int chat, struct job *j,
                      int *status, char *err, size_t err_cap);
-void oa_run_job(struct server *s, struct job *j); /* on the engine thread */
+/* On the engine thread: start a job's generations (prefill; on failure the job is answered
+ * and finished), list its unfinished sequences, answer it once they are all done, or abort
+ * it (client gone, engine error). */
+int oa_job_start(struct server *s, struct job *j);
+int oa_job_seqs(struct job *j, struct gen_seq **out);
+void oa_job_complete(struct server *s, struct job *j);
+void oa_job_abort(struct job *j, int status);
 char *oa_error_body(const char *message, const char *type, const char *code);
 
 /* prompt.c: the model's chat template and tool-call formats */

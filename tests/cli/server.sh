@@ -32,7 +32,7 @@ start() { # start NAME FLAGS...: sets URL
     cat "$tmp/$name.err"
     exit 1
 }
-start open
+start open --max-batch 8
 OPEN=$URL
 start keyed --api-key sekret --mode baseline
 KEYED=$URL

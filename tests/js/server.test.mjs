@@ -187,6 +187,25 @@ await test('disconnect mid-stream, then a normal request', async () => {
   assert(spent < 2000, `the aborted generation went on: ${spent} tokens`);
 });
 
+await test('16 concurrent requests give what each gives alone', async () => {
+  const reqs = [];
+  for (let i = 0; i < 16; i++) {
+    const r = { model: 'pycoder', max_tokens: 16 + (i % 5) * 6, seed: 40 + i, messages: user(`Write function number ${i} that ${['sorts', 'parses', 'adds', 'reads'][i % 4]} things.`) };
+    if (i % 2) r.temperature = 0.8; else r.temperature = 0;
+    if (i % 3 === 1) r.presence_penalty = 0.7;
+    if (i % 4 === 2) { r.logprobs = true; r.top_logprobs = 2; }
+    if (i % 5 === 3) r.top_p = 0.9;
+    reqs.push(r);
+  }
+  const alone = [];
+  for (const r of reqs) alone.push(await client.chat.completions.create(r));
+  const together = await Promise.all(reqs.map((r) => client.chat.completions.create(r)));
+  for (let i = 0; i < 16; i++) {
+    assert(together[i].choices[0].message.content === alone[i].choices[0].message.content, `request ${i} differs under concurrency`);
+    if (reqs[i].logprobs) assert(JSON.stringify(together[i].choices[0].logprobs) === JSON.stringify(alone[i].choices[0].logprobs), `logprobs ${i}`);
+  }
+});
+
 await test('health, models, metrics', async () => {
   const h = await (await fetch(`${base}/health`)).json();
   assert(h.status === 'ok' && h.model === 'pycoder');
