@@ -11,6 +11,7 @@
 
 #include "base/fs.h"
 #include "base/thread.h"
+#include "base/timer.h"
 #include "engine/generate.h"
 #include "tokenizer/tokenizer.h"
 
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define DEFAULT_MODEL   "models/pycoder"
@@ -200,6 +202,8 @@ struct bench {
     struct gen_stats *stats; /* see stats_at() */
     int have_lookup;         /* a lookup run is among the runs */
     cJSON *cost;             /* --widths results, or NULL */
+    double busy[1000];       /* per trial: share of the CPUs other processes used */
+    double busy_all;         /* the same over the whole measurement */
     int compared, mismatches;
 };
 
@@ -426,15 +430,42 @@ static struct gen_stats *stats_at(const struct bench *b, int run, int trial, int
                      (size_t)prompt];
 }
 
+/* CPU seconds used by the whole machine and by this process so far. */
+static void cpu_seconds(double *machine, double *self) {
+    unsigned long long v[10] = {0};
+    FILE *f = fopen("/proc/stat", "r");
+    *machine = 0;
+    if (f && fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                    &v[4], &v[5], &v[6], &v[7]) == 8)
+        *machine = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
+    if (f) fclose(f);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    *self = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+            (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+/* Share of the machine's CPUs that other processes used since the *_0 readings. */
+static double others_share(double t0, double machine0, double self0) {
+    double machine, self, wall = timer_now() - t0;
+    cpu_seconds(&machine, &self);
+    double others = (machine - machine0) - (self - self0);
+    return wall > 0 && machine0 > 0 ? (others > 0 ? others : 0) / (wall * cpu_count()) : 0;
+}
+
 static int measure(struct bench *b) {
     const struct opts *o = &b->o;
     struct gen_result res;
+    double t0 = timer_now(), machine0, self0;
+    cpu_seconds(&machine0, &self0);
     for (int ri = 0; ri < o->n_runs; ri++) { /* warm-up: caches, page faults, thread pool */
         if (run_one(b, 0, &o->runs[ri], &res)) return -1;
         gen_result_free(&res);
     }
     b->total = o->trials * b->n_prompts * o->n_runs;
     for (int t = 0; t < o->trials; t++) {
+        double tt = timer_now(), m0, s0;
+        cpu_seconds(&m0, &s0);
         for (int pi = 0; pi < b->n_prompts; pi++) {
             struct prompt *p = &b->prompts[pi];
             for (int ri = 0; ri < o->n_runs; ri++) {
@@ -455,7 +486,9 @@ static int measure(struct bench *b) {
                 progress(b, r->name, b->cats[p->cat], t);
             }
         }
+        b->busy[t] = others_share(tt, m0, s0);
     }
+    b->busy_all = others_share(t0, machine0, self0);
     /* prompts on which no lookup run's index ever proposed a draft */
     for (int ri = 0; ri < o->n_runs; ri++) {
         if (o->runs[ri].mode != GEN_LOOKUP) continue;
@@ -574,6 +607,12 @@ static void print_table(const struct bench *b) {
            "drafted by the n-gram index; draft%%: share of decode time spent drafting");
     if (b->have_lookup) printf("; no-fire: prompts on which lookup never proposed a draft");
     printf("\n");
+    double worst = 0;
+    for (int t = 0; t < b->o.trials; t++) worst = b->busy[t] > worst ? b->busy[t] : worst;
+    printf("other processes used %.0f%% of the CPUs during the measurement (%.0f%% in the busiest "
+           "trial)%s\n",
+           100 * b->busy_all, 100 * worst,
+           worst > 0.05 ? ": the figures are disturbed, re-run on a quiet machine" : "");
     if (b->o.temperature <= 0)
         printf("exactness: %d greedy outputs compared with baseline's ids, %d mismatch%s\n",
                b->compared, b->mismatches, b->mismatches == 1 ? "" : "es");
@@ -672,6 +711,9 @@ static int write_json(const struct bench *b, const char *path, int threads) {
         }
     }
     if (b->cost) cJSON_AddItemReferenceToObject(j, "forward_cost", b->cost);
+    cJSON *busy = cJSON_AddObjectToObject(j, "other_cpu_share");
+    cJSON_AddNumberToObject(busy, "all", b->busy_all);
+    cJSON_AddItemToObject(busy, "trials", cJSON_CreateDoubleArray(b->busy, o->trials));
     cJSON *ex = cJSON_AddObjectToObject(j, "exactness");
     cJSON_AddBoolToObject(ex, "checked", o->temperature <= 0);
     cJSON_AddNumberToObject(ex, "compared", b->compared);
