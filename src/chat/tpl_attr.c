@@ -212,6 +212,7 @@ int tpl_slice(struct tpl_render *r, int line, const struct tv *obj, const struct
 /* ---- iteration ---- */
 
 int tpl_iter_list(struct tpl_render *r, int line, const struct tv *v, struct tv *out) {
+    if (v->t == TV_LIST && v->u.l->err) return tpl_fail(r, line, "%s", v->u.l->err->s);
     switch (v->t) {
     case TV_UNDEF:
         return tv_list_new(TL_LIST, 0, out) ? tpl_oom(r, line) : 0;

@@ -262,6 +262,7 @@ int tpl_contains(struct tpl_render *r, int line, const struct tv *item, const st
                memmem(c->u.s->s, c->u.s->len, item->u.s->s, item->u.s->len) != NULL;
         return 0;
     case TV_LIST:
+        if (c->u.l->err) return tpl_fail(r, line, "%s", c->u.l->err->s);
         if (tpl_step(r, line, c->u.l->n)) return -1;
         for (size_t i = 0; i < c->u.l->n && !*out; i++) {
             const struct tv *e = &c->u.l->v[i];

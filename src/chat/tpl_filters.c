@@ -167,6 +167,13 @@ static int f_indent(struct tpl_render *r, int line, const struct tv *v, struct t
         for (int64_t i = 0; i < n && !rc; i++) rc = tpl_buf_put(r, &ind, " ", 1);
     }
     struct tv s, lines = {0}, src;
+    if (v->t != TV_STR) { /* jinja2 appends "\n" to the value itself */
+        tpl_buf_free(&ind);
+        return v->t == TV_UNDEF
+                   ? tpl_undefined_error(r, line, v)
+                   : tpl_fail(r, line, "unsupported operand type(s) for +=: '%s' and 'str'",
+                              tpl_type_name(v));
+    }
     if (rc || tpl_str_value(r, v, &s)) return tpl_buf_free(&ind), -1;
     /* s += "\n"; lines = s.splitlines() */
     struct tv nlv;
@@ -515,9 +522,30 @@ int tpl_filter_exists(const char *name) {
     return 0;
 }
 
+/* jinja2's generator filters raise when they are consumed, not when applied: a failure
+ * becomes an (always true) generator that raises the error when iterated. */
+static int defer_error(struct tpl_render *r, const char *name, struct tv *out) {
+    static const char *const GENERATORS[] = {
+        "batch", "slice", "map", "select", "reject", "selectattr", "rejectattr", "unique", "items"};
+    int gen = 0;
+    for (size_t i = 0; i < sizeof GENERATORS / sizeof *GENERATORS; i++)
+        gen |= !strcmp(GENERATORS[i], name);
+    if (!gen || r->limit || r->raised) return -1;
+    struct tv msg = {0};
+    if (tv_str_c(r->err, &msg) || tv_list_new(TL_GEN, 0, out)) {
+        tv_drop(&msg);
+        return -1;
+    }
+    out->u.l->err = msg.u.s;
+    r->failed = 0;
+    r->err[0] = 0;
+    return 0;
+}
+
 int tpl_filter(struct tpl_render *r, int line, const char *name, const struct tv *v,
                struct tpl_args *a, struct tv *out) {
     for (size_t i = 0; i < sizeof FILTERS / sizeof *FILTERS; i++)
-        if (!strcmp(FILTERS[i].name, name)) return FILTERS[i].fn(r, line, v, a, out);
+        if (!strcmp(FILTERS[i].name, name))
+            return FILTERS[i].fn(r, line, v, a, out) ? defer_error(r, name, out) : 0;
     return tpl_fail(r, line, "the filter '%s' is not supported", name);
 }

@@ -234,7 +234,7 @@ static int object_str(struct tpl_render *r, const struct tv *v, struct tpl_buf *
         case TL_TUPLE:
             return items_repr(r, l, b, depth, "(", ")");
         case TL_GEN:
-            return put(r, b, "<generator object at 0x0>");
+            return put(r, b, "<generator object generator at 0x0>");
         case TL_ITEMS:
             return items_repr(r, l, b, depth, "dict_items([", "])");
         case TL_KEYS:

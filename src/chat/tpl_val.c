@@ -342,6 +342,11 @@ struct tv tv_ref(struct tv v) {
 
 static void list_free(struct tv_list *l) {
     for (size_t i = 0; i < l->n; i++) tv_drop(&l->v[i]);
+    if (l->err) {
+        struct tv e = {.t = TV_STR};
+        e.u.s = l->err;
+        tv_drop(&e);
+    }
     tv_free(l->v, l->cap * sizeof *l->v);
     tv_free(l, sizeof *l);
 }
@@ -477,8 +482,8 @@ int tv_equal(const struct tv *a, const struct tv *b) {
     case TV_LIST: {
         const struct tv_list *x = a->u.l, *y = b->u.l;
         if (x == y) return 1;
-        int tx = x->kind == TL_TUPLE, ty = y->kind == TL_TUPLE;
-        if (tx != ty || x->kind == TL_GEN || y->kind == TL_GEN || x->n != y->n) return 0;
+        /* a list never equals a tuple, a range or a dict view; generators only themselves */
+        if (x->kind != y->kind || x->kind == TL_GEN || x->n != y->n) return 0;
         for (size_t i = 0; i < x->n; i++)
             if (!tv_equal(&x->v[i], &y->v[i])) return 0;
         return 1;
@@ -516,8 +521,8 @@ int tv_less(const struct tv *a, const struct tv *b, int *lt) {
         *lt = c < 0 || (c == 0 && a->u.s->len < b->u.s->len);
         return 0;
     }
-    if (a->t == TV_LIST && b->t == TV_LIST && a->u.l->kind != TL_GEN && b->u.l->kind != TL_GEN &&
-        (a->u.l->kind == TL_TUPLE) == (b->u.l->kind == TL_TUPLE)) {
+    if (a->t == TV_LIST && b->t == TV_LIST && a->u.l->kind == b->u.l->kind &&
+        (a->u.l->kind == TL_LIST || a->u.l->kind == TL_TUPLE)) {
         const struct tv_list *x = a->u.l, *y = b->u.l;
         for (size_t i = 0; i < x->n && i < y->n; i++) {
             if (tv_equal(&x->v[i], &y->v[i])) continue;

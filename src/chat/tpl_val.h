@@ -58,7 +58,9 @@ struct tv_list {
     uint16_t depth; /* nesting depth of lists/dicts below and including this one */
     size_t n, cap;
     struct tv *v;
-    int64_t range[3]; /* TL_RANGE: start, stop, step (for printing) */
+    int64_t range[3];   /* TL_RANGE: start, stop, step (for printing) */
+    struct tv_str *err; /* TL_GEN: the error iterating it raises (jinja2's generator filters fail
+                           lazily, when consumed), or NULL */
 };
 
 struct tv_dict {
