@@ -22,6 +22,7 @@ tests/data/chat/expected/<template>.json:
 Usage: python3 tools/chat_golden.py [--shared ../shared]
 """
 import argparse
+import copy
 import datetime
 import glob
 import json
@@ -379,7 +380,7 @@ def render_cases(env, source, special):
     tpl = env.from_string(source)
     cases = []
     for i, (name, conv) in enumerate(CONVERSATIONS):
-        ctx = {"tools": None, "documents": None, **special, **conv}
+        ctx = copy.deepcopy({"tools": None, "documents": None, **special, **conv})
         case = {"conversation": i, "name": name}
         try:
             case["output"] = tpl.render(**ctx)
@@ -412,7 +413,7 @@ def main():
     for src in SNIPPETS:
         case = {"template": src}
         try:
-            case["output"] = env.from_string(src).render(**VARS)
+            case["output"] = env.from_string(src).render(**copy.deepcopy(VARS))  # filters may mutate
         except Exception as e:
             case["error"] = type(e).__name__
             case["message"] = str(e)
