@@ -32,6 +32,10 @@ static void usage(FILE *f) {
                "  --default-top-k K\n"
                "  --max-body-mb N          reject larger request bodies with 413 (default 8)\n"
                "  --max-queue N            queued requests beyond this get 503 (default 64)\n"
+               "  --prefix-cache-entries N finished conversations kept so a follow-up turn\n"
+               "                           prefills only its new tokens (default 4)\n"
+               "  --kv-cache-mb N          memory the prefix cache may hold (default 0: no limit)\n"
+               "  --no-prefix-cache        do not reuse prompt prefixes\n"
                "  --max-batch N            sequences generated together, sharing each weight\n"
                "                           read (default 1)\n"
                "  --threads N              CPU threads (default: all cores)\n");
@@ -49,6 +53,7 @@ int cmd_serve(int argc, char **argv) {
         .default_temperature = -1,
         .default_top_p = -1,
         .default_top_k = -1,
+        .prefix_cache_entries = 4,
         .show_progress = isatty(2),
     };
     int mb = 8;
@@ -89,6 +94,12 @@ int cmd_serve(int argc, char **argv) {
             bad = args_int("--default-top-k", a.value, 0, 1 << 24, &o.default_top_k);
         } else if (args_flag(&a, "--max-body-mb")) {
             bad = args_int("--max-body-mb", a.value, 1, 4096, &mb);
+        } else if (args_flag(&a, "--prefix-cache-entries")) {
+            bad = args_int("--prefix-cache-entries", a.value, 0, 1024, &o.prefix_cache_entries);
+        } else if (args_flag(&a, "--kv-cache-mb")) {
+            bad = args_int("--kv-cache-mb", a.value, 0, 1 << 24, &o.kv_cache_mb);
+        } else if (!strcmp(arg, "--no-prefix-cache")) {
+            o.prefix_cache_entries = 0;
         } else if (args_flag(&a, "--max-batch")) {
             bad = args_int("--max-batch", a.value, 1, 64, &o.max_batch);
         } else if (args_flag(&a, "--max-queue")) {

@@ -7,6 +7,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "cache/prefix.h"
 #include "spec/block_model.h"
 #include "spec/drafter.h"
 #include "spec/verify.h"
@@ -279,7 +280,13 @@ int gen_seq_new(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
     }
     if (!rc) rc = append_text(r, "", 0);
     if (!rc && !(r->s = sampler_new(&p->sp, c->vocab_size))) rc = ERR_NOMEM;
-    if (!rc) rc = kv_new(e->target, (int)r->cap, &r->kv);
+    int reused = 0;
+    if (!rc && e->cache && !(p->mode == GEN_DSPARK || p->mode == GEN_DFLASH)) {
+        r->kv = prefix_cache_take(e->cache, prompt, n_prompt, &reused);
+        if (r->kv && kv_reserve(r->kv, (int)r->cap)) kv_free(r->kv), r->kv = NULL, reused = 0;
+    }
+    r->res.stats.cached_tokens = reused;
+    if (!rc && !r->kv) rc = kv_new(e->target, (int)r->cap, &r->kv);
     if (!rc) rc = setup_drafters(p, e, max_draft, (int)r->cap, &r->lookup, &r->dm);
     r->tap_width = r->dm.n_taps * c->hidden_size; /* the drafter reads the target's layers */
     if (!rc && r->dm.n_taps && !(rc = model_set_taps(e->target, r->dm.tap_layers, r->dm.n_taps)))
@@ -288,7 +295,7 @@ int gen_seq_new(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
         rc = verify_init(&r->v, e->target, r->kv, r->s, max_draft, p->top_logprobs, r->tap_width);
     for (int i = 0; !rc && i < n_prompt; i++)
         rc = push_id(&r->seq, &r->n_seq, &r->cap_seq, prompt[i]);
-    if (!rc) rc = prefill(r, prompt, n_prompt);
+    if (!rc) rc = prefill(r, prompt + reused, n_prompt - reused);
     if (rc) {
         gen_seq_free(r);
         return rc;
@@ -383,6 +390,12 @@ int gen_step_batch(struct gen_seq **seqs, int n) {
 }
 
 int gen_seq_finish(struct gen_seq *r, struct gen_result *out) {
+    /* the cache holds everything but the pending token: keep it for the next request */
+    if (r->e->cache && r->kv && kv_len(r->kv) == r->n_seq - 1 &&
+        !(r->p->mode == GEN_DSPARK || r->p->mode == GEN_DFLASH)) {
+        prefix_cache_put(r->e->cache, r->seq, kv_len(r->kv), r->kv);
+        r->kv = NULL;
+    }
     struct gen_stats *st = &r->res.stats;
     st->decode_s = r->t0 > 0 ? timer_now() - r->t0 : 0;
     if (!r->done && r->dt) r->done = 1; /* stopped from outside */

@@ -17,6 +17,7 @@
 
 struct tokenizer;
 struct block_model;
+struct prefix_cache;
 
 enum gen_mode { GEN_BASELINE, GEN_LOOKUP, GEN_DRAFT, GEN_DSPARK, GEN_DFLASH };
 enum gen_finish { GEN_FINISH_LENGTH, GEN_FINISH_STOP };
@@ -26,9 +27,11 @@ int gen_mode_parse(const char *name, enum gen_mode *out); /* 0, or -1 for no suc
 
 struct gen_engine {
     struct model *target;
-    struct model *draft;       /* GEN_DRAFT's draft model (same tokenizer), or NULL */
-    struct block_model *block; /* GEN_DSPARK / GEN_DFLASH drafter, or NULL */
-    struct tokenizer *tok;     /* for text, EOS and stop strings; may be NULL (ids only) */
+    struct model *draft;        /* GEN_DRAFT's draft model (same tokenizer), or NULL */
+    struct block_model *block;  /* GEN_DSPARK / GEN_DFLASH drafter, or NULL */
+    struct prefix_cache *cache; /* reuse finished sequences' KV for shared prompt prefixes, or
+                                 * NULL (not used by dspark and dflash modes yet) */
+    struct tokenizer *tok;      /* for text, EOS and stop strings; may be NULL (ids only) */
 };
 
 struct gen_params {
@@ -52,6 +55,7 @@ struct gen_params {
 
 struct gen_stats {
     int n_prompt, n_generated;
+    int cached_tokens;   /* prompt tokens taken from the prefix cache, not prefilled */
     int rounds;          /* verify rounds (target forwards after the prefill) */
     int target_forwards; /* rounds plus prefill passes */
     int drafted;         /* draft tokens verified */

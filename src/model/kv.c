@@ -6,6 +6,7 @@
 #include "base/log.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 int kv_new(const struct model *m, int max_ctx, struct kv_cache **out) {
     *out = NULL;
@@ -48,4 +49,29 @@ int kv_capacity(const struct kv_cache *kv) {
 void kv_truncate(struct kv_cache *kv, int n) {
     if (n < 0) n = 0;
     if (n < kv->len) kv->len = n;
+}
+
+int kv_reserve(struct kv_cache *kv, int cap) {
+    if (cap <= kv->cap) return OK;
+    size_t D = (size_t)kv->head_dim, heads = (size_t)kv->n_layers * kv->n_kv_heads;
+    float *k = malloc(sizeof(float) * heads * (size_t)cap * D);
+    float *v = malloc(sizeof(float) * heads * (size_t)cap * D);
+    if (!k || !v) {
+        free(k), free(v);
+        return ERR_NOMEM;
+    }
+    for (size_t h = 0; h < heads; h++) { /* [layer][head][pos][D]: each head's rows move */
+        memcpy(k + h * (size_t)cap * D, kv->k + h * (size_t)kv->cap * D,
+               sizeof(float) * (size_t)kv->len * D);
+        memcpy(v + h * (size_t)cap * D, kv->v + h * (size_t)kv->cap * D,
+               sizeof(float) * (size_t)kv->len * D);
+    }
+    free(kv->k), free(kv->v);
+    kv->k = k, kv->v = v, kv->cap = cap;
+    return OK;
+}
+
+size_t kv_bytes(const struct kv_cache *kv) {
+    return 2 * sizeof(float) * (size_t)kv->n_layers * kv->n_kv_heads * (size_t)kv->cap *
+           (size_t)kv->head_dim;
 }

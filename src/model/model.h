@@ -38,6 +38,10 @@ void kv_free(struct kv_cache *kv);
 int kv_len(const struct kv_cache *kv); /* positions held */
 int kv_capacity(const struct kv_cache *kv);
 void kv_truncate(struct kv_cache *kv, int n); /* roll back to the first n positions */
+/* Makes room for at least cap positions (keeping the contents), up to max_position_embeddings.
+ * ERR_NOMEM leaves the cache as it was. */
+int kv_reserve(struct kv_cache *kv, int cap);
+size_t kv_bytes(const struct kv_cache *kv); /* memory held */
 
 /* Runs ids[0..n) at positions kv_len(kv).. and appends them to the cache. Writes the logits of
  * every row to logits[n, vocab] when all_rows, else only the last row to logits[vocab].

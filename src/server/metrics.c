@@ -91,6 +91,14 @@ char *metrics_render(struct server *s) {
           m.last_tokens_per_sec);
     gauge(&o, "dspark_mean_tokens_per_second", "Tokens generated over decode time, all requests.",
           m.decode_seconds > 0 ? m.completion_tokens / m.decode_seconds : 0);
+    counter(&o, "dspark_prefix_cache_hits_total", "Requests that reused a cached prefix.",
+            m.cache_hits);
+    counter(&o, "dspark_prefix_cache_misses_total", "Requests with no cached prefix.",
+            m.cache_misses);
+    counter(&o, "dspark_prefix_cache_reused_tokens_total", "Prompt tokens not prefilled.",
+            m.cache_reused_tokens);
+    gauge(&o, "dspark_prefix_cache_bytes", "Memory held by the prefix cache.",
+          (double)m.cache_bytes);
     gauge(&o, "dspark_queue_depth", "Requests waiting for the engine.", queued);
     gauge(&o, "dspark_requests_running", "Requests the engine is generating.", running);
     return o.buf;

@@ -7,6 +7,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "cache/prefix.h"
 
 #define MAX_ACTIVE GEN_MAX_BATCH
 
@@ -110,6 +111,11 @@ void *engine_main(void *arg) {
         for (int i = 0; i < n_active; i++) n_seqs += oa_job_seqs(active[i], seqs + n_seqs);
         pthread_mutex_lock(&s->mu);
         s->running = n_active;
+        if (s->eng.cache) {
+            struct prefix_stats ps = prefix_cache_stats(s->eng.cache);
+            s->m.cache_hits = ps.hits, s->m.cache_misses = ps.misses;
+            s->m.cache_reused_tokens = ps.reused_tokens, s->m.cache_bytes = (long)ps.bytes;
+        }
         pthread_mutex_unlock(&s->mu);
     }
 }

@@ -168,19 +168,23 @@ static cJSON *x_dspark(const struct server *s, const struct gen_stats *st) {
     cJSON_AddNumberToObject(x, "accepted", st->accepted);
     cJSON_AddNumberToObject(x, "lookup_rounds", st->lookup_rounds);
     cJSON_AddNumberToObject(x, "prefill_s", st->prefill_s);
+    cJSON_AddNumberToObject(x, "cached_tokens", st->cached_tokens);
     cJSON_AddNumberToObject(x, "decode_s", st->decode_s);
     return x;
 }
 
-static cJSON *usage(int prompt, int completion) {
+static cJSON *usage(int prompt, int completion, int cached) {
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", completion);
     cJSON_AddNumberToObject(u, "total_tokens", prompt + completion);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens",
+                            cached);
     return u;
 }
 
 static void add_stats(struct gen_stats *sum, const struct gen_stats *st) {
+    if (st->cached_tokens > sum->cached_tokens) sum->cached_tokens = st->cached_tokens;
     sum->n_generated += st->n_generated;
     sum->rounds += st->rounds;
     sum->target_forwards += st->target_forwards;
@@ -345,12 +349,14 @@ void oa_job_complete(struct server *s, struct job *j) {
         if (j->include_usage) {
             cJSON *o = envelope(j, 1);
             cJSON_AddArrayToObject(o, "choices");
-            cJSON_AddItemToObject(o, "usage", usage(j->n_prompt, sum.n_generated));
+            cJSON_AddItemToObject(o, "usage",
+                                  usage(j->n_prompt, sum.n_generated, sum.cached_tokens));
             send_event(j, o);
         }
         job_write(j, "data: [DONE]\n\n", 14);
     } else {
-        cJSON_AddItemToObject(body, "usage", usage(j->n_prompt, sum.n_generated));
+        cJSON_AddItemToObject(body, "usage",
+                              usage(j->n_prompt, sum.n_generated, sum.cached_tokens));
         cJSON_AddItemToObject(body, "x_dspark", x_dspark(s, &sum));
         char *t = cJSON_PrintUnformatted(body);
         cJSON_Delete(body);

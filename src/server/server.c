@@ -4,6 +4,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "cache/prefix.h"
 #include "spec/block_model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,6 +42,12 @@ int server_new(const struct server_opts *opts, struct server **out) {
         if ((rc = block_model_load(opts->drafter_dir, s->eng.target, &s->eng.block))) goto fail;
     }
     if ((rc = server_load_chat(s))) goto fail;
+    if (opts->prefix_cache_entries > 0 &&
+        !(s->eng.cache =
+              prefix_cache_new(opts->prefix_cache_entries, (size_t)opts->kv_cache_mb << 20))) {
+        rc = ERR_NOMEM;
+        goto fail;
+    }
     if (!(s->queue = calloc((size_t)s->opts.max_queue, sizeof *s->queue))) {
         rc = ERR_NOMEM;
         goto fail;
@@ -84,6 +91,7 @@ void server_free(struct server *s) {
         pthread_join(s->engine_thread, NULL);
     }
     server_free_chat(s);
+    prefix_cache_free(s->eng.cache);
     free(s->queue);
     model_free(s->eng.draft);
     block_model_free(s->eng.block);

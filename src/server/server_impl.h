@@ -22,6 +22,7 @@ struct metrics {
     long target_forwards, rounds, lookup_rounds, accepted, drafted;
     long accept_hist[METRICS_ACCEPT_BUCKETS]; /* rounds by drafts accepted: 0..8, 9+ */
     double decode_seconds;
+    long cache_hits, cache_misses, cache_reused_tokens, cache_bytes;
     double last_tokens_per_sec;
 };
 

@@ -34,7 +34,7 @@ start() { # start NAME FLAGS...: sets URL
 }
 start open --max-batch 8
 OPEN=$URL
-start keyed --api-key sekret --mode baseline
+start keyed --api-key sekret --mode baseline --no-prefix-cache
 KEYED=$URL
 fail=0
 DSPARK_URL=$OPEN DSPARK_URL_KEY=$KEYED node tests/js/server.test.mjs || fail=1

@@ -206,6 +206,21 @@ await test('16 concurrent requests give what each gives alone', async () => {
   }
 });
 
+await test('a follow-up turn reuses the cached prefix and answers the same', async () => {
+  const system = { role: 'system', content: 'You are a careful Python assistant. Answer with short, correct code and a one-line explanation.' };
+  const first = [system, ...user('Write a function that returns the square of a number.')];
+  const a = await client.chat.completions.create({ ...greedy, messages: first });
+  const second = [...first, { role: 'assistant', content: a.choices[0].message.content }, ...user('Now make it work for lists.')];
+  const b = await client.chat.completions.create({ ...greedy, messages: second });
+  const cached = b.usage.prompt_tokens_details.cached_tokens;
+  assert(cached >= 16 && cached === b.x_dspark.cached_tokens, `cached tokens: ${cached}`);
+  const fresh = new OpenAI({ baseURL: `${keyed}/v1`, apiKey: 'sekret', maxRetries: 0 });
+  const c = await fresh.chat.completions.create({ ...greedy, messages: second });
+  assert(c.usage.prompt_tokens_details.cached_tokens === 0);
+  assert(b.choices[0].message.content === c.choices[0].message.content, 'cached and fresh answers differ');
+  assert((await metric('dspark_prefix_cache_hits_total')) >= 1);
+});
+
 await test('health, models, metrics', async () => {
   const h = await (await fetch(`${base}/health`)).json();
   assert(h.status === 'ok' && h.model === 'pycoder');

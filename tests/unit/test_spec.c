@@ -7,6 +7,7 @@
 
 #include "base/fs.h"
 #include "base/log.h"
+#include "cache/prefix.h"
 #include "engine/generate.h"
 #include "model/model.h"
 #include "sample/dist.h"
@@ -274,7 +275,50 @@ TEST(batched_sequences_equal_single_runs) {
     model_free(t), model_free(self);
 }
 
+/* A follow-up request over a cached prefix prefills only its new suffix and gives exactly what
+ * it gives without the cache. */
+TEST(prefix_cache_reuses_and_stays_exact) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *t = load(TARGET);
+    REQUIRE(t);
+    struct prefix_cache *pc = prefix_cache_new(2, 0);
+    REQUIRE(pc);
+    struct gen_engine cached = {.target = t, .cache = pc}, plain = {.target = t};
+    int32_t p1[30], p2[60];
+    for (int i = 0; i < 30; i++) p1[i] = 3 + (i * 17) % 140;
+    struct gen_params gp = {
+        .max_tokens = 20, .ignore_eos = 1, .top_logprobs = -1, .mode = GEN_LOOKUP, .max_draft = 4};
+    struct gen_result a, b, c;
+    REQUIRE(gen_run(&cached, p1, 30, &gp, NULL, NULL, &a) == 0);
+    CHECK(a.stats.cached_tokens == 0);
+    /* turn 2: the first prompt, the answer, and a new question */
+    memcpy(p2, p1, sizeof p1);
+    memcpy(p2 + 30, a.ids, sizeof(int32_t) * 20);
+    for (int i = 50; i < 60; i++) p2[i] = 5 + i;
+    REQUIRE(gen_run(&cached, p2, 60, &gp, NULL, NULL, &b) == 0);
+    REQUIRE(gen_run(&plain, p2, 60, &gp, NULL, NULL, &c) == 0);
+    printf("  turn 2: %d of 60 prompt tokens from the cache\n", b.stats.cached_tokens);
+    CHECK(b.stats.cached_tokens == 49); /* all but the answer's last token, never in a cache */
+    CHECK(b.n_ids == c.n_ids && !memcmp(b.ids, c.ids, sizeof(int32_t) * (size_t)c.n_ids));
+    /* a prompt that shares too little is a miss; the cache never serves a wrong prefix */
+    int32_t p3[30];
+    memcpy(p3, p1, sizeof p3);
+    p3[5] = p1[5] + 1;
+    struct gen_result d, e2;
+    REQUIRE(gen_run(&cached, p3, 30, &gp, NULL, NULL, &d) == 0);
+    REQUIRE(gen_run(&plain, p3, 30, &gp, NULL, NULL, &e2) == 0);
+    CHECK(d.stats.cached_tokens == 0);
+    CHECK(d.n_ids == e2.n_ids && !memcmp(d.ids, e2.ids, sizeof(int32_t) * (size_t)d.n_ids));
+    struct prefix_stats ps = prefix_cache_stats(pc);
+    CHECK(ps.hits == 1 && ps.misses == 2 && ps.entries == 2);
+    gen_result_free(&a), gen_result_free(&b), gen_result_free(&c);
+    gen_result_free(&d), gen_result_free(&e2);
+    prefix_cache_free(pc);
+    model_free(t);
+}
+
 int main(void) {
+    RUN(prefix_cache_reuses_and_stays_exact);
     RUN(batched_sequences_equal_single_runs);
     RUN(greedy_identical_in_every_mode);
     RUN(sampling_matches_target_distribution);
