@@ -97,18 +97,25 @@ struct keyed {
     size_t idx;
 };
 
-/* Stable merge sort of k[0..n) by key; reverse keeps equal items in their order. */
+enum { SORT_REVERSE = 1, SORT_EQ_FIRST = 2 };
+
+/* Stable merge sort of k[0..n) by key; reverse keeps equal items in their order. With
+ * SORT_EQ_FIRST keys compare as one-item lists do in Python (the sort filter's keys are
+ * lists): equal keys are never ordered, so equal undefined attributes are not an error. */
 static int merge_sort(struct tpl_render *r, int line, struct keyed *k, struct keyed *tmp, size_t n,
-                      int reverse) {
+                      int flags) {
     if (n < 2) return 0;
     size_t h = n / 2;
-    if (merge_sort(r, line, k, tmp, h, reverse) || merge_sort(r, line, k + h, tmp, n - h, reverse))
+    if (merge_sort(r, line, k, tmp, h, flags) || merge_sort(r, line, k + h, tmp, n - h, flags))
         return -1;
     size_t i = 0, j = h, o = 0;
+    int reverse = flags & SORT_REVERSE;
     while (i < h && j < n) {
-        int lt;
+        int lt = 0;
         const struct tv *x = &k[i].key, *y = &k[j].key;
-        if (reverse ? tv_less(x, y, &lt) : tv_less(y, x, &lt))
+        if ((flags & SORT_EQ_FIRST) && tv_equal(x, y))
+            lt = 0;
+        else if (reverse ? tv_less(x, y, &lt) : tv_less(y, x, &lt))
             return tpl_fail(r, line, "'<' not supported between instances of '%s' and '%s'",
                             tpl_type_name(x), tpl_type_name(y));
         tmp[o++] = lt ? k[j++] : k[i++];
@@ -121,11 +128,11 @@ static int merge_sort(struct tpl_render *r, int line, struct keyed *k, struct ke
 
 /* Sorts items (a list value) by their keys into a new list of kind `kind`. */
 static int sorted_by(struct tpl_render *r, int line, const struct tv *items, struct keyed *k,
-                     int reverse, struct tv *out) {
+                     int flags, struct tv *out) {
     size_t n = items->u.l->n;
     struct keyed *tmp = tv_alloc((n + 1) * sizeof *tmp);
     if (!tmp) return tpl_oom(r, line);
-    int rc = merge_sort(r, line, k, tmp, n, reverse);
+    int rc = merge_sort(r, line, k, tmp, n, flags);
     tv_free(tmp, (n + 1) * sizeof *tmp);
     if (rc) return -1;
     if (tv_list_new(TL_LIST, n, out)) return tpl_oom(r, line);
@@ -158,7 +165,9 @@ int tpl_f_sort(struct tpl_render *r, int line, const struct tv *v, struct tpl_ar
         rc = sort_key(r, line, &items.u.l->v[done], attr, 1, cs && tv_truthy(cs), &k[done].key);
         if (rc) break;
     }
-    if (!rc) rc = sorted_by(r, line, &items, k, rev && tv_truthy(rev), out);
+    if (!rc)
+        rc = sorted_by(r, line, &items, k,
+                       (rev && tv_truthy(rev) ? SORT_REVERSE : 0) | SORT_EQ_FIRST, out);
     if (k) free_keys(k, done);
     tv_drop(&items);
     return rc;
@@ -193,7 +202,7 @@ int tpl_f_dictsort(struct tpl_render *r, int line, const struct tv *v, struct tp
         k[done].key = tv_ref(pos ? d->v[done] : d->k[done]);
         if (!(cs && tv_truthy(cs))) rc = lower_if_str(r, &k[done].key);
     }
-    if (!rc) rc = sorted_by(r, line, &pairs, k, rev && tv_truthy(rev), out);
+    if (!rc) rc = sorted_by(r, line, &pairs, k, rev && tv_truthy(rev) ? SORT_REVERSE : 0, out);
     if (k) free_keys(k, done);
     tv_drop(&pairs);
     return rc;

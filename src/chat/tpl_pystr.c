@@ -399,7 +399,8 @@ int tpl_percent_format(struct tpl_render *r, int line, const struct tv_str *fmt,
                 }
             }
             tpl_buf_free(&t);
-        } else if (conv && strchr("diuxXoc", conv) && tv_is_number(arg)) {
+        } else if (conv && strchr("diuxXoc", conv) && tv_is_number(arg) &&
+                   (arg->t != TV_FLOAT || strchr("diu", conv))) { /* %x %o %c want an int */
             long long v = arg->t == TV_FLOAT ? (long long)arg->u.f : (long long)arg->u.i;
             if (conv == 'c') {
                 char u[4];

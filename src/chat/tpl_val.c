@@ -157,9 +157,14 @@ static uint64_t mix(uint64_t x) {
 }
 
 int tv_hashable(const struct tv *v) {
+    if (v->t == TV_LIST && v->u.l->kind == TL_TUPLE) { /* a tuple hashes when its items do */
+        for (size_t i = 0; i < v->u.l->n; i++)
+            if (!tv_hashable(&v->u.l->v[i])) return 0;
+        return 1;
+    }
     return v->t == TV_NONE || v->t == TV_BOOL || v->t == TV_INT || v->t == TV_FLOAT ||
-           v->t == TV_STR || v->t == TV_UNDEF || v->t == TV_FUNC ||
-           (v->t == TV_LIST && v->u.l->kind == TL_TUPLE);
+           v->t == TV_STR || v->t == TV_UNDEF || v->t == TV_FUNC || v->t == TV_LOOP ||
+           (v->t == TV_LIST && (v->u.l->kind == TL_GEN || v->u.l->kind == TL_RANGE));
 }
 
 static uint64_t hash_of(const struct tv *v) {
@@ -177,6 +182,7 @@ static uint64_t hash_of(const struct tv *v) {
             return mix(bits);
         }
     case TV_LIST: {
+        if (v->u.l->kind == TL_GEN) return mix((uint64_t)(uintptr_t)v->u.l); /* by identity */
         uint64_t h = 7;
         for (size_t i = 0; i < v->u.l->n; i++) h = mix(h * 31 + hash_of(&v->u.l->v[i]));
         return h;
