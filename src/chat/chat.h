@@ -28,8 +28,7 @@ int chat_from_text(const char *tpl, size_t len, const char *config, size_t confi
 void chat_free(struct chat *c); /* NULL is a no-op */
 
 enum chat_thinking {
-    CHAT_THINKING_DEFAULT, /* leave enable_thinking to kwargs (or undefined: the template's default)
-                            */
+    CHAT_THINKING_DEFAULT, /* enable_thinking from kwargs, else undefined (template default) */
     CHAT_THINKING_ON,      /* enable_thinking = true */
     CHAT_THINKING_OFF,     /* enable_thinking = false */
 };
