@@ -277,7 +277,47 @@ TEST(block_drafters_never_change_greedy_output) {
     teardown(&f);
 }
 
+/* The shipped drafters for models/pycoder reproduce the training code's reference traces. */
+static void shipped(const char *drafter, const char *golden, enum gen_mode mode) {
+    if (!fs_exists(drafter) || !fs_exists(golden)) SKIP("models/ or tests/data/drafters absent");
+    struct model *t;
+    struct block_model *bm;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2}, &t) == 0);
+    REQUIRE(block_model_load(drafter, t, &bm) == 0);
+    cJSON *g = load_json(golden);
+    REQUIRE(g);
+    int cases = 0, equal = 0, rounds_same = 0, rounds_total = 0;
+    for (const cJSON *c = cJSON_GetObjectItem(g, "cases")->child; c; c = c->next) {
+        int32_t prompt[256], want[256], acc[256];
+        int np = ids_of(cJSON_GetObjectItem(c, "prompt_ids"), prompt, 256);
+        int nw = ids_of(cJSON_GetObjectItem(c, "new_ids"), want, 256);
+        int nr = ids_of(cJSON_GetObjectItem(c, "accepted_per_round"), acc, 256);
+        struct gen_engine e = {.target = t, .block = bm};
+        struct gen_params gp = {.max_tokens = nw, .ignore_eos = 1, .top_logprobs = -1,
+                                .mode = mode, .trace = 1};
+        struct gen_result r;
+        REQUIRE(gen_run(&e, prompt, np, &gp, NULL, NULL, &r) == 0);
+        cases++;
+        equal += r.n_ids == nw && !memcmp(r.ids, want, sizeof(int32_t) * (size_t)nw);
+        for (int i = 0; i < nr && i < r.stats.rounds - 1; i++) /* the last round may be cut */
+            rounds_same += r.rounds[i].n_accepted == acc[i], rounds_total++;
+        gen_result_free(&r);
+    }
+    printf("  %s: %d of %d traces equal, %d of %d rounds accept the same\n", drafter, equal,
+           cases, rounds_same, rounds_total);
+    CHECK(cases == 3 && equal == cases && rounds_same == rounds_total);
+    cJSON_Delete(g);
+    block_model_free(bm);
+    model_free(t);
+}
+
+TEST(shipped_drafters) {
+    shipped("models/pycoder-dspark", "tests/data/drafters/dspark_pycoder.json", GEN_DSPARK);
+    shipped("models/pycoder-dflash", "tests/data/drafters/dflash_pycoder.json", GEN_DFLASH);
+}
+
 int main(void) {
+    RUN(shipped_drafters);
     RUN(dspark_golden);
     RUN(dflash_golden);
     RUN(block_drafters_never_change_greedy_output);
