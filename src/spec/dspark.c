@@ -1,7 +1,7 @@
 /* spec/dspark.c: DSpark drafts. The block [anchor, mask x (B-1)] gives B hidden rows; row i
  * predicts the token after position P+i. Drafts are taken left to right, each row's logits
  * corrected by the Markov head's bias for the previous token (W2 · W1[prev], prev of row 0 =
- * the anchor), so only the rows that will be verified pay for lm_head and Markov. The
+ * the anchor); only the rows that may be verified go through lm_head, in one pass. The
  * confidence head, which depends on the previous token only, can end the block early. */
 #include "spec/block_drafter.h"
 
@@ -17,6 +17,8 @@ int dspark_propose(struct block_drafter *b, const int32_t *seq, int n_seq, int n
     int rc = block_forward(b->st, b->ids, B, b->hidden, NULL);
     if (rc) return rc;
     int k = n_max < B ? n_max : B;
+    /* the base logits of every row that may be verified, in one pass over lm_head */
+    block_logits(b->st, b->hidden, k, b->logits);
     float t = b->o.confidence_threshold;
     int use_conf = t > 0 && block_has_confidence(b->bm);
     double survival = 1;
@@ -30,7 +32,6 @@ int dspark_propose(struct block_drafter *b, const int32_t *seq, int n_seq, int n
             if (b->o.per_slot ? conf < t : (survival < t && n > 0)) break;
         }
         float *logits = b->logits + (size_t)i * V;
-        block_logits(b->st, h, 1, logits);
         if (block_has_markov(b->bm)) {
             block_markov_bias(b->st, prev, b->bias);
             for (int v = 0; v < V; v++) logits[v] += b->bias[v];
