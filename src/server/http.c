@@ -71,9 +71,16 @@ static enum MHD_Result respond_error(struct server *s, struct MHD_Connection *c,
                                        : NULL;
     char *body = oa_error_body(msg, type, code);
     count(s, 0);
-    enum MHD_Result r = respond(c, status, "application/json", body ? body : "{}");
+    const char *b = body ? body : "{}";
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(b), (void *)b, MHD_RESPMEM_MUST_COPY);
     free(body);
-    return r;
+    if (!r) return MHD_NO;
+    add_common_headers(r, "application/json");
+    if (status == 503 || status == 429) MHD_add_response_header(r, "Retry-After", "1");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 /* Constant-time comparison of the Authorization header with "Bearer <key>". */

@@ -29,6 +29,7 @@ struct job {
     int tools;         /* tools were given: parse tool calls from the output */
     char id[48];
     long created;
+    double t_queued; /* when the job entered the queue (monotonic seconds) */
     char model[128];
     atomic_int cancelled; /* set by the HTTP side when the client went away */
     void *run;            /* the engine thread's generations (response.c) */

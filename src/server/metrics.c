@@ -23,6 +23,12 @@ void metrics_record(struct server *s, const struct gen_stats *st) {
     pthread_mutex_unlock(&s->mu);
 }
 
+void metrics_round(struct server *s, int n_seqs) {
+    int b = 0;
+    while (b < METRICS_BATCH_BUCKETS - 1 && (1 << b) < n_seqs) b++;
+    s->m.batch_hist[b]++;
+}
+
 struct out {
     char *buf;
     size_t len, cap;
@@ -99,6 +105,21 @@ char *metrics_render(struct server *s) {
             m.cache_reused_tokens);
     gauge(&o, "dspark_prefix_cache_bytes", "Memory held by the prefix cache.",
           (double)m.cache_bytes);
+    put(&o, "# HELP dspark_batch_size Sequences stepped together per engine round.\n"
+            "# TYPE dspark_batch_size histogram\n");
+    long bcum = 0, bsum = 0;
+    for (int i = 0; i < METRICS_BATCH_BUCKETS; i++) {
+        bcum += m.batch_hist[i];
+        bsum += (1L << i) * m.batch_hist[i]; /* bucket upper bounds: an upper estimate */
+        put(&o, "dspark_batch_size_bucket{le=\"%d\"} %ld\n", 1 << i, bcum);
+    }
+    put(&o, "dspark_batch_size_bucket{le=\"+Inf\"} %ld\n", bcum);
+    put(&o, "dspark_batch_size_sum %ld\ndspark_batch_size_count %ld\n", bsum, bcum);
+    put(&o,
+        "# HELP dspark_queue_seconds Time requests waited for the engine.\n"
+        "# TYPE dspark_queue_seconds summary\n"
+        "dspark_queue_seconds_sum %g\ndspark_queue_seconds_count %ld\n",
+        m.queue_seconds, m.queued_jobs);
     gauge(&o, "dspark_queue_depth", "Requests waiting for the engine.", queued);
     gauge(&o, "dspark_requests_running", "Requests the engine is generating.", running);
     return o.buf;

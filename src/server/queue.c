@@ -7,6 +7,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "base/timer.h"
 #include "cache/prefix.h"
 
 #define MAX_ACTIVE GEN_MAX_BATCH
@@ -19,6 +20,7 @@ int queue_push(struct server *s, struct job *j) {
     }
     pthread_mutex_lock(&j->mu);
     j->refs++; /* the engine's reference */
+    j->t_queued = timer_now();
     pthread_mutex_unlock(&j->mu);
     s->queue[(s->q_head + s->q_len) % s->opts.max_queue] = j;
     s->q_len++;
@@ -72,6 +74,11 @@ void *engine_main(void *arg) {
             room -= j->n_choices;
         }
         s->running = n_active + n_join;
+        double now = timer_now();
+        for (int i = 0; i < n_join; i++) {
+            s->m.queue_seconds += now - joining[i]->t_queued;
+            s->m.queued_jobs++;
+        }
         pthread_mutex_unlock(&s->mu);
         for (int i = 0; i < n_join; i++) {
             struct job *j = joining[i];
@@ -87,6 +94,7 @@ void *engine_main(void *arg) {
         /* one round for every running sequence */
         n_seqs = 0;
         for (int i = 0; i < n_active; i++) n_seqs += oa_job_seqs(active[i], seqs + n_seqs);
+        int stepped = n_seqs;
         int rc = n_seqs == 1 ? gen_seq_step(seqs[0]) : n_seqs ? gen_step_batch(seqs, n_seqs) : OK;
         if (rc) log_error("generation failed: %s", err_str(rc));
         /* retire finished, cancelled or failed jobs */
@@ -110,6 +118,7 @@ void *engine_main(void *arg) {
         n_seqs = 0;
         for (int i = 0; i < n_active; i++) n_seqs += oa_job_seqs(active[i], seqs + n_seqs);
         pthread_mutex_lock(&s->mu);
+        if (stepped) metrics_round(s, stepped);
         s->running = n_active;
         if (s->eng.cache) {
             struct prefix_stats ps = prefix_cache_stats(s->eng.cache);

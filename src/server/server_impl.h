@@ -15,6 +15,7 @@ struct chat;
 struct cJSON;
 
 #define METRICS_ACCEPT_BUCKETS 10
+#define METRICS_BATCH_BUCKETS  7
 
 struct metrics {
     long requests_ok, requests_err;
@@ -23,6 +24,9 @@ struct metrics {
     long accept_hist[METRICS_ACCEPT_BUCKETS]; /* rounds by drafts accepted: 0..8, 9+ */
     double decode_seconds;
     long cache_hits, cache_misses, cache_reused_tokens, cache_bytes;
+    long batch_hist[METRICS_BATCH_BUCKETS]; /* rounds by sequences stepped: 1,2,4,..,64 */
+    double queue_seconds;                   /* total time jobs waited for the engine */
+    long queued_jobs;
     double last_tokens_per_sec;
 };
 
@@ -79,5 +83,6 @@ int server_parse_tools(struct server *s, const char *text, char **content,
 /* metrics.c */
 char *metrics_render(struct server *s);
 void metrics_record(struct server *s, const struct gen_stats *st);
+void metrics_round(struct server *s, int n_seqs); /* under s->mu */
 
 #endif
