@@ -146,6 +146,23 @@ MM_INLINE float hsum(__m512 v) {
     return _mm_cvtss_f32(b);
 }
 
+/* hsum of four accumulators at once, stored to y[0..4) (+ bias[0..4)). Every level adds the
+ * same pairs of lanes as hsum, so the four sums are bit-identical to four hsum calls. */
+MM_INLINE void hsum4_store(__m512 a, __m512 b, __m512 c, __m512 d, float *y, const float *bias) {
+    /* 16 -> 8: lanes i + (i + 8); ab = [a 0..7 | b 0..7] */
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xee));
+    /* 8 -> 4: lanes i + (i + 4); one 128-bit quarter per accumulator */
+    __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
+    /* 4 -> 2 -> 1 within each quarter: lanes i + (i + 2), then 0 + 1 */
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4e));
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, 0xb1));
+    __m128 s = _mm512_castps512_ps128(
+        _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), u));
+    if (bias) s = _mm_add_ps(s, _mm_loadu_ps(bias));
+    _mm_storeu_ps(y, s);
+}
+
 /* One k-block of a tile: each weight half times the same half of every token row. Per output
  * element this is always fma(low half), then fma(high half), into its one accumulator. */
 #define TILE_BLOCK(b, t)                                                                           \
@@ -178,11 +195,16 @@ MM_INLINE void tile(const int wt, const int MR, const int NR, const struct mm_jo
         TILE_BLOCK(b, 0);
     }
     if (tail) TILE_BLOCK(kfull, tail);
-    for (int r = 0; r < MR; r++)
-        for (int c = 0; c < NR; c++) {
+    for (int r = 0; r < MR; r++) {
+        int c = 0;
+        for (; c + 4 <= NR; c += 4)
+            hsum4_store(acc[r][c], acc[r][c + 1], acc[r][c + 2], acc[r][c + 3],
+                        y + (size_t)r * j->m + c, bias ? bias + c : NULL);
+        for (; c < NR; c++) {
             float s = hsum(acc[r][c]);
             y[(size_t)r * j->m + c] = bias ? s + bias[c] : s;
         }
+    }
 }
 
 #elif MM_AVX2
@@ -284,21 +306,24 @@ MM_INLINE void tile(const int wt, const int MR, const int NR, const struct mm_jo
 
 /* ---- tiling and threading ---- */
 
-/* Token rows per tile when n > 1, and weight rows per tile for each tile height. */
-#ifndef MR_BIG
-#define MR_BIG 4
-#endif
-#ifndef NR_BIG
-#define NR_BIG 4
-#endif
-#ifndef NR_ONE
+/* Tile shapes (token rows x weight rows): MR_BIG x NR_BIG for groups of MR_BIG token rows,
+ * 4x4, 3x4, 2x8 for what is left, 1 x NR_ONE for single rows. 8x3 keeps 24 accumulators in
+ * registers and spends one widening op per 8 FMAs. */
+#if MM_AVX512 /* 32 vector registers */
+#define MR_BIG 8
+#define NR_BIG 3
 #define NR_ONE 8
+#else /* 16 */
+#define MR_BIG 4
+#define NR_BIG 2
+#define NR_ONE 4
 #endif
-/* Weight rows per L2 block (multiple of NR_ONE and NR_BIG): about 96 KB of weights. */
+/* Weight rows per L2 block: about 96 KB of weights, a multiple of every tile width. */
+#define WB_UNIT 24
 static int wblock_rows(const struct mm_job *j) {
     size_t rows = (96u << 10) / (j->w_row_bytes ? j->w_row_bytes : 1);
-    rows = rows / NR_ONE * NR_ONE;
-    return rows < NR_ONE ? NR_ONE : (int)rows;
+    rows = rows / WB_UNIT * WB_UNIT;
+    return rows < WB_UNIT ? WB_UNIT : (int)rows;
 }
 
 /* Runs token rows [r0, r0+MR) against weight rows [c0, c1), NR at a time, then one by one.
