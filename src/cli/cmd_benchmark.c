@@ -662,6 +662,39 @@ static cJSON *summary_json(cJSON *o, const struct summary *s) {
     return o;
 }
 
+/* One entry per prompt: where it came from and, per run, its median decode speed. */
+static cJSON *prompts_json(const struct bench *b) {
+    int T = b->o.trials;
+    cJSON *arr = cJSON_CreateArray();
+    for (int pi = 0; pi < b->n_prompts; pi++) {
+        const struct prompt *p = &b->prompts[pi];
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddItemToArray(arr, x);
+        cJSON_AddStringToObject(x, "file", b->files[p->file]);
+        cJSON_AddNumberToObject(x, "line", p->line);
+        cJSON_AddStringToObject(x, "category", b->cats[p->cat]);
+        cJSON_AddNumberToObject(x, "prompt_tokens", p->n_ids);
+        cJSON_AddNumberToObject(x, "tokens", stats_at(b, 0, 0, pi)->n_generated);
+        cJSON *runs = cJSON_AddObjectToObject(x, "runs");
+        for (int ri = 0; ri < b->o.n_runs; ri++) {
+            double dec[1000], paired[1000];
+            for (int t = 0; t < T; t++) {
+                const struct gen_stats *st = stats_at(b, ri, t, pi), *sb = stats_at(b, 0, t, pi);
+                dec[t] = ratio(st->n_generated, st->decode_s);
+                paired[t] = ratio(dec[t], ratio(sb->n_generated, sb->decode_s));
+            }
+            const struct gen_stats *st = stats_at(b, ri, 0, pi);
+            cJSON *r = cJSON_AddObjectToObject(runs, b->o.runs[ri].name);
+            cJSON_AddNumberToObject(r, "decode_tok_s", median(dec, T));
+            cJSON_AddNumberToObject(r, "speedup", median(paired, T));
+            cJSON_AddNumberToObject(r, "rounds", st->rounds);
+            cJSON_AddNumberToObject(r, "accepted", st->accepted);
+            cJSON_AddNumberToObject(r, "lookup_rounds", st->lookup_rounds);
+        }
+    }
+    return arr;
+}
+
 static int write_json(const struct bench *b, const char *path, int threads) {
     const struct opts *o = &b->o;
     char cpu[256], commit[64];
@@ -714,6 +747,7 @@ static int write_json(const struct bench *b, const char *path, int threads) {
     cJSON *busy = cJSON_AddObjectToObject(j, "other_cpu_share");
     cJSON_AddNumberToObject(busy, "all", b->busy_all);
     cJSON_AddItemToObject(busy, "trials", cJSON_CreateDoubleArray(b->busy, o->trials));
+    cJSON_AddItemToObject(j, "prompts", prompts_json(b));
     cJSON *ex = cJSON_AddObjectToObject(j, "exactness");
     cJSON_AddBoolToObject(ex, "checked", o->temperature <= 0);
     cJSON_AddNumberToObject(ex, "compared", b->compared);
