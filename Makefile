@@ -1,7 +1,10 @@
 # dspark build. `make` builds build/dspark; `make test` builds and runs every test;
 # `make san` runs the tests under ASan+UBSan; `make fuzz` builds libFuzzer targets.
-# CUDA=1 is reserved for the CUDA backend (src/backend/cuda).
+# CUDA=1 adds the CUDA backend (src/backend/cuda) and builds into build/cuda.
 
+ifeq ($(CUDA),1)
+BUILD   ?= build/cuda
+endif
 BUILD   ?= build
 CC      ?= cc
 OPT     ?= -O3 -march=native
@@ -21,8 +24,21 @@ TESTS    := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 LIB      := $(BUILD)/libdspark.a
 BIN      := $(BUILD)/dspark
 
+# CUDA=1: the GPU backend (src/backend/cuda/*.cu, nvcc) joins the library, and
+# src/backend/gpu.c, the registry, is built with HAVE_CUDA.
 ifeq ($(CUDA),1)
-$(error CUDA=1: the CUDA backend is not part of this tree yet)
+NVCC      ?= nvcc
+CUDA_HOME ?= /usr/local/cuda
+CUDA_ARCH ?= -arch=sm_90
+CUDA_SRC  := $(wildcard src/backend/cuda/*.cu)
+LIB_OBJ   += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
+$(BUILD)/src/backend/gpu.o: CFLAGS += -DHAVE_CUDA
+$(BUILD)/bench_gpu: bench/bench_gpu.c $(LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 $(CUDA_ARCH) -lineinfo -std=c++17 -Isrc -Xcompiler -Wall,-Wextra,-Werror -c $< -o $@
 endif
 
 .PHONY: all test san fuzz format check-format clean bench

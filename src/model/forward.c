@@ -181,6 +181,14 @@ int model_forward_batch(struct model *m, struct model_batch_item *items, int n_i
         int rc = check_ids(m, items[i].kv, items[i].ids, items[i].n);
         if (rc) return rc;
     }
+    if (m->gpu) { /* one sequence at a time on the GPU for now */
+        for (int i = 0; i < n_items; i++) {
+            struct model_batch_item *it = &items[i];
+            int rc = model_forward_taps(m, it->kv, it->ids, it->n, it->logits, 1, it->taps);
+            if (rc) return rc;
+        }
+        return OK;
+    }
     for (int first = 0; first < n_items;) {
         /* as many whole items as fit in one step's rows */
         int T = 0, k = 0;
@@ -212,6 +220,15 @@ int model_forward_taps(struct model *m, struct kv_cache *kv, const int32_t *ids,
                        float *logits, int all_rows, float *taps) {
     int rc = check_ids(m, kv, ids, n);
     if (rc) return rc;
+    if (m->gpu) {
+        if (taps) {
+            log_error("hidden-state taps (dspark and dflash modes) are not on the GPU yet");
+            return ERR_UNSUPPORTED;
+        }
+        if ((rc = gpu_forward(m->gpu, kv->gpu, kv->len, ids, n, logits, all_rows))) return rc;
+        kv->len += n;
+        return OK;
+    }
     int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
     for (int done = 0; done < n; done += MODEL_CHUNK) {
         int T = n - done < MODEL_CHUNK ? n - done : MODEL_CHUNK;

@@ -18,6 +18,15 @@ int kv_new(const struct model *m, int max_ctx, struct kv_cache **out) {
     kv->n_kv_heads = c->n_kv_heads;
     kv->head_dim = c->head_dim;
     kv->cap = max_ctx;
+    if (m->gpu) { /* the K/V live in device memory */
+        int rc = gpu_kv_new(m->gpu, max_ctx, &kv->gpu);
+        if (rc) {
+            free(kv);
+            return rc;
+        }
+        *out = kv;
+        return OK;
+    }
     size_t n = (size_t)c->n_layers * c->n_kv_heads * (size_t)max_ctx * c->head_dim;
     kv->k = malloc(n * sizeof(float));
     kv->v = malloc(n * sizeof(float));
@@ -34,6 +43,7 @@ int kv_new(const struct model *m, int max_ctx, struct kv_cache **out) {
 
 void kv_free(struct kv_cache *kv) {
     if (!kv) return;
+    gpu_kv_free(kv->gpu);
     free(kv->k);
     free(kv->v);
     free(kv);
@@ -53,6 +63,7 @@ void kv_truncate(struct kv_cache *kv, int n) {
 
 int kv_reserve(struct kv_cache *kv, int cap) {
     if (cap <= kv->cap) return OK;
+    if (kv->gpu) return ERR_UNSUPPORTED; /* device caches do not grow yet */
     size_t D = (size_t)kv->head_dim, heads = (size_t)kv->n_layers * kv->n_kv_heads;
     float *k = malloc(sizeof(float) * heads * (size_t)cap * D);
     float *v = malloc(sizeof(float) * heads * (size_t)cap * D);

@@ -85,6 +85,51 @@ static void prefault(struct loader *L) {
     (void)sink;
 }
 
+/* Copies the weights to the GPU (they stay mapped on the host for drafters that share the
+ * target's embedding and head). */
+static int upload_gpu(struct model *m) {
+    const struct hf_config *c = &m->cfg;
+    if (m->act_bf16) {
+        log_error("bf16 activations are not available on the GPU yet");
+        return ERR_UNSUPPORTED;
+    }
+    int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
+    int64_t QD = (int64_t)c->n_heads * D, KD = (int64_t)c->n_kv_heads * D;
+    struct gpu_layer_desc *ls = calloc((size_t)c->n_layers, sizeof *ls);
+    if (!ls) return ERR_NOMEM;
+#define W(w, r, cl) ((struct gpu_weight){(w).data, (w).dtype, (r), (cl)})
+    for (int i = 0; i < c->n_layers; i++) {
+        const struct layer *l = &m->layers[i];
+        ls[i] = (struct gpu_layer_desc){
+            W(l->wq, QD, H), W(l->wk, KD, H), W(l->wv, KD, H), W(l->wo, H, QD), W(l->wg, I, H),
+            W(l->wu, I, H),  W(l->wd, H, I),  l->bq,           l->bk,           l->bv,
+            l->attn_norm,    l->ffn_norm,     l->q_norm,       l->k_norm,
+        };
+    }
+    struct gpu_model_desc d = {
+        .n_layers = c->n_layers,
+        .hidden = (int)H,
+        .ffn = (int)I,
+        .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads,
+        .head_dim = (int)D,
+        .vocab = c->vocab_size,
+        .max_pos = c->max_pos,
+        .window = c->sliding_window,
+        .rms_eps = c->rms_eps,
+        .inv_freq = m->inv_freq,
+        .embed = W(m->embed, c->vocab_size, H),
+        .lm_head = W(m->lm_head, c->vocab_size, H),
+        .final_norm = m->final_norm,
+        .layers = ls,
+    };
+#undef W
+    int rc = D <= 256 ? gpu_model_new(&d, &m->gpu) : ERR_UNSUPPORTED;
+    free(ls);
+    if (rc) log_hint("run on the CPU (without --gpu)");
+    return rc;
+}
+
 int model_load(const char *dir, const struct model_opts *opts, struct model **out) {
     *out = NULL;
     struct model *m = calloc(1, sizeof *m);
@@ -126,7 +171,8 @@ int model_load(const char *dir, const struct model_opts *opts, struct model **ou
     for (int i = 0; i < c->n_layers; i++)
         m->weight_bytes += per_layer * dtype_size(m->layers[i].wq.dtype);
     m->weight_bytes += (size_t)V * H * dtype_size(m->lm_head.dtype);
-    prefault(&L);
+    if (opts && opts->gpu && (rc = upload_gpu(m))) goto fail;
+    if (!m->gpu) prefault(&L);
     *out = m;
     return OK;
 fail:
@@ -144,6 +190,7 @@ void model_free(struct model *m) {
     free(m->x), free(m->xn), free(m->q), free(m->k), free(m->v), free(m->att);
     free(m->g), free(m->u), free(m->last_logits), free(m->attn_scratch), free(m->inv_freq);
     free(m->taps_scratch);
+    gpu_model_free(m->gpu);
     if (m->owns_pool) pool_free(m->pool);
     st_close(m->st);
     free(m);

@@ -24,6 +24,9 @@ struct model_opts {
     /* Round activations to bfloat16 where transformers' bfloat16 path rounds them, to
      * reproduce a bf16 checkpoint's reference logits. 0 (default): float32 activations. */
     int bf16_activations;
+    /* Run the target's forward on the GPU (a CUDA build with a device); drafters keep using
+     * the CPU. Not combinable with bf16_activations or hidden-state taps yet. */
+    int gpu;
 };
 
 int model_load(const char *dir, const struct model_opts *opts, struct model **out);

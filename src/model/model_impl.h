@@ -3,6 +3,7 @@
 #ifndef DSPARK_MODEL_IMPL_H
 #define DSPARK_MODEL_IMPL_H
 
+#include "backend/gpu.h"
 #include "base/thread.h"
 #include "format/safetensors.h"
 #include "model/layer.h"
@@ -20,6 +21,7 @@ struct model {
     float *inv_freq;                /* [D/2] RoPE frequencies, llama3 scaling applied */
     size_t weight_bytes;            /* matmul weights read per decode step */
     int act_bf16;                   /* model_opts.bf16_activations */
+    struct gpu_model *gpu;          /* the forward runs on the GPU when set */
     int tap_layers[MODEL_MAX_TAPS]; /* layers whose output model_forward_taps() copies out */
     int n_taps;
     /* step scratch, sized for MODEL_CHUNK rows at load (the hot loop never mallocs) */
@@ -33,10 +35,11 @@ struct model {
 
 struct kv_cache {
     int n_layers, n_kv_heads, head_dim;
-    int cap;  /* positions per head */
-    int len;  /* positions filled */
-    float *k; /* [n_layers][n_kv_heads][cap][D] */
-    float *v; /* same */
+    int cap;            /* positions per head */
+    int len;            /* positions filled */
+    float *k;           /* [n_layers][n_kv_heads][cap][D] */
+    float *v;           /* same */
+    struct gpu_kv *gpu; /* the K/V in device memory instead, for GPU models */
 };
 
 #endif

@@ -1,0 +1,43 @@
+/* backend/gpu.c: the registry's one #ifdef: without HAVE_CUDA the GPU backend is absent and
+ * every entry point says so; with it, backend/cuda/forward.cu provides them. */
+#include "backend/gpu.h"
+
+#include "base/err.h"
+#include "base/log.h"
+
+#ifndef HAVE_CUDA
+int gpu_available(void) {
+    return 0;
+}
+const char *gpu_device_name(void) {
+    return "none";
+}
+
+int gpu_model_new(const struct gpu_model_desc *d, struct gpu_model **out) {
+    (void)d;
+    *out = NULL;
+    log_error("this dspark was built without CUDA");
+    log_hint("rebuild with `make CUDA=1` on a machine with nvcc, or use the CPU");
+    return ERR_UNSUPPORTED;
+}
+
+void gpu_model_free(struct gpu_model *g) {
+    (void)g;
+}
+
+int gpu_kv_new(struct gpu_model *g, int cap, struct gpu_kv **out) {
+    (void)g, (void)cap;
+    *out = NULL;
+    return ERR_UNSUPPORTED;
+}
+
+void gpu_kv_free(struct gpu_kv *kv) {
+    (void)kv;
+}
+
+int gpu_forward(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids, int n,
+                float *logits, int all_rows) {
+    (void)g, (void)kv, (void)pos0, (void)ids, (void)n, (void)logits, (void)all_rows;
+    return ERR_UNSUPPORTED;
+}
+#endif

@@ -1,0 +1,51 @@
+/* backend/gpu.h: the GPU backend's C interface, used by model/ when a model is loaded with
+ * device "cuda". A struct gpu_model holds the weights in device memory (uploaded once, as
+ * stored: BF16, F16 or F32) and runs the same layer loop as the CPU forward, with float32
+ * activations and a per-sequence KV cache in device memory; logits come back to the host.
+ * Without a CUDA build every function returns ERR_UNSUPPORTED and gpu_available() is 0.
+ * One thread uses a gpu_model at a time. */
+#ifndef DSPARK_BACKEND_GPU_H
+#define DSPARK_BACKEND_GPU_H
+
+#include "tensor/dtype.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct gpu_model;
+struct gpu_kv;
+
+struct gpu_weight {
+    const void *data; /* host pointer ([rows, cols] row-major) */
+    enum dtype dtype;
+    int64_t rows, cols; /* cols 0: a float vector of rows values */
+};
+
+struct gpu_layer_desc {
+    struct gpu_weight wq, wk, wv, wo, wg, wu, wd;
+    const float *bq, *bk, *bv;         /* biases or NULL */
+    const float *attn_norm, *ffn_norm; /* [H] */
+    const float *q_norm, *k_norm;      /* [D] or NULL */
+};
+
+struct gpu_model_desc {
+    int n_layers, hidden, ffn, n_heads, n_kv_heads, head_dim, vocab, max_pos, window;
+    float rms_eps;
+    const float *inv_freq; /* [head_dim / 2] */
+    struct gpu_weight embed, lm_head;
+    const float *final_norm;
+    const struct gpu_layer_desc *layers;
+};
+
+int gpu_available(void); /* 1 when a CUDA build finds a device */
+const char *gpu_device_name(void);
+int gpu_model_new(const struct gpu_model_desc *d, struct gpu_model **out);
+void gpu_model_free(struct gpu_model *g);
+int gpu_kv_new(struct gpu_model *g, int cap, struct gpu_kv **out);
+void gpu_kv_free(struct gpu_kv *kv);
+/* Runs ids[0..n) at positions pos0.. (the cache holds positions [0, pos0)); logits of every
+ * row (all_rows) or of the last one go to the host buffer logits. */
+int gpu_forward(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids, int n,
+                float *logits, int all_rows);
+
+#endif
