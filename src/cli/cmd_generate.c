@@ -51,6 +51,7 @@ static void usage(FILE *f) {
                "  --logprobs N           with --json: raw logprobs with N alternatives per token\n"
                "  --json                 print one JSON object (ids, text, stats, rounds)\n"
                "  --threads N            CPU threads (default: all cores)\n"
+               "  --gpu                  run the target on the GPU (a `make CUDA=1` build)\n"
                "  --activations f32|bf16 activation precision (default f32; bf16 rounds where\n"
                "                         transformers' bfloat16 path rounds, to reproduce it)\n"
                "  --no-progress          no progress bar while loading\n");
@@ -59,7 +60,7 @@ static void usage(FILE *f) {
 struct opts {
     const char *model_dir, *drafter_dir, *prompt, *prompt_ids;
     const char *stop[MAX_STOP];
-    int n_stop, threads, progress, bf16_acts, json, max_draft;
+    int n_stop, threads, progress, bf16_acts, json, max_draft, gpu;
     float temperature, top_p;
     int top_k;
     struct gen_params gp;
@@ -135,6 +136,8 @@ static int parse(int argc, char **argv, struct opts *o) {
             o->gp.lookup_drafts = 0;
         } else if (!strcmp(arg, "--ignore-eos")) {
             o->gp.ignore_eos = 1;
+        } else if (!strcmp(arg, "--gpu")) {
+            o->gpu = 1;
         } else if (!strcmp(arg, "--json")) {
             o->json = 1;
         } else if (!strcmp(arg, "--no-progress")) {
@@ -264,7 +267,8 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     struct model_opts mo = {.n_threads = o.threads,
                             .show_progress = o.progress && isatty(2),
-                            .bf16_activations = o.bf16_acts};
+                            .bf16_activations = o.bf16_acts,
+                            .gpu = o.gpu};
     if (model_load(o.model_dir, &mo, &e.target)) goto done;
     if (o.gp.mode == GEN_DRAFT) {
         struct model_opts dmo = mo;

@@ -38,7 +38,8 @@ static void usage(FILE *f) {
                "  --no-prefix-cache        do not reuse prompt prefixes\n"
                "  --max-batch N            sequences generated together, sharing each weight\n"
                "                           read (default 1)\n"
-               "  --threads N              CPU threads (default: all cores)\n");
+               "  --threads N              CPU threads (default: all cores)\n"
+               "  --gpu                    run the target on the GPU (a `make CUDA=1` build)\n");
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -106,6 +107,8 @@ int cmd_serve(int argc, char **argv) {
             bad = args_int("--max-queue", a.value, 1, 1 << 16, &o.max_queue);
         } else if (args_flag(&a, "--threads")) {
             bad = args_int("--threads", a.value, 1, 1024, &o.n_threads);
+        } else if (!strcmp(arg, "--gpu")) {
+            o.gpu = 1;
         } else if (!strcmp(arg, "--no-thinking")) {
             o.thinking = 0;
         } else if (!strcmp(arg, "--no-lookup-drafts")) {

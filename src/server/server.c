@@ -30,7 +30,8 @@ int server_new(const struct server_opts *opts, struct server **out) {
     base = base && base[1] ? base + 1 : opts->model_dir;
     snprintf(s->model_name, sizeof s->model_name, "%s", base);
     int rc;
-    struct model_opts mo = {.n_threads = opts->n_threads, .show_progress = opts->show_progress};
+    struct model_opts mo = {
+        .n_threads = opts->n_threads, .show_progress = opts->show_progress, .gpu = opts->gpu};
     if ((rc = tokenizer_load(opts->model_dir, &s->eng.tok)) ||
         (rc = model_load(opts->model_dir, &mo, &s->eng.target)))
         goto fail;

@@ -28,6 +28,7 @@ struct server_opts {
     int prefix_cache_entries; /* finished sequences kept for prefix reuse (0: off) */
     int kv_cache_mb;          /* memory the prefix cache may hold (0: no limit) */
     int n_threads;
+    int gpu; /* run the target on the GPU */
     int show_progress;
 };
 
