@@ -641,7 +641,9 @@ static void git_commit(char *out, size_t cap) {
     char line[128];
     if (p && fgets(line, sizeof line, p) && strlen(line) >= 40) {
         line[strcspn(line, "\n")] = 0;
-        snprintf(out, cap, "%s", line);
+        size_t n = strlen(line) < cap - 1 ? strlen(line) : cap - 1; /* a hash fits; never cut */
+        memcpy(out, line, n);
+        out[n] = 0;
     }
     if (p) pclose(p);
 }
