@@ -70,13 +70,21 @@ uint16_t f32_to_f16(float f) {
 }
 
 void dtype_to_f32(enum dtype t, const void *src, float *dst, size_t n) {
+    /* 16-bit values are read with memcpy: tensors in a file need not be 2-byte aligned */
+    const unsigned char *b = src;
     if (t == DTYPE_F32) {
         memcpy(dst, src, n * 4);
     } else if (t == DTYPE_BF16) {
-        const uint16_t *s = src;
-        for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, b + 2 * i, 2);
+            dst[i] = bf16_to_f32(h);
+        }
     } else {
-        const uint16_t *s = src;
-        for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(s[i]);
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, b + 2 * i, 2);
+            dst[i] = f16_to_f32(h);
+        }
     }
 }
