@@ -7,12 +7,14 @@
  * run are checked against baseline's ids on the fly: a mismatch is a bug and is printed. */
 #include "cli/args.h"
 #include "cli/bench_cost.h"
+#include "cli/bench.h"
 #include "cli/commands.h"
 
 #include "base/fs.h"
 #include "base/thread.h"
 #include "base/timer.h"
 #include "engine/generate.h"
+#include "spec/block_model.h"
 #include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -23,22 +25,21 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#define DEFAULT_MODEL   "models/pycoder"
-#define DEFAULT_DRAFTER "models/pycoder-draft"
-#define SHARED_PROMPTS  "../shared/bench/prompts"
-#define REPO_PROMPTS    "bench/prompts"
-#define MAX_RUNS        8
-#define MAX_FILES       32
-#define MAX_CATS        16
+#define DEFAULT_MODEL  "models/pycoder"
+#define SHARED_PROMPTS "../shared/bench/prompts"
+#define REPO_PROMPTS   "bench/prompts"
 
 static void usage(FILE *f) {
     fprintf(
         f,
         "usage: dspark benchmark [flags]\n\n"
         "  --model DIR             target model folder (default " DEFAULT_MODEL ")\n"
-        "  --drafter DIR           draft model folder (default " DEFAULT_DRAFTER ")\n"
+        "  --drafter DIR           draft model folder (default: the model's folder + -draft)\n"
+        "  --dspark-drafter DIR    DSpark drafter folder (default: ... + -dspark)\n"
+        "  --dflash-drafter DIR    DFlash drafter folder (default: ... + -dflash)\n"
         "  --modes LIST            comma-separated runs, each baseline | lookup | draft |\n"
-        "                          draft-nolookup, optionally NAME:N for max-draft N\n"
+        "                          dspark | dflash, the last three also NAME-nolookup (no\n"
+        "                          n-gram drafts), each optionally NAME:N for max-draft N\n"
         "                          (default baseline,lookup,draft; baseline always runs first)\n"
         "  --prompts FILE[,FILE]   JSONL files of {\"turns\": [...]} (first turn used); the\n"
         "                          category is named after the file (default: " SHARED_PROMPTS "\n"
@@ -47,7 +48,8 @@ static void usage(FILE *f) {
         "  --categories LIST       only these categories (e.g. chat,copy)\n"
         "  --limit N               prompts per file, evenly spaced through it (default 10)\n"
         "  --max-new-tokens N      new tokens per prompt at most (default 128)\n"
-        "  --max-draft N           drafts per round (default: 6 lookup, 4 draft)\n"
+        "  --max-draft N           drafts per round (default: 6 lookup, 4 draft, the whole\n"
+        "                          block for dspark and dflash)\n"
         "  --trials N              timed passes over the prompts; medians reported (default 3)\n"
         "  --threads N             CPU threads (default: all cores)\n"
         "  --temperature T         0 = greedy (default 0); > 0 samples with seed = prompt\n"
@@ -58,33 +60,17 @@ static void usage(FILE *f) {
         "                          of N-1 drafts) of the target and the draft model\n"
         "  --json FILE             write the results as JSON\n");
 }
-
 /* ---- options ---- */
-
-struct run_spec {
-    enum gen_mode mode;
-    int max_draft; /* < 0: the mode's default */
-    int lookup_drafts;
-    char name[32];
-};
-
-struct opts {
-    const char *model_dir, *drafter_dir, *prompts, *categories, *json_path;
-    struct run_spec runs[MAX_RUNS];
-    int n_runs;
-    int limit, max_new, max_draft, trials, threads, chat, widths;
-    float temperature;
-};
 
 static int parse_run(const char *s, size_t len, struct run_spec *r) {
     static const struct {
         const char *name;
         enum gen_mode mode;
         int lookup_drafts;
-    } kinds[] = {{"baseline", GEN_BASELINE, 0},
-                 {"lookup", GEN_LOOKUP, 0},
-                 {"draft", GEN_DRAFT, 1},
-                 {"draft-nolookup", GEN_DRAFT, 0}};
+    } kinds[] = {{"baseline", GEN_BASELINE, 0}, {"lookup", GEN_LOOKUP, 0},
+                 {"draft", GEN_DRAFT, 1},       {"draft-nolookup", GEN_DRAFT, 0},
+                 {"dspark", GEN_DSPARK, 1},     {"dspark-nolookup", GEN_DSPARK, 0},
+                 {"dflash", GEN_DFLASH, 1},     {"dflash-nolookup", GEN_DFLASH, 0}};
     const char *colon = memchr(s, ':', len);
     size_t n = colon ? (size_t)(colon - s) : len;
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
@@ -102,8 +88,8 @@ static int parse_run(const char *s, size_t len, struct run_spec *r) {
         return 0;
     }
     fprintf(stderr,
-            "error: --modes takes baseline, lookup, draft or draft-nolookup, each "
-            "optionally :N (max-draft), got '%.*s'\n",
+            "error: --modes takes baseline, lookup, draft, dspark or dflash (the last three "
+            "also NAME-nolookup), each optionally :N (max-draft), got '%.*s'\n",
             (int)len, s);
     return -1;
 }
@@ -143,6 +129,10 @@ static int parse(int argc, char **argv, struct opts *o) {
             bad = !(o->model_dir = a.value);
         } else if (args_flag(&a, "--drafter")) {
             bad = !(o->drafter_dir = a.value);
+        } else if (args_flag(&a, "--dspark-drafter")) {
+            bad = !(o->dspark_dir = a.value);
+        } else if (args_flag(&a, "--dflash-drafter")) {
+            bad = !(o->dflash_dir = a.value);
         } else if (args_flag(&a, "--modes")) {
             bad = !a.value || parse_runs(a.value, o);
         } else if (args_flag(&a, "--prompts")) {
@@ -177,35 +167,6 @@ static int parse(int argc, char **argv, struct opts *o) {
 }
 
 /* ---- prompts ---- */
-
-struct prompt {
-    int cat;        /* index into bench.cats */
-    int file, line; /* where it came from (line is 1-based) */
-    int32_t *ids;
-    int n_ids;
-    int32_t *ref; /* baseline's output ids from the first trial */
-    int n_ref;
-    int fired; /* a lookup run drafted from the n-gram index on it */
-};
-
-struct bench {
-    struct opts o;
-    const char *files[MAX_FILES];
-    char *file_mem[MAX_FILES];
-    int n_files;
-    char cats[MAX_CATS][32];
-    int n_cats;
-    struct prompt *prompts;
-    int n_prompts;
-    struct gen_engine e;
-    int done, total;         /* progress */
-    struct gen_stats *stats; /* see stats_at() */
-    int have_lookup;         /* a lookup run is among the runs */
-    cJSON *cost;             /* --widths results, or NULL */
-    double busy[1000];       /* per trial: share of the CPUs other processes used */
-    double busy_all;         /* the same over the whole measurement */
-    int compared, mismatches;
-};
 
 /* The category a prompt file stands for, from its name. */
 static void file_category(const char *path, char *out, size_t cap) {
@@ -368,6 +329,28 @@ static int load_file(struct bench *b, int f, int max_prompt) {
 
 /* ---- measurement ---- */
 
+struct gen_stats *bench_stats(const struct bench *b, int run, int trial, int prompt) {
+    return &b->stats[((size_t)run * (size_t)b->o.trials + (size_t)trial) * (size_t)b->n_prompts +
+                     (size_t)prompt];
+}
+
+void bench_params(const struct bench *b, const struct run_spec *r, int prompt_index,
+                  struct gen_params *gp) {
+    const struct hf_config *c = model_config(b->e.target);
+    *gp = (struct gen_params){.max_tokens = b->o.max_new, .top_logprobs = -1, .mode = r->mode};
+    gp->max_draft = r->max_draft > 0        ? r->max_draft
+                    : b->o.max_draft > 0    ? b->o.max_draft
+                    : r->mode == GEN_LOOKUP ? 6
+                    : r->mode == GEN_DRAFT  ? 4
+                                            : 0; /* 0: the block drafter's whole block */
+    if (r->mode == GEN_BASELINE) gp->max_draft = 0;
+    gp->lookup_drafts = r->lookup_drafts;
+    gp->sp.temperature = b->o.temperature;
+    gp->sp.top_p = b->o.temperature > 0 && c->do_sample ? c->top_p : 1;
+    gp->sp.top_k = b->o.temperature > 0 && c->do_sample ? c->top_k : 0;
+    gp->sp.seed = (uint64_t)prompt_index;
+}
+
 static void progress(struct bench *b, const char *run, const char *cat, int trial) {
     int width = 30, filled = b->total ? b->done * width / b->total : width;
     if (isatty(2)) {
@@ -380,22 +363,6 @@ static void progress(struct bench *b, const char *run, const char *cat, int tria
         fprintf(stderr, "progress: %d/%d generations (%d%%)\n", b->done, b->total,
                 b->total ? 100 * b->done / b->total : 100);
     }
-}
-
-static void params_for(const struct bench *b, const struct run_spec *r, int prompt_index,
-                       struct gen_params *gp) {
-    const struct hf_config *c = model_config(b->e.target);
-    *gp = (struct gen_params){.max_tokens = b->o.max_new, .top_logprobs = -1, .mode = r->mode};
-    gp->max_draft = r->max_draft > 0        ? r->max_draft
-                    : b->o.max_draft > 0    ? b->o.max_draft
-                    : r->mode == GEN_LOOKUP ? 6
-                                            : 4;
-    if (r->mode == GEN_BASELINE) gp->max_draft = 0;
-    gp->lookup_drafts = r->lookup_drafts;
-    gp->sp.temperature = b->o.temperature;
-    gp->sp.top_p = b->o.temperature > 0 && c->do_sample ? c->top_p : 1;
-    gp->sp.top_k = b->o.temperature > 0 && c->do_sample ? c->top_k : 0;
-    gp->sp.seed = (uint64_t)prompt_index;
 }
 
 /* Compares a greedy output with baseline's; prints and counts a mismatch. */
@@ -416,18 +383,13 @@ static void check_exact(struct bench *b, struct prompt *p, const struct run_spec
 
 static int run_one(struct bench *b, int pi, const struct run_spec *r, struct gen_result *res) {
     struct gen_params gp;
-    params_for(b, r, pi, &gp);
+    bench_params(b, r, pi, &gp);
     struct prompt *p = &b->prompts[pi];
+    b->e.block = r->mode == GEN_DSPARK ? b->dspark : r->mode == GEN_DFLASH ? b->dflash : NULL;
     int rc = gen_run(&b->e, p->ids, p->n_ids, &gp, NULL, NULL, res);
     if (rc)
         fprintf(stderr, "error: %s failed on %s line %d\n", r->name, b->files[p->file], p->line);
     return rc;
-}
-
-/* The statistics of every generation: b->stats[(run * trials + trial) * n_prompts + prompt]. */
-static struct gen_stats *stats_at(const struct bench *b, int run, int trial, int prompt) {
-    return &b->stats[((size_t)run * (size_t)b->o.trials + (size_t)trial) * (size_t)b->n_prompts +
-                     (size_t)prompt];
 }
 
 /* CPU seconds used by the whole machine and by this process so far. */
@@ -471,7 +433,7 @@ static int measure(struct bench *b) {
             for (int ri = 0; ri < o->n_runs; ri++) {
                 const struct run_spec *r = &o->runs[ri];
                 if (run_one(b, pi, r, &res)) return -1;
-                *stats_at(b, ri, t, pi) = res.stats;
+                *bench_stats(b, ri, t, pi) = res.stats;
                 if (o->temperature <= 0) {
                     if (!p->ref) { /* baseline runs first: its first output is the reference */
                         p->ref = res.ids;
@@ -495,297 +457,39 @@ static int measure(struct bench *b) {
         b->have_lookup = 1;
         for (int t = 0; t < o->trials; t++)
             for (int pi = 0; pi < b->n_prompts; pi++)
-                b->prompts[pi].fired |= stats_at(b, ri, t, pi)->lookup_rounds > 0;
+                b->prompts[pi].fired |= bench_stats(b, ri, t, pi)->lookup_rounds > 0;
     }
     return 0;
-}
-
-/* ---- report ---- */
-
-/* Prompt groups: a category (0 .. n_cats-1), all prompts, or those where lookup never fired. */
-static int group_all(const struct bench *b) {
-    return b->n_cats;
-}
-static int in_group(const struct bench *b, int pi, int g) {
-    const struct prompt *p = &b->prompts[pi];
-    return g < b->n_cats ? p->cat == g : g == group_all(b) ? 1 : !p->fired;
-}
-static const char *group_name(const struct bench *b, int g) {
-    return g < b->n_cats ? b->cats[g] : g == group_all(b) ? "all" : "no-fire";
-}
-
-static int cmp_double(const void *x, const void *y) {
-    double a = *(const double *)x, c = *(const double *)y;
-    return (a > c) - (a < c);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static double ratio(double a, double c) {
-    return c > 0 ? a / c : 0;
-}
-
-struct summary {
-    int prompts;
-    double gen;                                     /* tokens generated per trial */
-    double decode_tok_s, decode_best, decode_worst; /* median, max and min over trials */
-    double tok_s;                                   /* end to end (prefill + decode), median */
-    double accept, tok_round;                       /* accepted drafts and tokens per round */
-    double lookup_share, lookup_prompts;            /* of rounds, of prompts */
-    double draft_share;                             /* of decode time spent drafting */
-    double speedup; /* median over trials of decode tok/s / baseline's in the same trial */
-};
-
-/* Token-weighted rates over a group's prompts within each trial, then median over trials. */
-static void rates(const struct bench *b, int ri, int g, struct summary *s, double *dec) {
-    int T = b->o.trials;
-    double e2e[1000];
-    double gen = 0, rounds = 0, accepted = 0, lookups = 0, ds = 0, dd = 0, lp = 0;
-    memset(s, 0, sizeof *s);
-    s->decode_worst = 1e300;
-    for (int t = 0; t < T; t++) {
-        double tg = 0, tdec = 0, tpre = 0;
-        for (int pi = 0; pi < b->n_prompts; pi++) {
-            if (!in_group(b, pi, g)) continue;
-            const struct gen_stats *st = stats_at(b, ri, t, pi);
-            tg += st->n_generated, tdec += st->decode_s, tpre += st->prefill_s;
-            rounds += st->rounds, accepted += st->accepted, lookups += st->lookup_rounds;
-            ds += st->draft_s, lp += st->lookup_rounds > 0;
-            s->prompts += t == 0;
-        }
-        dec[t] = ratio(tg, tdec);
-        e2e[t] = ratio(tg, tdec + tpre);
-        gen += tg, dd += tdec;
-        if (dec[t] > s->decode_best) s->decode_best = dec[t];
-        if (dec[t] < s->decode_worst) s->decode_worst = dec[t];
-    }
-    s->tok_s = median(e2e, T);
-    s->gen = gen / T;
-    /* greedy rounds are the same in every trial; under sampling these are means over trials */
-    s->accept = ratio(accepted, rounds);
-    s->tok_round = ratio(gen, rounds);
-    s->lookup_share = ratio(lookups, rounds);
-    s->lookup_prompts = ratio(lp, (double)T * s->prompts);
-    s->draft_share = ratio(ds, dd);
-}
-
-static void summarize(const struct bench *b, int ri, int g, struct summary *s) {
-    int T = b->o.trials;
-    double dec[1000], base[1000], paired[1000];
-    rates(b, 0, g, s, base);
-    rates(b, ri, g, s, dec);
-    for (int t = 0; t < T; t++) paired[t] = ratio(dec[t], base[t]);
-    s->speedup = median(paired, T);
-    s->decode_tok_s = median(dec, T); /* sorts dec */
-}
-
-static int n_groups(const struct bench *b) {
-    return b->n_cats + 1 + b->have_lookup; /* the categories, all, no-fire */
-}
-
-static void print_table(const struct bench *b) {
-    printf("\n%-16s %-8s %7s %7s %12s %7s %10s %8s %9s %9s %8s %7s\n", "run", "category", "prompts",
-           "tokens", "decode tok/s", "range%", "e2e tok/s", "speedup", "acc/round", "tok/round",
-           "lookup%", "draft%");
-    for (int ri = 0; ri < b->o.n_runs; ri++) {
-        for (int g = 0; g < n_groups(b); g++) {
-            struct summary s;
-            summarize(b, ri, g, &s);
-            if (!s.prompts || (g == group_all(b) && b->n_cats == 1)) continue;
-            printf("%-16s %-8s %7d %7.0f %12.1f %7.1f %10.1f %7.2fx %9.2f %9.2f %8.1f %7.1f\n",
-                   b->o.runs[ri].name, group_name(b, g), s.prompts, s.gen, s.decode_tok_s,
-                   100 * ratio(s.decode_best - s.decode_worst, s.decode_tok_s), s.tok_s, s.speedup,
-                   s.accept, s.tok_round, 100 * s.lookup_share, 100 * s.draft_share);
-        }
-    }
-    printf("\ndecode tok/s: median over trials of generated tokens / decode seconds, summed over "
-           "the group's prompts; range%%: (max - min) / median; speedup: median over trials of the "
-           "ratio to baseline's decode tok/s in the same trial; lookup%%: share of rounds "
-           "drafted by the n-gram index; draft%%: share of decode time spent drafting");
-    if (b->have_lookup) printf("; no-fire: prompts on which lookup never proposed a draft");
-    printf("\n");
-    double worst = 0;
-    for (int t = 0; t < b->o.trials; t++) worst = b->busy[t] > worst ? b->busy[t] : worst;
-    printf("other processes used %.0f%% of the CPUs during the measurement (%.0f%% in the busiest "
-           "trial)%s\n",
-           100 * b->busy_all, 100 * worst,
-           worst > 0.05 ? ": the figures are disturbed, re-run on a quiet machine" : "");
-    if (b->o.temperature <= 0)
-        printf("exactness: %d greedy outputs compared with baseline's ids, %d mismatch%s\n",
-               b->compared, b->mismatches, b->mismatches == 1 ? "" : "es");
-    else
-        printf("exactness: not checked (temperature > 0)\n");
-}
-
-static void cpu_name(char *out, size_t cap) {
-    snprintf(out, cap, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[512];
-    while (f && fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) || !colon) continue;
-        colon += 1 + (colon[1] == ' ');
-        colon[strcspn(colon, "\n")] = 0;
-        snprintf(out, cap, "%s", colon);
-        break;
-    }
-    if (f) fclose(f);
-}
-
-static void git_commit(char *out, size_t cap) {
-    snprintf(out, cap, "unknown");
-    FILE *p = popen("git rev-parse HEAD 2>/dev/null", "r");
-    char line[128];
-    if (p && fgets(line, sizeof line, p) && strlen(line) >= 40) {
-        line[strcspn(line, "\n")] = 0;
-        size_t n = strlen(line) < cap - 1 ? strlen(line) : cap - 1; /* a hash fits; never cut */
-        memcpy(out, line, n);
-        out[n] = 0;
-    }
-    if (p) pclose(p);
-}
-
-static cJSON *summary_json(cJSON *o, const struct summary *s) {
-    cJSON_AddNumberToObject(o, "prompts", s->prompts);
-    cJSON_AddNumberToObject(o, "tokens", s->gen);
-    cJSON_AddNumberToObject(o, "tok_s", s->tok_s);
-    cJSON_AddNumberToObject(o, "decode_tok_s", s->decode_tok_s);
-    cJSON_AddNumberToObject(o, "decode_tok_s_best", s->decode_best);
-    cJSON_AddNumberToObject(o, "decode_tok_s_worst", s->decode_worst);
-    cJSON_AddNumberToObject(o, "speedup", s->speedup);
-    cJSON_AddNumberToObject(o, "accept", s->accept);
-    cJSON_AddNumberToObject(o, "tokens_per_round", s->tok_round);
-    cJSON_AddNumberToObject(o, "lookup_share", s->lookup_share);
-    cJSON_AddNumberToObject(o, "lookup_prompt_share", s->lookup_prompts);
-    cJSON_AddNumberToObject(o, "draft_time_share", s->draft_share);
-    return o;
-}
-
-/* One entry per prompt: where it came from and, per run, its median decode speed. */
-static cJSON *prompts_json(const struct bench *b) {
-    int T = b->o.trials;
-    cJSON *arr = cJSON_CreateArray();
-    for (int pi = 0; pi < b->n_prompts; pi++) {
-        const struct prompt *p = &b->prompts[pi];
-        cJSON *x = cJSON_CreateObject();
-        cJSON_AddItemToArray(arr, x);
-        cJSON_AddStringToObject(x, "file", b->files[p->file]);
-        cJSON_AddNumberToObject(x, "line", p->line);
-        cJSON_AddStringToObject(x, "category", b->cats[p->cat]);
-        cJSON_AddNumberToObject(x, "prompt_tokens", p->n_ids);
-        cJSON_AddNumberToObject(x, "tokens", stats_at(b, 0, 0, pi)->n_generated);
-        cJSON *runs = cJSON_AddObjectToObject(x, "runs");
-        for (int ri = 0; ri < b->o.n_runs; ri++) {
-            double dec[1000], paired[1000];
-            for (int t = 0; t < T; t++) {
-                const struct gen_stats *st = stats_at(b, ri, t, pi), *sb = stats_at(b, 0, t, pi);
-                dec[t] = ratio(st->n_generated, st->decode_s);
-                paired[t] = ratio(dec[t], ratio(sb->n_generated, sb->decode_s));
-            }
-            const struct gen_stats *st = stats_at(b, ri, 0, pi);
-            cJSON *r = cJSON_AddObjectToObject(runs, b->o.runs[ri].name);
-            cJSON_AddNumberToObject(r, "decode_tok_s", median(dec, T));
-            cJSON_AddNumberToObject(r, "speedup", median(paired, T));
-            cJSON_AddNumberToObject(r, "rounds", st->rounds);
-            cJSON_AddNumberToObject(r, "accepted", st->accepted);
-            cJSON_AddNumberToObject(r, "lookup_rounds", st->lookup_rounds);
-        }
-    }
-    return arr;
-}
-
-static int write_json(const struct bench *b, const char *path, int threads) {
-    const struct opts *o = &b->o;
-    char cpu[256], commit[64];
-    cpu_name(cpu, sizeof cpu);
-    git_commit(commit, sizeof commit);
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "device", cpu);
-    cJSON_AddNumberToObject(j, "cores", cpu_count());
-    cJSON_AddStringToObject(j, "model", o->model_dir);
-    int any_draft = 0;
-    for (int i = 0; i < o->n_runs; i++) any_draft |= o->runs[i].mode == GEN_DRAFT;
-    if (any_draft)
-        cJSON_AddStringToObject(j, "drafter", o->drafter_dir);
-    else
-        cJSON_AddNullToObject(j, "drafter");
-    cJSON_AddStringToObject(j, "commit", commit);
-    cJSON *fl = cJSON_AddObjectToObject(j, "flags");
-    cJSON *runs = cJSON_AddArrayToObject(fl, "modes"),
-          *files = cJSON_AddArrayToObject(fl, "prompts");
-    for (int i = 0; i < o->n_runs; i++)
-        cJSON_AddItemToArray(runs, cJSON_CreateString(o->runs[i].name));
-    for (int i = 0; i < b->n_files; i++)
-        cJSON_AddItemToArray(files, cJSON_CreateString(b->files[i]));
-    cJSON_AddNumberToObject(fl, "limit", o->limit);
-    cJSON_AddNumberToObject(fl, "max_new_tokens", o->max_new);
-    cJSON_AddNumberToObject(fl, "trials", o->trials);
-    cJSON_AddNumberToObject(fl, "threads", threads);
-    cJSON_AddNumberToObject(fl, "temperature", o->temperature);
-    cJSON_AddBoolToObject(fl, "chat", o->chat);
-    cJSON *out = cJSON_AddArrayToObject(j, "runs");
-    for (int ri = 0; ri < o->n_runs; ri++) {
-        struct gen_params gp;
-        params_for(b, &o->runs[ri], 0, &gp);
-        struct summary all;
-        summarize(b, ri, group_all(b), &all);
-        cJSON *r = cJSON_CreateObject();
-        cJSON_AddItemToArray(out, r);
-        cJSON_AddStringToObject(r, "run", o->runs[ri].name);
-        cJSON_AddNumberToObject(r, "max_draft", gp.max_draft);
-        summary_json(r, &all);
-        cJSON *pc = cJSON_AddObjectToObject(r, "per_category");
-        for (int g = 0; g < n_groups(b); g++) {
-            struct summary s;
-            if (g == group_all(b)) continue;
-            summarize(b, ri, g, &s);
-            cJSON_AddItemToObject(pc, group_name(b, g), summary_json(cJSON_CreateObject(), &s));
-        }
-    }
-    if (b->cost) cJSON_AddItemReferenceToObject(j, "forward_cost", b->cost);
-    cJSON *busy = cJSON_AddObjectToObject(j, "other_cpu_share");
-    cJSON_AddNumberToObject(busy, "all", b->busy_all);
-    cJSON_AddItemToObject(busy, "trials", cJSON_CreateDoubleArray(b->busy, o->trials));
-    cJSON_AddItemToObject(j, "prompts", prompts_json(b));
-    cJSON *ex = cJSON_AddObjectToObject(j, "exactness");
-    cJSON_AddBoolToObject(ex, "checked", o->temperature <= 0);
-    cJSON_AddNumberToObject(ex, "compared", b->compared);
-    cJSON_AddNumberToObject(ex, "mismatches", b->mismatches);
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
-    FILE *f = text ? fopen(path, "w") : NULL;
-    int rc = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF ? 0 : -1;
-    if (f && fclose(f)) rc = -1;
-    free(text);
-    if (rc) fprintf(stderr, "error: could not write %s\n", path);
-    return rc;
 }
 
 /* ---- command ---- */
 
+/* The target, its tokenizer, and the drafters the runs need. */
 static int load_models(struct bench *b, int threads) {
     const struct opts *o = &b->o;
+    int need[GEN_DFLASH + 1] = {0};
+    for (int i = 0; i < o->n_runs; i++) need[o->runs[i].mode] = 1;
     if (tokenizer_load(o->model_dir, &b->e.tok)) return -1;
     struct model_opts mo = {.n_threads = threads};
     if (model_load(o->model_dir, &mo, &b->e.target)) return -1;
-    for (int i = 0; i < o->n_runs; i++) {
-        if (o->runs[i].mode != GEN_DRAFT) continue;
-        mo.pool = model_pool(b->e.target); /* one set of threads for both models */
-        return model_load(o->drafter_dir, &mo, &b->e.draft) ? -1 : 0;
-    }
+    mo.pool = model_pool(b->e.target); /* one set of threads for every model */
+    if (need[GEN_DRAFT] && model_load(o->drafter_dir, &mo, &b->e.draft)) return -1;
+    if (need[GEN_DSPARK] && block_model_load(o->dspark_dir, b->e.target, &b->dspark)) return -1;
+    if (need[GEN_DFLASH] && block_model_load(o->dflash_dir, b->e.target, &b->dflash)) return -1;
     return 0;
 }
 
+/* DIR + suffix in buf (for the default drafter folders). */
+static const char *beside(char *buf, size_t cap, const char *dir, const char *suffix) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    snprintf(buf, cap, "%.*s%s", (int)n, dir, suffix);
+    return buf;
+}
+
 int cmd_benchmark(int argc, char **argv) {
-    struct bench b = {.o = {.model_dir = DEFAULT_MODEL,
-                            .drafter_dir = DEFAULT_DRAFTER,
-                            .limit = 10,
-                            .max_new = 128,
-                            .trials = 3,
-                            .chat = 1}};
+    struct bench b = {
+        .o = {.model_dir = DEFAULT_MODEL, .limit = 10, .max_new = 128, .trials = 3, .chat = 1}};
     struct opts *o = &b.o;
     int rc = parse_runs("baseline,lookup,draft", o);
     if (!rc) rc = parse(argc, argv, o);
@@ -795,6 +499,10 @@ int cmd_benchmark(int argc, char **argv) {
         fprintf(stderr, "hint: run from the repository root or pass --model DIR\n");
         return 2;
     }
+    char dm[4096], ds[4096], df[4096];
+    if (!o->drafter_dir) o->drafter_dir = beside(dm, sizeof dm, o->model_dir, "-draft");
+    if (!o->dspark_dir) o->dspark_dir = beside(ds, sizeof ds, o->model_dir, "-dspark");
+    if (!o->dflash_dir) o->dflash_dir = beside(df, sizeof df, o->model_dir, "-dflash");
     int threads = o->threads > 0 ? o->threads : cpu_count();
     rc = 1;
     if (list_files(&b) || load_models(&b, threads)) goto done;
@@ -808,11 +516,15 @@ int cmd_benchmark(int argc, char **argv) {
     b.stats = calloc((size_t)o->n_runs * (size_t)o->trials * (size_t)b.n_prompts, sizeof *b.stats);
     if (!b.stats) goto done;
     char cpu[256];
-    cpu_name(cpu, sizeof cpu);
+    bench_cpu_name(cpu, sizeof cpu);
     printf("dspark benchmark: %s, %d cores, %d threads\n", cpu, cpu_count(), threads);
-    printf("model %s, drafter %s; %d prompts, up to %d new tokens, %d trials, %s, %s\n",
-           o->model_dir, o->drafter_dir, b.n_prompts, o->max_new, o->trials,
-           o->temperature > 0 ? "sampling" : "greedy", o->chat ? "ChatML user turn" : "raw text");
+    printf("model %s", o->model_dir);
+    if (b.e.draft) printf(", drafter %s", o->drafter_dir);
+    if (b.dspark) printf(", DSpark drafter %s", o->dspark_dir);
+    if (b.dflash) printf(", DFlash drafter %s", o->dflash_dir);
+    printf("; %d prompts, up to %d new tokens, %d trials, %s, %s\n", b.n_prompts, o->max_new,
+           o->trials, o->temperature > 0 ? "sampling" : "greedy",
+           o->chat ? "ChatML user turn" : "raw text");
     for (int c = 0; c < b.n_cats; c++) {
         printf("  %-8s", b.cats[c]);
         for (int f = 0; f < b.n_files; f++) {
@@ -832,8 +544,8 @@ int cmd_benchmark(int argc, char **argv) {
         fflush(stdout);
     }
     if (measure(&b)) goto done;
-    print_table(&b);
-    if (o->json_path && write_json(&b, o->json_path, threads)) goto done;
+    bench_print_table(&b);
+    if (o->json_path && bench_write_json(&b, o->json_path, threads)) goto done;
     rc = b.mismatches ? 1 : 0;
 done:
     for (int i = 0; i < b.n_prompts; i++) free(b.prompts[i].ids), free(b.prompts[i].ref);
@@ -841,6 +553,8 @@ done:
     for (int i = 0; i < b.n_files; i++) free(b.file_mem[i]);
     free(b.stats);
     cJSON_Delete(b.cost);
+    block_model_free(b.dspark);
+    block_model_free(b.dflash);
     model_free(b.e.draft);
     model_free(b.e.target);
     tokenizer_free(b.e.tok);

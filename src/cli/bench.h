@@ -1,0 +1,75 @@
+/* cli/bench.h: the state `dspark benchmark` shares between its measurement (cmd_benchmark.c)
+ * and its report (bench_report.c). Internal to the command: one struct bench per invocation,
+ * owned by cmd_benchmark(), single-threaded. */
+#ifndef DSPARK_CLI_BENCH_H
+#define DSPARK_CLI_BENCH_H
+
+#include "engine/generate.h"
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MAX_RUNS   8
+#define MAX_FILES  32
+#define MAX_CATS   16
+#define MAX_TRIALS 1000
+
+/* One run: a mode with its settings, measured on every prompt. */
+struct run_spec {
+    enum gen_mode mode;
+    int max_draft;     /* < 0: the mode's default */
+    int lookup_drafts; /* draft, dspark, dflash: verify n-gram continuations too */
+    char name[32];     /* as given to --modes */
+};
+
+struct opts {
+    const char *model_dir, *drafter_dir, *dspark_dir, *dflash_dir;
+    const char *prompts, *categories, *json_path;
+    struct run_spec runs[MAX_RUNS]; /* runs[0] is baseline */
+    int n_runs;
+    int limit, max_new, max_draft, trials, threads, chat, widths;
+    float temperature;
+};
+
+struct prompt {
+    int cat;        /* index into bench.cats */
+    int file, line; /* where it came from (line is 1-based) */
+    int32_t *ids;   /* [n_ids] the prompt as the model sees it */
+    int n_ids;
+    int32_t *ref; /* [n_ref] baseline's output ids from the first trial */
+    int n_ref;
+    int fired; /* a lookup run drafted from the n-gram index on it */
+};
+
+struct bench {
+    struct opts o;
+    const char *files[MAX_FILES];
+    char *file_mem[MAX_FILES];
+    int n_files;
+    char cats[MAX_CATS][32];
+    int n_cats;
+    struct prompt *prompts;
+    int n_prompts;
+    struct gen_engine e; /* e.block is set per run from dspark / dflash */
+    struct block_model *dspark, *dflash;
+    int done, total;          /* progress */
+    struct gen_stats *stats;  /* see bench_stats() */
+    int have_lookup;          /* a lookup run is among the runs */
+    cJSON *cost;              /* --widths results, or NULL */
+    double busy[MAX_TRIALS];  /* per trial: share of the CPUs other processes used */
+    double busy_all;          /* the same over the whole measurement */
+    int compared, mismatches; /* greedy outputs checked against baseline's */
+};
+
+/* The statistics of one generation: b->stats[(run * trials + trial) * n_prompts + prompt]. */
+struct gen_stats *bench_stats(const struct bench *b, int run, int trial, int prompt);
+/* The generation parameters of run r on prompt prompt_index. */
+void bench_params(const struct bench *b, const struct run_spec *r, int prompt_index,
+                  struct gen_params *gp);
+
+void bench_cpu_name(char *out, size_t cap); /* "model name" of /proc/cpuinfo */
+void bench_print_table(const struct bench *b);
+int bench_write_json(const struct bench *b, const char *path, int threads);
+
+#endif
