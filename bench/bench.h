@@ -50,7 +50,8 @@ static inline void bw_worker(void *arg, int ith, int nth) {
             a3 = _mm512_add_ps(a3, _mm512_load_ps((const float *)(const void *)(p + i + 192)));
         }
     }
-    j->sums[ith] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    j->sums[ith] =
+        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 #else
     uint64_t s = 0;
     for (size_t i = 0; i < per; i += 8) {
@@ -72,8 +73,8 @@ static inline double bw_measure_buf(struct pool *pool, const void *buf, size_t n
         double t0 = timer_now();
         pool_run(pool, bw_worker, &j);
         double dt = timer_now() - t0;
-        double rate = (double)(n_bytes / (size_t)pool_size(pool) / 16384 * 16384) *
-                      pool_size(pool) / dt;
+        double rate =
+            (double)(n_bytes / (size_t)pool_size(pool) / 16384 * 16384) * pool_size(pool) / dt;
         if (rate > best) best = rate;
     }
     return best;
@@ -112,8 +113,8 @@ static inline void cpu_jiffies(long long *all_busy, long long *self) {
         buf[n] = 0;
         char *p = strrchr(buf, ')'); /* fields after the command name */
         long long ut = 0, st = 0;
-        if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &ut,
-                        &st) == 2)
+        if (p &&
+            sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &ut, &st) == 2)
             *self = ut + st;
         fclose(f);
     }
@@ -123,7 +124,9 @@ struct quiet {
     long long busy0, self0;
 };
 
-static inline void quiet_begin(struct quiet *q) { cpu_jiffies(&q->busy0, &q->self0); }
+static inline void quiet_begin(struct quiet *q) {
+    cpu_jiffies(&q->busy0, &q->self0);
+}
 
 /* 1 when other processes used (almost) no CPU since quiet_begin. */
 static inline int quiet_end(const struct quiet *q) {
@@ -160,6 +163,8 @@ static inline double bench_min(bench_fn *prep, bench_fn *run, void *ctx, int rep
 }
 
 /* Lets a previous pool's spinning workers fall asleep before timing with another pool. */
-static inline void bench_quiesce(void) { usleep(200 * 1000); }
+static inline void bench_quiesce(void) {
+    usleep(200 * 1000);
+}
 
 #endif

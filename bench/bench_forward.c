@@ -139,8 +139,8 @@ static int run(const struct opts *o, int th) {
     }
 
     /* decode: n_decode single steps after a CTX-token prompt */
-    f = (struct fwd){.m = m, .kv = kv, .ids = ids, .logits = logits, .ctx = CTX,
-                     .n_steps = o->n_decode};
+    f = (struct fwd){
+        .m = m, .kv = kv, .ids = ids, .logits = logits, .ctx = CTX, .n_steps = o->n_decode};
     double best = timed(&f, o->reps);
     if (best < 0) return 1;
     double tps = o->n_decode / best;
@@ -153,8 +153,8 @@ static int run(const struct opts *o, int th) {
     double t1 = 0;
     printf("k-token pass at context %d (all rows' logits):\n", CTX);
     for (int i = 0; i < 5; i++) {
-        f = (struct fwd){.m = m, .kv = kv, .ids = ids, .logits = logits, .ctx = CTX, .n = ks[i],
-                         .all_rows = 1};
+        f = (struct fwd){
+            .m = m, .kv = kv, .ids = ids, .logits = logits, .ctx = CTX, .n = ks[i], .all_rows = 1};
         double t = timed(&f, o->reps);
         if (t < 0) return 1;
         if (ks[i] == 1) t1 = t;
@@ -175,8 +175,10 @@ int main(int argc, char **argv) {
             o.n_threads = 0;
             for (char *s = argv[++i]; *s && o.n_threads < 4;) {
                 o.threads[o.n_threads++] = (int)strtol(s, &s, 10);
-                if (*s == ',') s++;
-                else break;
+                if (*s == ',')
+                    s++;
+                else
+                    break;
             }
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             o.reps = atoi(argv[++i]);

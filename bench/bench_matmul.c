@@ -27,7 +27,7 @@ struct mat {
 
 static int collect(const struct st_set *st, const struct hf_config *c, struct mat *out) {
     static const char *names[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                  "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+                                  "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
                                   "mlp.down_proj"};
     int n = 0;
     char nm[128];
@@ -56,8 +56,8 @@ struct pass {
 static int run_pass(void *arg) {
     const struct pass *p = arg;
     for (int i = 0; i < p->n_mats; i++)
-        cpu_matmul(p->pool, p->y, p->x, p->mats[i].data, p->mats[i].dt, NULL, p->n,
-                   p->mats[i].k, p->mats[i].m);
+        cpu_matmul(p->pool, p->y, p->x, p->mats[i].data, p->mats[i].dt, NULL, p->n, p->mats[i].k,
+                   p->mats[i].m);
     return 0;
 }
 
@@ -86,8 +86,8 @@ int main(int argc, char **argv) {
     int huge = argc > 3 && !strcmp(argv[3], "--huge");
     if (huge) { /* one 2 MiB-aligned anonymous copy of every matrix, in pass order */
         size_t align = (size_t)2 << 20;
-        char *base = mmap(NULL, bytes + align, PROT_READ | PROT_WRITE,
-                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        char *base =
+            mmap(NULL, bytes + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (base == MAP_FAILED) return 1;
         char *p = (char *)(((uintptr_t)base + align - 1) & ~(uintptr_t)(align - 1));
         madvise(p, bytes, MADV_HUGEPAGE);

@@ -145,7 +145,9 @@ static int write_weights(const char *dir, const struct shape *s) {
     for (int i = 0; i < nt; i++) {
         long long n = numel(&ts[i]);
         long long fan_in = ts[i].n_dims == 2 ? ts[i].dims[1] : 1;
-        float scale = ts[i].kind == 0 ? 1.0f / sqrtf((float)fan_in) : ts[i].kind == 2 ? 0.02f : 0.05f;
+        float scale = ts[i].kind == 0   ? 1.0f / sqrtf((float)fan_in)
+                      : ts[i].kind == 2 ? 0.02f
+                                        : 0.05f;
         for (long long done = 0; done < n; done += CHUNK) {
             long long c = n - done < CHUNK ? n - done : CHUNK;
             for (long long j = 0; j < c; j++)
@@ -182,9 +184,11 @@ int main(int argc, char **argv) {
         } else if (a[0] != '-' && !dir) {
             dir = a;
         } else {
-            fprintf(stderr, "usage: %s OUT_DIR [--layers N] [--hidden H] [--heads N] "
-                            "[--kv-heads N] [--head-dim D] [--ffn I] [--vocab V] [--untied] "
-                            "[--seed S]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s OUT_DIR [--layers N] [--hidden H] [--heads N] "
+                    "[--kv-heads N] [--head-dim D] [--ffn I] [--vocab V] [--untied] "
+                    "[--seed S]\n",
+                    argv[0]);
             return 2;
         }
     }

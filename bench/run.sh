@@ -17,7 +17,7 @@ OUT=build/bench
 CC=${CC:-cc}
 CFLAGS="-O3 -march=native -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Werror -Isrc -Ibench -pthread"
 # The sources the model needs, compiled directly so unrelated modules cannot break the bench.
-SRC="src/base/*.c src/tensor/*.c src/format/*.c src/backend/cpu/*.c src/model/*.c"
+SRC="src/base/*.c src/tensor/*.c src/format/*.c src/backend/*.c src/backend/cpu/*.c src/model/*.c"
 
 mkdir -p "$OUT"
 $CC $CFLAGS -o "$OUT/mkmodel" bench/mkmodel.c -lm

@@ -50,8 +50,8 @@ static void wmat_free(struct wmat *w) {
 
 /* Checks y against the reference; the bound is the usual fp32 dot-product error bound
  * (a few ulp times the number of sequential adds, relative to sum |w x|). */
-static int check_ref(const float *y, const float *x, const struct wmat *w, const float *bias,
-                     int n, int k, int m) {
+static int check_ref(const float *y, const float *x, const struct wmat *w, const float *bias, int n,
+                     int k, int m) {
     int ok = 1;
     for (int r = 0; r < n; r++)
         for (int c = 0; c < m; c++) {
@@ -126,8 +126,8 @@ TEST(batch_invariant) {
                 for (int i = 0; i < nmax * k; i++) x[i] = frand();
                 for (int i = 0; i < m; i++) bias[i] = frand();
                 for (int r = 0; r < nmax; r++)
-                    cpu_matmul(p1, one + (size_t)r * m, x + (size_t)r * k, w.data, types[ti],
-                               bias, 1, k, m);
+                    cpu_matmul(p1, one + (size_t)r * m, x + (size_t)r * k, w.data, types[ti], bias,
+                               1, k, m);
                 int same = 1;
                 for (int n = 1; n <= nmax; n++) {
                     cpu_matmul(p2, y, x, w.data, types[ti], bias, n, k, m);

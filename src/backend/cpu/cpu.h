@@ -45,11 +45,12 @@ void cpu_attention(struct pool *pool, const struct cpu_attn *a);
 
 /* ---- ops.c: float32 vector helpers; each result depends only on its inputs and n ---- */
 
-float cpu_dot(const float *a, const float *b, int n);      /* sum a[i]*b[i] */
-void cpu_axpy(float *y, float a, const float *x, int n);   /* y += a*x */
-void cpu_scale(float *y, float a, int n);                  /* y *= a */
-void cpu_add(float *y, const float *x, size_t n);          /* y += x (residual) */
-void cpu_exp(float *y, const float *x, int n);             /* y = exp(x), about 2 ulp; y may be x */
+float cpu_dot(const float *a, const float *b, int n);    /* sum a[i]*b[i] */
+void cpu_axpy(float *y, float a, const float *x, int n); /* y += a*x */
+void cpu_scale(float *y, float a, int n);                /* y *= a */
+void cpu_add(float *y, const float *x, size_t n);        /* y += x (residual) */
+/* y = exp(x), within about 2 ulp; y may be x. */
+void cpu_exp(float *y, const float *x, int n);
 /* x = softmax(x) in place (max-subtracted); returns the sum of exponentials. A row of all
  * -inf becomes all zeros. */
 float cpu_softmax(float *x, int n);

@@ -23,8 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) &&                  \
-    defined(__AVX512VL__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
 #define MM_AVX512 1
 #include <immintrin.h>
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -33,7 +32,7 @@
 #endif
 
 #define MM_INLINE static inline __attribute__((always_inline))
-#define TMAX 8 /* largest tile side */
+#define TMAX      8 /* largest tile side */
 
 /* Elements per k-block, and lanes per vector. */
 #if MM_AVX512
@@ -48,10 +47,10 @@
 #endif
 
 struct mm_job {
-    float *y;           /* [n, m] */
-    const float *xp;    /* [n, kp] repacked x */
-    const char *w;      /* [m, k] weights */
-    const float *bias;  /* [m] or NULL */
+    float *y;          /* [n, m] */
+    const float *xp;   /* [n, kp] repacked x */
+    const char *w;     /* [m, k] weights */
+    const float *bias; /* [m] or NULL */
     enum dtype wt;
     int n, k, m, kp;    /* kp: k rounded up to KB */
     size_t w_row_bytes; /* k * dtype_size */
@@ -106,7 +105,9 @@ static _Thread_local size_t scratch_len;
 static pthread_key_t scratch_key; /* frees a thread's scratch when the thread ends */
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 
-static void scratch_key_init(void) { pthread_key_create(&scratch_key, free); }
+static void scratch_key_init(void) {
+    pthread_key_create(&scratch_key, free);
+}
 
 static float *scratch_get(size_t n_floats) {
     if (n_floats > scratch_len) {
@@ -160,12 +161,13 @@ MM_INLINE void hsum4_store(__m512 a, __m512 b, __m512 c, __m512 d, float *y, con
     __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
     __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xee));
     /* 8 -> 4: lanes i + (i + 4); one 128-bit quarter per accumulator */
-    __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
+    __m512 u =
+        _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
     /* 4 -> 2 -> 1 within each quarter: lanes i + (i + 2), then 0 + 1 */
     u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4e));
     u = _mm512_add_ps(u, _mm512_permute_ps(u, 0xb1));
-    __m128 s = _mm512_castps512_ps128(
-        _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), u));
+    __m128 s = _mm512_castps512_ps128(_mm512_permutexvar_ps(
+        _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), u));
     if (bias) s = _mm_add_ps(s, _mm_loadu_ps(bias));
     _mm_storeu_ps(y, s);
 }
@@ -198,7 +200,8 @@ MM_INLINE void tile(const int wt, const int MR, const int NR, const struct mm_jo
     for (int b = 0; b < kfull; b += KB) {
         if (pfw) /* one line per row and block: the stream runs one tile ahead of the FMAs */
             for (int c = 0; c < NR; c++)
-                for (size_t l = 0; l < esz * KB; l += 64) __builtin_prefetch(pfw + c * ws + b * esz + l, 0, 2);
+                for (size_t l = 0; l < esz * KB; l += 64)
+                    __builtin_prefetch(pfw + c * ws + b * esz + l, 0, 2);
         TILE_BLOCK(b, 0);
     }
     if (tail) TILE_BLOCK(kfull, tail);
@@ -368,8 +371,12 @@ typedef void strip_fn(const struct mm_job *j, int r0, int c0, int c1, int pass, 
     DEFINE_STRIP(strip_##sfx##_3, WT, 3, 4)                                                        \
     DEFINE_STRIP(strip_##sfx##_4, WT, 4, 4)                                                        \
     DEFINE_STRIP(strip_##sfx##_big, WT, MR_BIG, NR_BIG)                                            \
-    static strip_fn *const strips_##sfx[] = {NULL, strip_##sfx##_1, strip_##sfx##_2,               \
-                                             strip_##sfx##_3, strip_##sfx##_4, strip_##sfx##_big};
+    static strip_fn *const strips_##sfx[] = {NULL,                                                 \
+                                             strip_##sfx##_1,                                      \
+                                             strip_##sfx##_2,                                      \
+                                             strip_##sfx##_3,                                      \
+                                             strip_##sfx##_4,                                      \
+                                             strip_##sfx##_big};
 DEFINE_STRIPS(bf16, DTYPE_BF16)
 DEFINE_STRIPS(f16, DTYPE_F16)
 DEFINE_STRIPS(f32, DTYPE_F32)
@@ -394,8 +401,10 @@ static void mm_worker(void *arg, int ith, int nth) {
     int c1 = (int)((int64_t)groups * (ith + 1) / nth) * NR_ONE;
     if (c1 > j->m) c1 = j->m;
     if (c0 >= c1) return;
-    run_rows(j->wt == DTYPE_BF16 ? strips_bf16 : j->wt == DTYPE_F16 ? strips_f16 : strips_f32, j,
-             c0, c1);
+    run_rows(j->wt == DTYPE_BF16  ? strips_bf16
+             : j->wt == DTYPE_F16 ? strips_f16
+                                  : strips_f32,
+             j, c0, c1);
 }
 
 void cpu_matmul(struct pool *pool, float *y, const float *x, const void *w, enum dtype wt,

@@ -11,7 +11,9 @@
 #endif
 
 #if OPS_AVX512
-static inline __mmask16 tail_mask(int left) { return (__mmask16)((1u << left) - 1); }
+static inline __mmask16 tail_mask(int left) {
+    return (__mmask16)((1u << left) - 1);
+}
 
 static inline float hsum16(__m512 v) {
     __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
@@ -58,8 +60,8 @@ float cpu_dot(const float *a, const float *b, int n) {
     }
     if (i < n) {
         __mmask16 m = tail_mask(n - i);
-        acc1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i),
-                               acc1);
+        acc1 =
+            _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc1);
     }
     return hsum16(_mm512_add_ps(acc0, acc1));
 #else
@@ -77,10 +79,12 @@ void cpu_axpy(float *y, float a, const float *x, int n) {
 #if OPS_AVX512
     __m512 va = _mm512_set1_ps(a);
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+        _mm512_storeu_ps(y + i,
+                         _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
     if (i < n) {
         __mmask16 m = tail_mask(n - i);
-        __m512 r = _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+        __m512 r =
+            _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
         _mm512_mask_storeu_ps(y + i, m, r);
     }
 #else
