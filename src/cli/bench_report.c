@@ -263,7 +263,8 @@ int bench_write_json(const struct bench *b, const char *path, int threads) {
             struct summary s;
             if (g == group_all(b)) continue;
             summarize(b, ri, g, &s);
-            cJSON_AddItemToObject(pc, group_name(b, g), summary_json(cJSON_CreateObject(), &s));
+            if (s.prompts)
+                cJSON_AddItemToObject(pc, group_name(b, g), summary_json(cJSON_CreateObject(), &s));
         }
     }
     if (b->cost) cJSON_AddItemReferenceToObject(j, "forward_cost", b->cost);
