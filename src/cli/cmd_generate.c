@@ -41,7 +41,8 @@ static void usage(FILE *f) {
                "  --drafter DIR          drafter folder for draft, dspark and dflash modes\n"
                "                         (default: DIR-draft, DIR-dspark, DIR-dflash)\n"
                "  --max-draft N          drafts verified per round at most (default 6 lookup,\n"
-               "                         4 draft, the whole block for dspark and dflash)\n"
+               "                         3 draft and dspark, the whole block for dflash; 0:\n"
+               "                         the whole block)\n"
                "  --confidence-threshold X  dspark: end the block where the chance that every\n"
                "                         draft so far is accepted falls below X (default 0: off)\n"
                "  --confidence-per-slot  ... judged by each draft's own confidence instead\n"
@@ -250,8 +251,9 @@ int cmd_generate(int argc, char **argv) {
     }
     o.gp.max_draft = o.max_draft >= 0          ? o.max_draft
                      : o.gp.mode == GEN_LOOKUP ? 6
-                     : o.gp.mode == GEN_DRAFT  ? 4
-                                               : 0; /* 0: the drafter's whole block */
+                     : o.gp.mode == GEN_DRAFT || o.gp.mode == GEN_DSPARK
+                         ? 3
+                         : 0; /* 0: the drafter's whole block */
     o.gp.stop = o.stop;
     o.gp.n_stop = o.n_stop;
     o.gp.trace = o.json;

@@ -19,7 +19,7 @@ static void usage(FILE *f) {
                "  --mode M                 baseline | lookup | draft | dspark | dflash (default\n"
                "                           lookup)\n"
                "  --max-draft N            drafts verified per round at most (default 6 lookup,\n"
-               "                           4 draft)\n"
+               "                           3 draft and dspark, whole block dflash)\n"
                "  --no-lookup-drafts       in draft mode, always ask the draft model\n"
                "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
                "  --port N                 TCP port (default 8080; 0 picks a free one)\n"
@@ -121,7 +121,11 @@ int cmd_serve(int argc, char **argv) {
     }
     o.max_body_bytes = (size_t)mb << 20;
     static const char *suffix[] = {"", "", "-draft", "-dspark", "-dflash"};
-    if (o.max_draft < 0) o.max_draft = o.mode == GEN_LOOKUP ? 6 : o.mode == GEN_DRAFT ? 4 : 0;
+    /* 3 drafts: a verify of 4 rows still fits the matmul's 4-row tile (docs/perf.md) */
+    if (o.max_draft < 0)
+        o.max_draft = o.mode == GEN_LOOKUP                          ? 6
+                      : o.mode == GEN_DRAFT || o.mode == GEN_DSPARK ? 3
+                                                                    : 0;
     if (o.mode >= GEN_DRAFT && !o.drafter_dir) {
         snprintf(draft_default, sizeof draft_default, "%s%s", o.model_dir, suffix[o.mode]);
         o.drafter_dir = draft_default;
