@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 struct loader {
@@ -83,6 +84,70 @@ static void prefault(struct loader *L) {
     }
     if (L->progress) fprintf(stderr, "\n");
     (void)sink;
+}
+
+/* Bytes of memory the system can still give (MemAvailable), 0 when unknown. */
+static size_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    size_t kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+static size_t weight_size(const struct weight *w, int64_t rows, int64_t cols) {
+    return (size_t)rows * (size_t)cols * dtype_size(w->dtype);
+}
+
+/* Moves the matmul weights out of the file's 4 KiB-page map into one anonymous buffer
+ * advised for 2 MiB pages: fewer TLB misses on the streaming reads (measured +15-21% on the
+ * matmul pass, docs/perf.md). Only when the copy takes at most a quarter of the free memory;
+ * otherwise the weights stay in the map. Values are unchanged. */
+static void weights_to_hugepages(struct model *m) {
+    const struct hf_config *c = &m->cfg;
+    int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
+    int64_t QD = (int64_t)c->n_heads * D, KD = (int64_t)c->n_kv_heads * D, V = c->vocab_size;
+    struct wref {
+        struct weight *w;
+        int64_t rows, cols;
+    } list[7 * 1024 + 2];
+    int n = 0;
+    if (c->n_layers > 1024) return;
+    for (int i = 0; i < c->n_layers; i++) {
+        struct layer *l = &m->layers[i];
+        list[n++] = (struct wref){&l->wq, QD, H};
+        list[n++] = (struct wref){&l->wk, KD, H};
+        list[n++] = (struct wref){&l->wv, KD, H};
+        list[n++] = (struct wref){&l->wo, H, QD};
+        list[n++] = (struct wref){&l->wg, I, H};
+        list[n++] = (struct wref){&l->wu, I, H};
+        list[n++] = (struct wref){&l->wd, H, I};
+    }
+    list[n++] = (struct wref){&m->lm_head, V, H};
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += (weight_size(list[i].w, list[i].rows, list[i].cols) + 63) & ~(size_t)63;
+    size_t avail = mem_available(), huge = (size_t)2 << 20;
+    size_t bytes = (total + huge - 1) / huge * huge;
+    if (!avail || bytes > avail / 4) return;
+    void *buf =
+        mmap(NULL, bytes + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) return;
+    char *base = (char *)(((uintptr_t)buf + huge - 1) & ~(uintptr_t)(huge - 1));
+    madvise(base, bytes, MADV_HUGEPAGE);
+    const void *tied = c->tie_embeddings ? m->embed.data : NULL;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        size_t sz = weight_size(list[i].w, list[i].rows, list[i].cols);
+        memcpy(base + off, list[i].w->data, sz);
+        list[i].w->data = base + off;
+        off += (sz + 63) & ~(size_t)63;
+    }
+    if (tied) m->embed.data = m->lm_head.data; /* one copy serves lookup and head */
+    m->huge = buf;
+    m->huge_bytes = bytes + huge;
 }
 
 /* Copies the weights to the GPU (they stay mapped on the host for drafters that share the
@@ -173,6 +238,7 @@ int model_load(const char *dir, const struct model_opts *opts, struct model **ou
     m->weight_bytes += (size_t)V * H * dtype_size(m->lm_head.dtype);
     if (opts && opts->gpu && (rc = upload_gpu(m))) goto fail;
     if (!m->gpu) prefault(&L);
+    if (!m->gpu) weights_to_hugepages(m);
     *out = m;
     return OK;
 fail:
@@ -191,6 +257,7 @@ void model_free(struct model *m) {
     free(m->g), free(m->u), free(m->last_logits), free(m->attn_scratch), free(m->inv_freq);
     free(m->taps_scratch);
     gpu_model_free(m->gpu);
+    if (m->huge) munmap(m->huge, m->huge_bytes);
     if (m->owns_pool) pool_free(m->pool);
     st_close(m->st);
     free(m);

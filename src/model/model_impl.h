@@ -14,14 +14,16 @@ struct model {
     struct st_set *st; /* owns the weight maps */
     struct pool *pool;
     int owns_pool;
-    struct weight embed;            /* [vocab, H] */
-    struct weight lm_head;          /* [vocab, H]; equals embed when tied */
-    float *final_norm;              /* [H] */
-    struct layer *layers;           /* [n_layers] */
-    float *inv_freq;                /* [D/2] RoPE frequencies, llama3 scaling applied */
-    size_t weight_bytes;            /* matmul weights read per decode step */
-    int act_bf16;                   /* model_opts.bf16_activations */
-    struct gpu_model *gpu;          /* the forward runs on the GPU when set */
+    struct weight embed;   /* [vocab, H] */
+    struct weight lm_head; /* [vocab, H]; equals embed when tied */
+    float *final_norm;     /* [H] */
+    struct layer *layers;  /* [n_layers] */
+    float *inv_freq;       /* [D/2] RoPE frequencies, llama3 scaling applied */
+    size_t weight_bytes;   /* matmul weights read per decode step */
+    int act_bf16;          /* model_opts.bf16_activations */
+    struct gpu_model *gpu; /* the forward runs on the GPU when set */
+    void *huge;            /* matmul weights copied to 2 MiB pages (munmap), or NULL */
+    size_t huge_bytes;
     int tap_layers[MODEL_MAX_TAPS]; /* layers whose output model_forward_taps() copies out */
     int n_taps;
     /* step scratch, sized for MODEL_CHUNK rows at load (the hot loop never mallocs) */
