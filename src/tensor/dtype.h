@@ -20,6 +20,10 @@ static inline float bf16_to_f32(uint16_t h) {
     return f;
 }
 uint16_t f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
+/* f rounded to the nearest bfloat16 value, as a float */
+static inline float bf16_round(float f) {
+    return bf16_to_f32(f32_to_bf16(f));
+}
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 

@@ -8,10 +8,6 @@
 #include <immintrin.h>
 #endif
 
-static inline float rnd(float x) {
-    return bf16_to_f32(f32_to_bf16(x));
-}
-
 static float dot(const float *a, const float *b, int n) {
 #ifdef __AVX512F__
     __m512 acc = _mm512_setzero_ps();
@@ -59,7 +55,7 @@ static void attn_task(void *ctx, int ith, int nth) {
         float mx = -INFINITY;
         for (int j = lo; j <= p; j++) {
             float d = dot(q, k + (size_t)j * D, D);
-            sc[j] = a->bf16 ? rnd(rnd(d) * a->scale) : d * a->scale;
+            sc[j] = a->bf16 ? bf16_round(bf16_round(d) * a->scale) : d * a->scale;
             if (sc[j] > mx) mx = sc[j];
         }
         float sum = 0;
@@ -72,10 +68,10 @@ static void attn_task(void *ctx, int ith, int nth) {
         memset(o, 0, sizeof(float) * (size_t)D);
         for (int j = lo; j <= p; j++) {
             float w = sc[j] * inv;
-            axpy(o, a->bf16 ? rnd(w) : w, v + (size_t)j * D, D);
+            axpy(o, a->bf16 ? bf16_round(w) : w, v + (size_t)j * D, D);
         }
         if (a->bf16)
-            for (int i = 0; i < D; i++) o[i] = rnd(o[i]);
+            for (int i = 0; i < D; i++) o[i] = bf16_round(o[i]);
     }
 }
 

@@ -4,12 +4,8 @@
 
 #include <math.h>
 
-static inline float rnd(float x) {
-    return bf16_to_f32(f32_to_bf16(x));
-}
-
 void cpu_round_bf16(float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = rnd(x[i]);
+    for (size_t i = 0; i < n; i++) x[i] = bf16_round(x[i]);
 }
 
 void cpu_rmsnorm(float *y, const float *x, const float *w, int n, int d, float eps, int bf16) {
@@ -20,7 +16,7 @@ void cpu_rmsnorm(float *y, const float *x, const float *w, int n, int d, float e
         for (int i = 0; i < d; i++) ss += (double)xr[i] * xr[i];
         float inv = (float)(1.0 / sqrt(ss / d + (double)eps));
         if (bf16) {
-            for (int i = 0; i < d; i++) yr[i] = rnd(w[i] * rnd(xr[i] * inv));
+            for (int i = 0; i < d; i++) yr[i] = bf16_round(w[i] * bf16_round(xr[i] * inv));
         } else {
             for (int i = 0; i < d; i++) yr[i] = w[i] * (xr[i] * inv);
         }
@@ -29,7 +25,8 @@ void cpu_rmsnorm(float *y, const float *x, const float *w, int n, int d, float e
 
 void cpu_silu_mul(float *g, const float *u, size_t n, int bf16) {
     if (bf16) {
-        for (size_t i = 0; i < n; i++) g[i] = rnd(rnd(g[i] / (1.0f + expf(-g[i]))) * u[i]);
+        for (size_t i = 0; i < n; i++)
+            g[i] = bf16_round(bf16_round(g[i] / (1.0f + expf(-g[i]))) * u[i]);
         return;
     }
     for (size_t i = 0; i < n; i++) {

@@ -5,10 +5,6 @@
 
 #include <math.h>
 
-static inline float rnd(float x) {
-    return bf16_to_f32(f32_to_bf16(x));
-}
-
 void cpu_rope(float *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq,
               int bf16) {
     int half = head_dim / 2;
@@ -17,13 +13,13 @@ void cpu_rope(float *x, int n, int n_heads, int head_dim, int pos0, const float 
         for (int i = 0; i < half; i++) {
             float ang = pos * inv_freq[i];
             float c = (float)cos((double)ang), s = (float)sin((double)ang);
-            if (bf16) c = rnd(c), s = rnd(s);
+            if (bf16) c = bf16_round(c), s = bf16_round(s);
             for (int h = 0; h < n_heads; h++) {
                 float *xh = x + ((size_t)t * n_heads + h) * head_dim;
                 float a = xh[i], b = xh[i + half];
                 if (bf16) {
-                    xh[i] = rnd(rnd(a * c) - rnd(b * s));
-                    xh[i + half] = rnd(rnd(b * c) + rnd(a * s));
+                    xh[i] = bf16_round(bf16_round(a * c) - bf16_round(b * s));
+                    xh[i + half] = bf16_round(bf16_round(b * c) + bf16_round(a * s));
                 } else {
                     xh[i] = a * c - b * s;
                     xh[i + half] = b * c + a * s;
