@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,9 +21,14 @@ struct req_err {
     size_t cap;
 };
 
-static int fail(struct req_err *e, int status, const char *fmt, const char *arg) {
+static int fail(struct req_err *e, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(struct req_err *e, int status, const char *fmt, ...) {
     *e->status = status;
-    snprintf(e->msg, e->cap, fmt, arg);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, e->cap, fmt, ap);
+    va_end(ap);
     return ERR_ARG;
 }
 
@@ -89,9 +95,7 @@ static int num(const cJSON *root, const char *k, double lo, double hi, double *o
     if (!j || cJSON_IsNull(j)) return OK;
     if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble) || j->valuedouble < lo ||
         j->valuedouble > hi) {
-        char m[160];
-        snprintf(m, sizeof m, "'%s' must be a number in [%g, %g]", k, lo, hi);
-        return fail(e, 400, "%s", m);
+        return fail(e, 400, "'%s' must be a number in [%g, %g]", k, lo, hi);
     }
     *out = j->valuedouble;
     return OK;
@@ -114,9 +118,10 @@ static int parse_stop(const cJSON *root, struct job *j, struct req_err *e) {
         return OK;
     }
     if (!cJSON_IsArray(st) || cJSON_GetArraySize(st) > JOB_MAX_STOP)
-        return fail(e, 400, "'stop' must be a string or a list of at most %s strings", "8");
+        return fail(e, 400, "'stop' must be a string or a list of at most %d strings",
+                    JOB_MAX_STOP);
     for (const cJSON *it = st->child; it; it = it->next) {
-        if (!cJSON_IsString(it)) return fail(e, 400, "'stop' entries must be %s", "strings");
+        if (!cJSON_IsString(it)) return fail(e, 400, "'stop' entries must be strings");
         if (*it->valuestring && !(j->stop[j->gp.n_stop++] = strdup(it->valuestring)))
             return ERR_NOMEM;
     }
@@ -130,17 +135,17 @@ static int completion_prompt(struct server *s, const cJSON *p, struct job *j, st
     if (cJSON_IsString(p)) {
         if (tokenizer_encode(s->eng.tok, p->valuestring, strlen(p->valuestring), &j->prompt,
                              &j->n_prompt))
-            return fail(e, 400, "%s", "the prompt could not be tokenized");
+            return fail(e, 400, "the prompt could not be tokenized");
         return OK;
     }
     if (!cJSON_IsArray(p) || !p->child)
-        return fail(e, 400, "'prompt' must be a string, a list of strings or token %s", "ids");
+        return fail(e, 400, "'prompt' must be a string, a list of strings or token ids");
     int n = cJSON_GetArraySize(p);
     if (!(j->prompt = malloc(sizeof(int32_t) * (size_t)n))) return ERR_NOMEM;
     for (const cJSON *it = p->child; it; it = it->next) {
         if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= s->cfg->vocab_size ||
             it->valuedouble != floor(it->valuedouble))
-            return fail(e, 400, "'prompt' token ids must be integers in the %s", "vocabulary");
+            return fail(e, 400, "'prompt' token ids must be integers in the vocabulary");
         j->prompt[j->n_prompt++] = (int32_t)it->valuedouble;
     }
     return OK;
@@ -149,17 +154,17 @@ static int completion_prompt(struct server *s, const cJSON *p, struct job *j, st
 static int chat_prompt(struct server *s, const cJSON *root, struct job *j, struct req_err *e) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     if (!cJSON_IsArray(msgs) || !msgs->child)
-        return fail(e, 400, "'messages' must be a non-empty %s", "list");
+        return fail(e, 400, "'messages' must be a non-empty list");
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
     if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools))
-        return fail(e, 400, "'tools' must be a %s", "list");
+        return fail(e, 400, "'tools' must be a list");
     if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) tools = NULL;
     if (cJSON_IsArray(tools) && !tools->child) tools = NULL;
     j->tools = tools != NULL;
     const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
     if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw))
-        return fail(e, 400, "'chat_template_kwargs' must be an %s", "object");
+        return fail(e, 400, "'chat_template_kwargs' must be an object");
     int thinking = s->opts.thinking;
     if (boolean(root, "enable_thinking", &thinking, e)) return ERR_ARG;
     char *text = NULL, msg[512] = "";
@@ -170,7 +175,7 @@ static int chat_prompt(struct server *s, const cJSON *root, struct job *j, struc
     }
     rc = tokenizer_encode(s->eng.tok, text, strlen(text), &j->prompt, &j->n_prompt);
     free(text);
-    return rc ? fail(e, 400, "%s", "the rendered prompt could not be tokenized") : OK;
+    return rc ? fail(e, 400, "the rendered prompt could not be tokenized") : OK;
 }
 
 static int sampling(struct server *s, const cJSON *root, struct job *j, struct req_err *e) {
@@ -246,25 +251,23 @@ int oa_parse_request(struct server *s, const char *body, size_t len, int chat, s
     if (cJSON_IsObject(so) && (rc = boolean(so, "include_usage", &j->include_usage, &e))) goto done;
     if ((rc = sampling(s, root, j, &e)) || (rc = parse_stop(root, j, &e))) goto done;
     if (j->stream && j->n_choices > 1) {
-        rc = fail(&e, 400, "'n' > 1 cannot be combined with %s", "'stream'");
+        rc = fail(&e, 400, "'n' > 1 cannot be combined with 'stream'");
         goto done;
     }
     if (chat) {
         rc = chat_prompt(s, root, j, &e);
     } else {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-        rc = p ? completion_prompt(s, p, j, &e) : fail(&e, 400, "'prompt' is %s", "required");
+        rc = p ? completion_prompt(s, p, j, &e) : fail(&e, 400, "'prompt' is required");
     }
     if (rc) goto done;
     if (j->n_prompt < 1) {
-        rc = fail(&e, 400, "the prompt is %s", "empty");
+        rc = fail(&e, 400, "the prompt is empty");
         goto done;
     }
     if (j->n_prompt >= s->cfg->max_pos) {
-        char m[160];
-        snprintf(m, sizeof m, "the prompt has %d tokens; the model's context is %d", j->n_prompt,
-                 s->cfg->max_pos);
-        rc = fail(&e, 400, "%s", m);
+        rc = fail(&e, 400, "the prompt has %d tokens; the model's context is %d", j->n_prompt,
+                  s->cfg->max_pos);
         goto done;
     }
     if (j->gp.max_tokens > s->cfg->max_pos - j->n_prompt)
@@ -275,6 +278,6 @@ int oa_parse_request(struct server *s, const char *body, size_t len, int chat, s
     j->gp.lookup_drafts = s->opts.lookup_drafts;
 done:
     cJSON_Delete(root);
-    if (rc == ERR_NOMEM) fail(&e, 500, "%s", "out of memory");
+    if (rc == ERR_NOMEM) fail(&e, 500, "out of memory");
     return rc;
 }
