@@ -9,8 +9,10 @@ static int quiet_info, quiet_errors;
 void log_set_quiet(int quiet) {
     quiet_info = quiet;
 }
-void log_set_errors_quiet(int quiet) {
+int log_set_errors_quiet(int quiet) {
+    int old = quiet_errors;
     quiet_errors = quiet;
+    return old;
 }
 
 static void emit(const char *prefix, const char *fmt, va_list ap) {

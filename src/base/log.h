@@ -5,7 +5,7 @@
 #define DSPARK_BASE_LOG_H
 
 void log_set_quiet(int quiet);
-void log_set_errors_quiet(int quiet); /* fuzzers and malformed-input tests */
+int log_set_errors_quiet(int quiet); /* fuzzers, malformed-input tests; returns the old one */
 void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_hint(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
