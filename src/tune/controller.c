@@ -111,7 +111,7 @@ void tune_ctl_init(struct tune_ctl *c, const struct tune_costs *costs, int free_
 int tune_ctl_cap(struct tune_ctl *c, int n_seqs) {
     int x = c->ctx;
     if (c->cap[x] < 0 || c->rounds[x] >= TUNE_REPICK) {
-        double rates[TUNE_MAX_CAP + 1];
+        double rates[TUNE_MAX_CAP + 1] = {0};
         int best = tune_best_cap(c->costs, &c->est[x], n_seqs, c->free_drafts, rates);
         if (c->cap[x] < 0 || rates[best] > rates[c->cap[x]] * (1 + TUNE_HYSTERESIS)) {
             if (best && !c->cap[x]) c->parked[x] = 0, c->gap[x] = TUNE_PROBE_EVERY;

@@ -18,13 +18,12 @@
 #define TUNE_PROBE_MAX   64 /* ... at most */
 
 struct tune_costs {
-    int max_cap; /* caps 0..max_cap are priced (<= TUNE_MAX_CAP) */
-    double
-        verify[TUNE_MAX_CAP + 2];   /* [w] seconds of one target pass of w rows, w = 1..max_cap+1 */
-    double draft[TUNE_MAX_CAP + 1]; /* [k] seconds for the drafter to propose k; [0] = 0 */
-    double overhead;                /* seconds per round besides the pass and the drafting */
-    int n_batches;                  /* batched passes measured (0: none) */
-    int batch[TUNE_MAX_BATCHES];    /* their sequence counts, ascending, each >= 2 */
+    int max_cap;                     /* caps 0..max_cap are priced (<= TUNE_MAX_CAP) */
+    double verify[TUNE_MAX_CAP + 2]; /* [w] seconds of a target pass of w rows, 1..max_cap+1 */
+    double draft[TUNE_MAX_CAP + 1];  /* [k] seconds for the drafter to propose k; [0] = 0 */
+    double overhead;                 /* seconds per round besides the pass and the drafting */
+    int n_batches;                   /* batched passes measured (0: none) */
+    int batch[TUNE_MAX_BATCHES];     /* their sequence counts, ascending, each >= 2 */
     double grid[TUNE_MAX_BATCHES][TUNE_MAX_CAP + 2]; /* [b][w]: batch[b] sequences of w rows */
 };
 

@@ -1,0 +1,238 @@
+/* tune/calib.c: see calib.h. The measurement follows one round's parts after a context of
+ * CTX synthetic tokens (a pass's cost does not depend on which tokens it runs): the target's
+ * pass of w rows (with the drafter's hidden-state taps when it reads them), the drafter
+ * proposing k tokens through its real propose(), and the acceptance decision of a round. Every
+ * repetition sweeps all widths, so a disturbance of the machine spreads over them instead of
+ * bending the curve; each point is the median of the timed repetitions. */
+#include "tune/calib.h"
+
+#include "base/err.h"
+#include "base/log.h"
+#include "base/timer.h"
+#include "model/model.h"
+#include "sample/sampler.h"
+#include "spec/block_model.h"
+#include "spec/drafter.h"
+#include "spec/verify.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CTX       256
+#define WARMUP    3
+#define REPS      11
+#define GRID_REPS 5
+
+struct meter {
+    const struct tune_subject *s;
+    int show, done, total, last_pct;
+    double t0;
+};
+
+static void tick(struct meter *m, int n) {
+    m->done += n;
+    if (!m->show) return;
+    int pct = m->total ? 100 * m->done / m->total : 100, width = 30;
+    if (pct == m->last_pct) return;
+    m->last_pct = pct;
+    int filled = pct * width / 100;
+    fprintf(stderr, "\rcalibrating %s for --max-draft auto: [%.*s%*s] %3d%%", m->s->mode, filled,
+            "==============================", width - filled, "", pct);
+    if (m->done >= m->total) fprintf(stderr, "\n");
+}
+
+static int cmp_double(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int no_commit(void *ctx, int32_t id, const struct logprobs *lp) {
+    (void)ctx, (void)id, (void)lp;
+    return 0;
+}
+
+/* The drafter of s over a sequence of n_ctx + 1 tokens (its context observed), or none. */
+static int drafter_setup(const struct tune_subject *s, struct kv_cache *kv, const int32_t *ids,
+                         int n_ctx, const struct sample_params *sp, struct drafter *d, float **taps,
+                         int *tap_width) {
+    int B = s->max_cap, rc = OK;
+    const struct hf_config *c = model_config(s->target);
+    if (!strcmp(s->mode, "draft")) {
+        if (!s->draft) return ERR_ARG;
+        rc = draft_model_drafter_new(s->draft, sp, B, d);
+    } else if (!strcmp(s->mode, "dspark") || !strcmp(s->mode, "dflash")) {
+        if (!s->block) return ERR_ARG;
+        int bs = block_model_config(s->block)->block_size;
+        struct block_drafter_opts o = {.max_draft = B, .cap = n_ctx + 1 + bs + B};
+        rc = block_drafter_new(s->block, sp, &o, d);
+        if (!rc) rc = model_set_taps(s->target, d->tap_layers, d->n_taps);
+        *tap_width = d->n_taps * c->hidden_size;
+    }
+    if (!rc && *tap_width) {
+        size_t rows = (size_t)(n_ctx > B + 1 ? n_ctx : B + 1);
+        if (!(*taps = malloc(sizeof(float) * (size_t)*tap_width * rows))) rc = ERR_NOMEM;
+    }
+    /* the context: the target's prefill, whose taps the block drafter reads */
+    if (!rc) rc = model_forward_taps(s->target, kv, ids, n_ctx, NULL, 0, *taps);
+    if (!rc && *tap_width) rc = d->ops->observe(d, *taps, 0, n_ctx);
+    return rc;
+}
+
+/* Passes of n sequences of w rows each, for the batch grid. */
+static int grid_measure(const struct tune_subject *s, struct meter *m, const int32_t *ids,
+                        int n_ctx, struct tune_costs *out) {
+    int B = s->max_cap, max_n = 0, rc = OK;
+    for (int n = 2; n <= s->max_batch && out->n_batches < TUNE_MAX_BATCHES; n *= 2)
+        out->batch[out->n_batches++] = max_n = n;
+    if (max_n < s->max_batch && out->n_batches < TUNE_MAX_BATCHES)
+        out->batch[out->n_batches++] = max_n = s->max_batch;
+    else if (max_n < s->max_batch)
+        out->batch[out->n_batches - 1] = max_n = s->max_batch;
+    struct kv_cache **kvs = calloc((size_t)max_n, sizeof *kvs);
+    struct model_batch_item *items = calloc((size_t)max_n, sizeof *items);
+    int V = model_config(s->target)->vocab_size;
+    float *logits = malloc(sizeof(float) * (size_t)max_n * (size_t)(B + 1) * (size_t)V);
+    double *t = malloc(sizeof(double) * GRID_REPS * (size_t)(B + 2));
+    if (!kvs || !items || !logits || !t) rc = ERR_NOMEM;
+    for (int i = 0; !rc && i < max_n; i++) {
+        if (!(rc = kv_new(s->target, n_ctx + B + 2, &kvs[i])))
+            rc = model_forward(s->target, kvs[i], ids, n_ctx, NULL, 0);
+        items[i] = (struct model_batch_item){
+            kvs[i], ids + n_ctx, 0, logits + (size_t)i * (size_t)(B + 1) * (size_t)V, NULL};
+    }
+    for (int b = 0; !rc && b < out->n_batches; b++) {
+        int n = out->batch[b];
+        for (int r = 0; !rc && r < 1 + GRID_REPS; r++) {
+            for (int w = 1; !rc && w <= B + 1; w++) {
+                for (int i = 0; i < n; i++) items[i].n = w;
+                double t0 = timer_now();
+                rc = model_forward_batch(s->target, items, n);
+                if (r) t[(size_t)w * GRID_REPS + (size_t)(r - 1)] = timer_now() - t0;
+                for (int i = 0; i < n; i++) kv_truncate(kvs[i], n_ctx);
+                tick(m, 1);
+            }
+        }
+        for (int w = 1; !rc && w <= B + 1; w++)
+            out->grid[b][w] = median(t + w * GRID_REPS, GRID_REPS);
+    }
+    for (int i = 0; kvs && i < max_n; i++) kv_free(kvs[i]);
+    free(kvs), free(items), free(logits), free(t);
+    return rc;
+}
+
+int tune_measure(const struct tune_subject *s, int show_progress, struct tune_costs *out) {
+    const struct hf_config *c = model_config(s->target);
+    int B = s->max_cap;
+    memset(out, 0, sizeof *out);
+    if (B < 1 || B > TUNE_MAX_CAP) return ERR_ARG;
+    out->max_cap = B;
+    int bs = s->block ? block_model_config(s->block)->block_size : 0;
+    int n_ctx = CTX;
+    if (n_ctx + B + bs + 2 > c->max_pos) n_ctx = c->max_pos - B - bs - 2;
+    if (n_ctx < 1) return ERR_ARG;
+    int n_batches = 0;
+    for (int n = 2; n <= s->max_batch; n *= 2) n_batches++;
+    n_batches += s->max_batch > 1 && (s->max_batch & (s->max_batch - 1));
+    struct meter m = {.s = s, .show = show_progress, .last_pct = -1, .t0 = timer_now()};
+    m.total = (WARMUP + REPS) * (2 * B + 1) + REPS + n_batches * (1 + GRID_REPS) * (B + 1);
+    int V = c->vocab_size, rc = OK, tap_width = 0;
+    struct kv_cache *kv = NULL;
+    struct sampler *smp = NULL;
+    struct drafter d = {0};
+    struct verify v = {0};
+    float *taps = NULL;
+    struct sample_params sp = {.top_p = 1};
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_ctx + B + 2));
+    double *t = malloc(sizeof(double) * REPS * (size_t)(2 * B + 3));
+    if (!ids || !t) rc = ERR_NOMEM;
+    int span = V - 16 < 1000 ? V - 16 : 1000;
+    for (int i = 0; !rc && i < n_ctx + B + 2; i++) ids[i] = 16 + (i * 37) % (span > 0 ? span : 1);
+    if (!rc) rc = kv_new(s->target, n_ctx + B + 2, &kv);
+    if (!rc && !(smp = sampler_new(&sp, V))) rc = ERR_NOMEM;
+    if (!rc) rc = drafter_setup(s, kv, ids, n_ctx, &sp, &d, &taps, &tap_width);
+    if (!rc) rc = verify_init(&v, s->target, kv, smp, B, -1, tap_width);
+    tick(&m, 0);
+    /* the target's passes and the drafter's proposals, interleaved per repetition */
+    double *tv = t, *td = t + (size_t)(B + 2) * REPS;
+    int32_t drafted[TUNE_MAX_CAP];
+    const struct sample_dist *qs[TUNE_MAX_CAP];
+    struct draft dr = {.ids = drafted, .q = qs, .n = 0, .cap = B};
+    int32_t pend[TUNE_MAX_CAP + 2];
+    for (int w = 0; w < B + 1; w++) pend[w] = ids[n_ctx + w];
+    for (int r = 0; !rc && r < WARMUP + REPS; r++) {
+        for (int w = 1; !rc && w <= B + 1; w++) {
+            double t0 = timer_now();
+            rc = model_forward_taps(s->target, kv, pend, w, v.logits, 1, v.taps);
+            if (r >= WARMUP) tv[w * REPS + r - WARMUP] = timer_now() - t0;
+            kv_truncate(kv, n_ctx);
+            tick(&m, 1);
+        }
+        for (int k = 1; !rc && k <= B; k++) {
+            double t0 = timer_now();
+            if (d.ops) rc = d.ops->propose(&d, ids, n_ctx + 1, k, &dr);
+            if (r >= WARMUP) td[k * REPS + r - WARMUP] = d.ops ? timer_now() - t0 : 0;
+            tick(&m, 1);
+        }
+    }
+    for (int w = 1; !rc && w <= B + 1; w++) out->verify[w] = median(tv + w * REPS, REPS);
+    for (int k = 1; !rc && k <= B; k++) out->draft[k] = median(td + k * REPS, REPS);
+    /* the per-round decision on a one-row pass */
+    static const struct draft none = {0};
+    if (!rc) rc = model_forward_taps(s->target, kv, pend, 1, v.logits, 1, v.taps);
+    kv_truncate(kv, n_ctx);
+    for (int r = 0; !rc && r < REPS; r++) {
+        int acc, stopped;
+        double t0 = timer_now();
+        rc = verify_decide(&v, &none, no_commit, NULL, &acc, &stopped);
+        tv[r] = timer_now() - t0;
+        tick(&m, 1);
+    }
+    if (!rc) out->overhead = median(tv, REPS);
+    if (!rc && s->max_batch > 1) rc = grid_measure(s, &m, ids, n_ctx, out);
+    if (rc) {
+        if (m.show && m.done < m.total) fprintf(stderr, "\n");
+        log_error("calibration failed: %s", err_str(rc));
+    } else if (m.show && m.done < m.total) {
+        m.done = m.total - 1;
+        tick(&m, 1);
+    }
+    verify_deinit(&v);
+    drafter_free(&d);
+    sampler_free(smp);
+    kv_free(kv);
+    free(taps), free(ids), free(t);
+    return rc;
+}
+
+int tune_calibrate(const struct tune_subject *s, const struct tune_calib_opts *o,
+                   struct tune_costs *out, int *from_cache) {
+    char path[4096], key[1024];
+    const char *file = o && o->cache_path ? o->cache_path : NULL;
+    if (from_cache) *from_cache = 0;
+    if (!file && tune_cache_default_path(path, sizeof path) == OK) file = path;
+    int have_key = tune_cache_key(s, key, sizeof key) == OK;
+    if (file && have_key && !(o && o->force) && tune_cache_load(file, key, s->max_cap, out) == OK) {
+        if (from_cache) *from_cache = 1;
+        return OK;
+    }
+    double t0 = timer_now();
+    int rc = tune_measure(s, o && o->show_progress, out);
+    if (rc) return rc;
+    if (!file) {
+        log_error("no calibration cache: neither XDG_CACHE_HOME nor HOME is set");
+        log_hint("pass --calibration-file FILE to keep the calibration between runs");
+    } else if (have_key) {
+        tune_cache_store(file, key, out);
+    }
+    log_info("calibrated %s in %.1f s (caps 0-%d: verify %.3f-%.3f ms, drafting up to %.3f ms)%s%s",
+             s->mode, timer_now() - t0, s->max_cap, 1e3 * out->verify[1],
+             1e3 * out->verify[s->max_cap + 1], 1e3 * out->draft[s->max_cap],
+             file ? ", cached in " : "", file ? file : "");
+    return OK;
+}
