@@ -12,9 +12,12 @@
 #include "spec/drafter.h"
 #include "spec/verify.h"
 #include "tokenizer/tokenizer.h"
+#include "tune/controller.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+_Static_assert(GEN_MAX_CAP == TUNE_MAX_CAP, "one cap range");
 
 struct gen_seq {
     const struct gen_engine *e;
@@ -38,6 +41,9 @@ struct gen_seq {
     struct sampler *s;
     struct verify v;
     int max_draft, tapped, tap_width, drafted_cap;
+    /* --max-draft auto: a controller per source of drafts (TUNE_SRC_*) */
+    int tuned, round_cap;
+    struct tune_ctl ctl[2];
     long cap;
     double t0; /* decode start */
     /* the round in flight: pending token + drafts, and where they go in the cache */
@@ -269,6 +275,13 @@ int gen_seq_new(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
     if (max_draft < 0) max_draft = 0;
     if (max_draft > VERIFY_MAX_DRAFT) max_draft = VERIFY_MAX_DRAFT;
     r->max_draft = max_draft;
+    if (p->tune && p->mode != GEN_BASELINE) {
+        r->tuned = 1;
+        if (r->max_draft > p->tune->costs.max_cap) r->max_draft = p->tune->costs.max_cap;
+        for (int src = 0; src < 2; src++)
+            tune_ctl_init(&r->ctl[src], &p->tune->costs, src == TUNE_SRC_LOOKUP,
+                          p->tune->seen[src]);
+    }
     r->cap = (long)n_prompt + p->max_tokens + max_draft + 1;
     if (r->cap > c->max_pos) r->cap = c->max_pos;
     for (int i = 0; i < p->n_stop; i++)
@@ -308,8 +321,9 @@ int gen_seq_done(const struct gen_seq *r) {
     return r->done;
 }
 
-/* Chooses this round's drafts; afterwards r->in[0..n_in) is what the target must run. */
-static int propose(struct gen_seq *r) {
+/* Chooses this round's drafts; afterwards r->in[0..n_in) is what the target must run. With
+ * --max-draft auto each source's controller sets its cap, priced for n_seqs sequences. */
+static int propose(struct gen_seq *r, int n_seqs) {
     struct gen_stats *st = &r->res.stats;
     int room = (int)r->cap - kv_len(r->kv) - 1;
     int remaining = r->p->max_tokens - st->n_generated;
@@ -327,11 +341,16 @@ static int propose(struct gen_seq *r) {
     double td = timer_now();
     int rc = OK;
     if (kmax > 0 && r->lookup.ops) {
-        rc = r->lookup.ops->propose(&r->lookup, r->seq, r->n_seq, kmax < 6 ? kmax : 6, &r->d);
+        int k = r->tuned ? tune_ctl_cap(&r->ctl[TUNE_SRC_LOOKUP], n_seqs) : 6;
+        r->round_cap = k;
+        rc = r->lookup.ops->propose(&r->lookup, r->seq, r->n_seq, kmax < k ? kmax : k, &r->d);
         r->from_lookup = r->d.n > 0;
     }
-    if (!rc && kmax > 0 && !r->d.n && r->dm.ops)
-        rc = r->dm.ops->propose(&r->dm, r->seq, r->n_seq, kmax, &r->d);
+    if (!rc && kmax > 0 && !r->d.n && r->dm.ops) {
+        int k = r->tuned ? tune_ctl_cap(&r->ctl[TUNE_SRC_DRAFTER], n_seqs) : kmax;
+        r->round_cap = k;
+        rc = r->dm.ops->propose(&r->dm, r->seq, r->n_seq, kmax < k ? kmax : k, &r->d);
+    }
     st->draft_s += timer_now() - td;
     r->in[0] = r->seq[r->n_seq - 1];
     r->n_in = 1 + r->d.n;
@@ -355,6 +374,13 @@ static int apply(struct gen_seq *r) {
     st->accepted += acc;
     st->accept_hist[acc < GEN_ACCEPT_BUCKETS - 1 ? acc : GEN_ACCEPT_BUCKETS - 1]++;
     st->lookup_rounds += r->from_lookup;
+    if (r->tuned) {
+        int src = r->from_lookup || !r->dm.ops ? TUNE_SRC_LOOKUP : TUNE_SRC_DRAFTER;
+        /* a round cut short by the end of the output says nothing about the drafts */
+        if (!stopped)
+            tune_ctl_observe(&r->ctl[src], r->d.n, acc, r->p->tune->seen[src]);
+        st->cap_rounds[r->round_cap < GEN_MAX_CAP ? r->round_cap : GEN_MAX_CAP]++;
+    }
     if (!r->done && kv_len(r->kv) >= r->cap - 1) {
         r->res.finish = GEN_FINISH_LENGTH;
         r->done = 1;
@@ -364,7 +390,7 @@ static int apply(struct gen_seq *r) {
 
 int gen_seq_step(struct gen_seq *r) {
     if (r->done) return OK;
-    int rc = propose(r);
+    int rc = propose(r, 1);
     if (rc || r->done) return rc;
     rc = model_forward_taps(r->e->target, r->kv, r->in, r->n_in, r->v.logits, 1, r->v.taps);
     return rc ? rc : apply(r);
@@ -375,10 +401,12 @@ int gen_step_batch(struct gen_seq **seqs, int n) {
     struct gen_seq *live[GEN_MAX_BATCH];
     int k = 0, rc = OK;
     if (n > GEN_MAX_BATCH) return ERR_ARG;
+    int n_live = 0;
+    for (int i = 0; i < n; i++) n_live += !seqs[i]->done;
     for (int i = 0; i < n; i++) {
         struct gen_seq *r = seqs[i];
         if (r->done) continue;
-        if ((rc = propose(r))) return rc;
+        if ((rc = propose(r, n_live))) return rc;
         if (r->done) continue;
         items[k] = (struct model_batch_item){r->kv, r->in, r->n_in, r->v.logits, r->v.taps};
         live[k++] = r;
@@ -398,6 +426,14 @@ int gen_seq_finish(struct gen_seq *r, struct gen_result *out) {
     }
     struct gen_stats *st = &r->res.stats;
     st->decode_s = r->t0 > 0 ? timer_now() - r->t0 : 0;
+    if (r->tuned) {
+        const struct tune_ctl *c = &r->ctl[r->dm.ops ? TUNE_SRC_DRAFTER : TUNE_SRC_LOOKUP];
+        double rates[TUNE_MAX_CAP + 1] = {0};
+        tune_best_cap(c->costs, &c->est[c->ctx], 1, c->free_drafts, rates);
+        st->auto_cap = tune_ctl_current(c, NULL);
+        st->auto_accept = (float)tune_est_rate(&c->est[c->ctx]);
+        for (int k = 0; k <= GEN_MAX_CAP; k++) st->auto_rates[k] = (float)rates[k];
+    }
     if (!r->done && r->dt) r->done = 1; /* stopped from outside */
     if (r->dt) {                        /* show what was held back */
         size_t safe = safe_len(r);

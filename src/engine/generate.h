@@ -18,6 +18,7 @@
 struct tokenizer;
 struct block_model;
 struct prefix_cache;
+struct tune_auto;
 
 enum gen_mode { GEN_BASELINE, GEN_LOOKUP, GEN_DRAFT, GEN_DSPARK, GEN_DFLASH };
 enum gen_finish { GEN_FINISH_LENGTH, GEN_FINISH_STOP };
@@ -45,6 +46,8 @@ struct gen_params {
     int top_logprobs; /* < 0: none; else raw logprobs with this many alternatives */
     enum gen_mode mode;
     int max_draft;              /* drafts per round at most (lookup default 6) */
+    struct tune_auto *tune;     /* --max-draft auto: each round's cap, up to max_draft, is chosen
+                                 * from these costs and the acceptance seen (NULL: max_draft) */
     int lookup_drafts;          /* GEN_DRAFT: verify an n-gram continuation when there is one */
     float confidence_threshold; /* GEN_DSPARK: end the block at low confidence (0 = off) */
     int confidence_per_slot;    /* ... judged per draft, not by the survival product */
@@ -52,6 +55,7 @@ struct gen_params {
 };
 
 #define GEN_ACCEPT_BUCKETS 10 /* rounds by drafts accepted: 0..8, and 9 or more */
+#define GEN_MAX_CAP        16 /* --max-draft auto chooses caps 0..16 */
 
 struct gen_stats {
     int n_prompt, n_generated;
@@ -63,6 +67,13 @@ struct gen_stats {
     int lookup_rounds;   /* rounds whose drafts came from the n-gram index */
     int accept_hist[GEN_ACCEPT_BUCKETS];
     double prefill_s, decode_s, draft_s; /* draft_s is part of decode_s */
+    /* --max-draft auto (params.tune): rounds by the cap in force; at the end, the cap of the
+     * main source of drafts (the drafter, else lookup), its acceptance estimate per draft and
+     * the predicted tokens/s of every cap */
+    int cap_rounds[GEN_MAX_CAP + 1];
+    int auto_cap;
+    float auto_accept;
+    float auto_rates[GEN_MAX_CAP + 1];
 };
 
 struct gen_round {

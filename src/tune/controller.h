@@ -87,4 +87,13 @@ int tune_ctl_cap(struct tune_ctl *c, int n_seqs);
 void tune_ctl_observe(struct tune_ctl *c, int drafted, int accepted, struct tune_est *shared);
 int tune_ctl_current(const struct tune_ctl *c, double *rate); /* cap in force, its prediction */
 
+/* What --max-draft auto keeps for one engine and mode: the costs, and what all its sequences
+ * have seen so far per source of drafts and context, which each new sequence starts from.
+ * Used by the thread that runs the sequences. */
+enum { TUNE_SRC_DRAFTER, TUNE_SRC_LOOKUP };
+struct tune_auto {
+    struct tune_costs costs;
+    struct tune_est seen[2][2]; /* [TUNE_SRC_*][ctx] */
+};
+
 #endif
