@@ -12,6 +12,7 @@
 #include "engine/generate.h"
 #include "spec/block_model.h"
 #include "tokenizer/tokenizer.h"
+#include "tune/calib.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -40,9 +41,13 @@ static void usage(FILE *f) {
                "                         baseline)\n"
                "  --drafter DIR          drafter folder for draft, dspark and dflash modes\n"
                "                         (default: DIR-draft, DIR-dspark, DIR-dflash)\n"
-               "  --max-draft N          drafts verified per round at most (default 6 lookup,\n"
+               "  --max-draft N|auto     drafts verified per round at most (default 6 lookup,\n"
                "                         3 draft and dspark, the whole block for dflash; 0:\n"
-               "                         the whole block)\n"
+               "                         the whole block); auto: chosen every few rounds from\n"
+               "                         this machine's measured costs and the acceptance so far\n"
+               "  --calibration-file F   --max-draft auto's cost cache (default\n"
+               "                         ~/.cache/dspark/calibration.json)\n"
+               "  --recalibrate          measure the costs again even when they are cached\n"
                "  --confidence-threshold X  dspark: end the block where the chance that every\n"
                "                         draft so far is accepted falls below X (default 0: off)\n"
                "  --confidence-per-slot  ... judged by each draft's own confidence instead\n"
@@ -65,6 +70,8 @@ struct opts {
     float temperature, top_p;
     int top_k;
     struct gen_params gp;
+    int auto_draft, recalibrate; /* --max-draft auto */
+    const char *calib_file;
 };
 
 static int parse_mode(const char *v, enum gen_mode *out) {
@@ -119,7 +126,15 @@ static int parse(int argc, char **argv, struct opts *o) {
         } else if (!strcmp(arg, "--confidence-per-slot")) {
             o->gp.confidence_per_slot = 1;
         } else if (args_flag(&a, "--max-draft")) {
-            bad = args_int("--max-draft", a.value, 0, 64, &o->max_draft);
+            o->auto_draft = a.value && !strcmp(a.value, "auto");
+            if (!o->auto_draft && args_int("--max-draft", a.value, 0, 64, &o->max_draft)) {
+                fprintf(stderr, "hint: --max-draft takes a number of drafts or auto\n");
+                bad = 1;
+            }
+        } else if (args_flag(&a, "--calibration-file")) {
+            bad = !(o->calib_file = a.value);
+        } else if (!strcmp(arg, "--recalibrate")) {
+            o->recalibrate = 1;
         } else if (args_flag(&a, "--logprobs")) {
             bad = args_int("--logprobs", a.value, 0, LOGPROBS_MAX_TOP, &o->gp.top_logprobs);
         } else if (args_flag(&a, "--threads")) {
@@ -211,6 +226,19 @@ static void print_json(const struct gen_result *r, const struct gen_params *gp) 
     cJSON_AddNumberToObject(s, "draft_s", st->draft_s);
     cJSON_AddNumberToObject(s, "decode_tok_s",
                             st->decode_s > 0 ? st->n_generated / st->decode_s : 0);
+    if (gp->tune) { /* --max-draft auto */
+        cJSON *a = cJSON_AddObjectToObject(s, "auto_draft");
+        cJSON *rounds = cJSON_AddObjectToObject(a, "cap_rounds");
+        cJSON *rates = cJSON_AddObjectToObject(a, "predicted_tok_s");
+        char k[8];
+        for (int i = 0; i <= gp->tune->costs.max_cap; i++) {
+            snprintf(k, sizeof k, "%d", i);
+            if (st->cap_rounds[i]) cJSON_AddNumberToObject(rounds, k, st->cap_rounds[i]);
+            cJSON_AddNumberToObject(rates, k, st->auto_rates[i]);
+        }
+        cJSON_AddNumberToObject(a, "cap", st->auto_cap);
+        cJSON_AddNumberToObject(a, "acceptance", st->auto_accept);
+    }
     cJSON *rounds = cJSON_AddArrayToObject(o, "rounds");
     for (int i = 0; gp->trace && i < st->rounds; i++) {
         const struct gen_round *rr = &r->rounds[i];
@@ -262,6 +290,7 @@ int cmd_generate(int argc, char **argv) {
     int32_t *ids = NULL;
     int n_ids = 0;
     struct gen_result res = {0};
+    struct tune_auto *ta = NULL;
     char tokjson[4096];
     int have_tok =
         fs_join(tokjson, sizeof tokjson, o.model_dir, "tokenizer.json") == OK && fs_exists(tokjson);
@@ -278,6 +307,27 @@ int cmd_generate(int argc, char **argv) {
         if (model_load(o.drafter_dir, &dmo, &e.draft)) goto done;
     } else if (o.gp.mode >= GEN_DSPARK && block_model_load(o.drafter_dir, e.target, &e.block)) {
         goto done;
+    }
+    if (o.auto_draft && o.gp.mode != GEN_BASELINE) {
+        const char *mode = gen_mode_name(o.gp.mode);
+        struct tune_subject ts = {.target = e.target,
+                                  .draft = e.draft,
+                                  .block = e.block,
+                                  .mode = mode,
+                                  .target_dir = o.model_dir,
+                                  .drafter_dir = o.gp.mode >= GEN_DRAFT ? o.drafter_dir : NULL,
+                                  .max_cap = tune_default_max_cap(
+                                      mode, e.block ? block_model_config(e.block)->block_size : 0),
+                                  .max_batch = 1,
+                                  .n_threads = o.threads > 0 ? o.threads : cpu_count(),
+                                  .bf16_activations = o.bf16_acts,
+                                  .gpu = o.gpu};
+        struct tune_calib_opts co = {.cache_path = o.calib_file,
+                                     .show_progress = o.progress && isatty(2),
+                                     .force = o.recalibrate};
+        if (!(ta = calloc(1, sizeof *ta)) || tune_calibrate(&ts, &co, &ta->costs, NULL)) goto done;
+        o.gp.tune = ta;
+        o.gp.max_draft = ts.max_cap;
     }
     const struct hf_config *c = model_config(e.target);
     /* generation_config.json supplies the defaults when it asks for sampling */
@@ -311,10 +361,18 @@ int cmd_generate(int argc, char **argv) {
                     "%d lookup rounds, drafting %.3f s\n",
                     st->rounds, st->rounds ? (double)st->accepted / st->rounds : 0, st->accepted,
                     st->drafted, st->lookup_rounds, st->draft_s);
+        if (ta) {
+            fprintf(stderr, "auto draft length: rounds by cap");
+            for (int k = 0; k <= ta->costs.max_cap; k++)
+                if (st->cap_rounds[k]) fprintf(stderr, " %d:%d", k, st->cap_rounds[k]);
+            fprintf(stderr, "; ends at cap %d, %.2f of drafts kept, predicted %.0f tok/s\n",
+                    st->auto_cap, st->auto_accept, st->auto_rates[st->auto_cap]);
+        }
     }
     rc = 0;
 done:
     gen_result_free(&res);
+    free(ta);
     free(ids);
     model_free(e.draft);
     block_model_free(e.block);

@@ -3,7 +3,7 @@
  * pass of w rows (with the drafter's hidden-state taps when it reads them), the drafter
  * proposing k tokens through its real propose(), and the acceptance decision of a round. Every
  * repetition sweeps all widths, so a disturbance of the machine spreads over them instead of
- * bending the curve; each point is the median of the timed repetitions. */
+ * bending the curve; each point is the lower quartile of the timed repetitions. */
 #include "tune/calib.h"
 
 #include "base/err.h"
@@ -47,9 +47,11 @@ static int cmp_double(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
-static double median(double *v, int n) {
+/* The lower quartile: other processes on the machine only ever add time, so it is a steadier
+ * figure than the median while staying above the lucky minimum. */
+static double quartile(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return v[(n - 1) / 4];
 }
 
 static int no_commit(void *ctx, int32_t id, const struct logprobs *lp) {
@@ -119,7 +121,7 @@ static int grid_measure(const struct tune_subject *s, struct meter *m, const int
             }
         }
         for (int w = 1; !rc && w <= B + 1; w++)
-            out->grid[b][w] = median(t + w * GRID_REPS, GRID_REPS);
+            out->grid[b][w] = quartile(t + w * GRID_REPS, GRID_REPS);
     }
     for (int i = 0; kvs && i < max_n; i++) kv_free(kvs[i]);
     free(kvs), free(items), free(logits), free(t);
@@ -180,8 +182,8 @@ int tune_measure(const struct tune_subject *s, int show_progress, struct tune_co
             tick(&m, 1);
         }
     }
-    for (int w = 1; !rc && w <= B + 1; w++) out->verify[w] = median(tv + w * REPS, REPS);
-    for (int k = 1; !rc && k <= B; k++) out->draft[k] = median(td + k * REPS, REPS);
+    for (int w = 1; !rc && w <= B + 1; w++) out->verify[w] = quartile(tv + w * REPS, REPS);
+    for (int k = 1; !rc && k <= B; k++) out->draft[k] = quartile(td + k * REPS, REPS);
     /* the per-round decision on a one-row pass */
     static const struct draft none = {0};
     if (!rc) rc = model_forward_taps(s->target, kv, pend, 1, v.logits, 1, v.taps);
@@ -193,7 +195,7 @@ int tune_measure(const struct tune_subject *s, int show_progress, struct tune_co
         tv[r] = timer_now() - t0;
         tick(&m, 1);
     }
-    if (!rc) out->overhead = median(tv, REPS);
+    if (!rc) out->overhead = quartile(tv, REPS);
     if (!rc && s->max_batch > 1) rc = grid_measure(s, &m, ids, n_ctx, out);
     if (rc) {
         if (m.show && m.done < m.total) fprintf(stderr, "\n");
@@ -208,6 +210,11 @@ int tune_measure(const struct tune_subject *s, int show_progress, struct tune_co
     kv_free(kv);
     free(taps), free(ids), free(t);
     return rc;
+}
+
+int tune_default_max_cap(const char *mode, int block_size) {
+    int k = !strcmp(mode, "dspark") ? block_size : !strcmp(mode, "dflash") ? block_size - 1 : 8;
+    return k < 1 ? 1 : k > TUNE_MAX_CAP ? TUNE_MAX_CAP : k;
 }
 
 int tune_calibrate(const struct tune_subject *s, const struct tune_calib_opts *o,

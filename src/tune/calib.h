@@ -40,6 +40,10 @@ struct tune_calib_opts {
     int force;              /* measure even when the cache has the key */
 };
 
+/* The widest cap --max-draft auto considers for a mode: 8 for lookup and draft (a 9-row pass),
+ * the block for dspark, the block less its anchor for dflash. */
+int tune_default_max_cap(const char *mode, int block_size);
+
 /* Loads the costs from the cache, or measures and stores them. *from_cache (optional) says
  * which. A cache that cannot be read or written is reported and otherwise ignored. */
 int tune_calibrate(const struct tune_subject *s, const struct tune_calib_opts *o,
