@@ -18,8 +18,13 @@ static void usage(FILE *f) {
                "                           DIR-dspark, DIR-dflash)\n"
                "  --mode M                 baseline | lookup | draft | dspark | dflash (default\n"
                "                           lookup)\n"
-               "  --max-draft N            drafts verified per round at most (default 6 lookup,\n"
-               "                           3 draft and dspark, whole block dflash)\n"
+               "  --max-draft N|auto       drafts verified per round at most (default 6 lookup,\n"
+               "                           3 draft and dspark, whole block dflash); auto: chosen\n"
+               "                           per sequence every few rounds from this machine's\n"
+               "                           measured costs (at start, once) and its acceptance\n"
+               "  --calibration-file F     --max-draft auto's cost cache (default\n"
+               "                           ~/.cache/dspark/calibration.json)\n"
+               "  --recalibrate            measure the costs again even when they are cached\n"
                "  --no-lookup-drafts       in draft mode, always ask the draft model\n"
                "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
                "  --port N                 TCP port (default 8080; 0 picks a free one)\n"
@@ -76,7 +81,15 @@ int cmd_serve(int argc, char **argv) {
                 bad = 1;
             }
         } else if (args_flag(&a, "--max-draft")) {
-            bad = args_int(arg, a.value, 0, 64, &o.max_draft);
+            o.auto_draft = a.value && !strcmp(a.value, "auto");
+            if (!o.auto_draft && args_int(arg, a.value, 0, 64, &o.max_draft)) {
+                fprintf(stderr, "hint: --max-draft takes a number of drafts or auto\n");
+                bad = 1;
+            }
+        } else if (args_flag(&a, "--calibration-file")) {
+            bad = !(o.calib_file = a.value);
+        } else if (!strcmp(arg, "--recalibrate")) {
+            o.recalibrate = 1;
         } else if (args_flag(&a, "--host")) {
             bad = !(o.host = a.value);
         } else if (args_flag(&a, "--port")) {

@@ -20,6 +20,14 @@ void metrics_record(struct server *s, const struct gen_stats *st) {
     if (st->decode_s > 0) m->last_tokens_per_sec = st->n_generated / st->decode_s;
     for (int i = 0; i < METRICS_ACCEPT_BUCKETS && i < GEN_ACCEPT_BUCKETS; i++)
         m->accept_hist[i] += st->accept_hist[i];
+    if (s->tune) {
+        for (int k = 0; k <= GEN_MAX_CAP; k++) {
+            m->cap_rounds[k] += st->cap_rounds[k];
+            m->auto_rates[k] = st->auto_rates[k];
+        }
+        m->auto_cap = st->auto_cap;
+        m->auto_accept = st->auto_accept;
+    }
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -121,6 +129,24 @@ char *metrics_render(struct server *s) {
         "dspark_queue_seconds_sum %g\ndspark_queue_seconds_count %ld\n",
         m.queue_seconds, m.queued_jobs);
     gauge(&o, "dspark_queue_depth", "Requests waiting for the engine.", queued);
+    if (s->tune) { /* --max-draft auto */
+        int B = s->tune->costs.max_cap;
+        put(&o, "# HELP dspark_auto_draft_rounds_total Verify rounds by the draft cap in force.\n"
+                "# TYPE dspark_auto_draft_rounds_total counter\n");
+        for (int k = 0; k <= B; k++)
+            put(&o, "dspark_auto_draft_rounds_total{cap=\"%d\"} %ld\n", k, m.cap_rounds[k]);
+        gauge(&o, "dspark_auto_draft_cap", "Draft cap chosen at the end of the last generation.",
+              m.auto_cap);
+        gauge(&o, "dspark_auto_draft_acceptance",
+              "Share of drafts kept, as the last generation's controller estimated it.",
+              m.auto_accept);
+        put(&o, "# HELP dspark_auto_draft_predicted_tokens_per_second Predicted decode speed by "
+                "draft cap, from the calibration and the last generation's acceptance.\n"
+                "# TYPE dspark_auto_draft_predicted_tokens_per_second gauge\n");
+        for (int k = 0; k <= B; k++)
+            put(&o, "dspark_auto_draft_predicted_tokens_per_second{cap=\"%d\"} %g\n", k,
+                m.auto_rates[k]);
+    }
     gauge(&o, "dspark_requests_running", "Requests the engine is generating.", running);
     return o.buf;
 }

@@ -170,6 +170,19 @@ static cJSON *x_dspark(const struct server *s, const struct gen_stats *st) {
     cJSON_AddNumberToObject(x, "prefill_s", st->prefill_s);
     cJSON_AddNumberToObject(x, "cached_tokens", st->cached_tokens);
     cJSON_AddNumberToObject(x, "decode_s", st->decode_s);
+    if (s->tune) { /* --max-draft auto: the cap chosen, the rounds at each cap, predictions */
+        cJSON *a = cJSON_AddObjectToObject(x, "auto_draft");
+        cJSON_AddNumberToObject(a, "cap", st->auto_cap);
+        cJSON_AddNumberToObject(a, "acceptance", st->auto_accept);
+        cJSON *rounds = cJSON_AddObjectToObject(a, "cap_rounds");
+        cJSON *rates = cJSON_AddObjectToObject(a, "predicted_tok_s");
+        char k[8];
+        for (int i = 0; i <= s->tune->costs.max_cap; i++) {
+            snprintf(k, sizeof k, "%d", i);
+            if (st->cap_rounds[i]) cJSON_AddNumberToObject(rounds, k, st->cap_rounds[i]);
+            cJSON_AddNumberToObject(rates, k, st->auto_rates[i]);
+        }
+    }
     return x;
 }
 
@@ -193,6 +206,12 @@ static void add_stats(struct gen_stats *sum, const struct gen_stats *st) {
     sum->lookup_rounds += st->lookup_rounds;
     sum->prefill_s += st->prefill_s;
     sum->decode_s += st->decode_s;
+    for (int k = 0; k <= GEN_MAX_CAP; k++) { /* the caps used by all; the last one's state */
+        sum->cap_rounds[k] += st->cap_rounds[k];
+        sum->auto_rates[k] = st->auto_rates[k];
+    }
+    sum->auto_cap = st->auto_cap;
+    sum->auto_accept = st->auto_accept;
 }
 
 /* Builds the finished choice: message (content / tool_calls) or text. */

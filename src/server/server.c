@@ -4,14 +4,40 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "base/thread.h"
 #include "cache/prefix.h"
 #include "spec/block_model.h"
 #include "tokenizer/tokenizer.h"
+#include "tune/calib.h"
 
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* --max-draft auto: the round costs of this machine, from the cache or measured now. */
+static int calibrate(struct server *s) {
+    const struct server_opts *o = &s->opts;
+    if (!o->auto_draft || o->mode == GEN_BASELINE) return OK;
+    if (!(s->tune = calloc(1, sizeof *s->tune))) return ERR_NOMEM;
+    const char *mode = gen_mode_name(o->mode);
+    int bs = s->eng.block ? block_model_config(s->eng.block)->block_size : 0;
+    struct tune_subject ts = {.target = s->eng.target,
+                              .draft = s->eng.draft,
+                              .block = s->eng.block,
+                              .mode = mode,
+                              .target_dir = o->model_dir,
+                              .drafter_dir = o->mode >= GEN_DRAFT ? o->drafter_dir : NULL,
+                              .max_cap = tune_default_max_cap(mode, bs),
+                              .max_batch = o->max_batch,
+                              .n_threads = o->n_threads > 0 ? o->n_threads : cpu_count(),
+                              .gpu = o->gpu};
+    struct tune_calib_opts co = {
+        .cache_path = o->calib_file, .show_progress = o->show_progress, .force = o->recalibrate};
+    int rc = tune_calibrate(&ts, &co, &s->tune->costs, NULL);
+    s->opts.max_draft = ts.max_cap;
+    return rc;
+}
 
 int server_new(const struct server_opts *opts, struct server **out) {
     *out = NULL;
@@ -43,6 +69,7 @@ int server_new(const struct server_opts *opts, struct server **out) {
         if ((rc = block_model_load(opts->drafter_dir, s->eng.target, &s->eng.block))) goto fail;
     }
     if ((rc = server_load_chat(s))) goto fail;
+    if ((rc = calibrate(s))) goto fail;
     if (opts->prefix_cache_entries > 0 &&
         !(s->eng.cache =
               prefix_cache_new(opts->prefix_cache_entries, (size_t)opts->kv_cache_mb << 20))) {
@@ -94,6 +121,7 @@ void server_free(struct server *s) {
     server_free_chat(s);
     prefix_cache_free(s->eng.cache);
     free(s->queue);
+    free(s->tune);
     model_free(s->eng.draft);
     block_model_free(s->eng.block);
     model_free(s->eng.target);

@@ -30,6 +30,10 @@ struct server_opts {
     int n_threads;
     int gpu; /* run the target on the GPU */
     int show_progress;
+    int auto_draft;         /* --max-draft auto: each round's cap is chosen up to the mode's
+                             * widest (calibrated by server_new; max_draft is then ignored) */
+    const char *calib_file; /* its cost cache (NULL: ~/.cache/dspark/calibration.json) */
+    int recalibrate;        /* measure even when cached */
 };
 
 struct server;

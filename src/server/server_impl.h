@@ -7,6 +7,7 @@
 
 #include "server/job.h"
 #include "server/server.h"
+#include "tune/controller.h"
 
 #include <pthread.h>
 
@@ -28,6 +29,10 @@ struct metrics {
     double queue_seconds;                   /* total time jobs waited for the engine */
     long queued_jobs;
     double last_tokens_per_sec;
+    long cap_rounds[GEN_MAX_CAP + 1]; /* --max-draft auto: rounds by cap */
+    int auto_cap;                     /* ... the last finished sequence's cap, acceptance */
+    double auto_accept;               /* estimate and predicted tokens/s per cap */
+    double auto_rates[GEN_MAX_CAP + 1];
 };
 
 struct server {
@@ -47,6 +52,7 @@ struct server {
     int running; /* jobs the engine is generating */
     int stopping;
     struct metrics m;
+    struct tune_auto *tune; /* --max-draft auto, or NULL */
 };
 
 /* http.c */

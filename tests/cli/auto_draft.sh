@@ -67,6 +67,45 @@ st=$?
 [ $st -eq 0 ] && grep -q "ignoring the calibration cache" "$tmp/dmg.err" &&
     grep -q '"schema"' "$CAL" && ok "damaged cache replaced" || bad "damaged cache"
 
+# serve: two requests batched, each with baseline's text; x_dspark and /metrics report the caps
+"$D" generate --model $M --prompt "$P" --max-tokens 40 --temperature 0 --json --no-progress \
+    --threads 1 >"$tmp/g.json" 2>/dev/null
+want=$(sed 's/.*"text":"\(\([^"\\]\|\\.\)*\)".*/\1/' "$tmp/g.json")
+"$D" serve --model $M --mode draft --max-draft auto --max-batch 2 --port 0 --threads 1 \
+    --calibration-file "$CAL" >"$tmp/srv.out" 2>"$tmp/srv.err" &
+spid=$!
+URL=
+for i in $(seq 1 100); do
+    URL=$(sed -n "s/.* on \(http:[^ ]*\) .*/\1/p" "$tmp/srv.out" 2>/dev/null)
+    [ -n "$URL" ] && break
+    sleep 0.1
+done
+if [ -z "$URL" ] || ! command -v curl >/dev/null; then
+    bad "serve --max-draft auto did not start (or no curl): $(cat "$tmp/srv.err")"
+else
+    body='{"prompt": "def parse_args(argv):", "max_tokens": 40, "temperature": 0}'
+    for i in 1 2; do
+        curl -s "$URL/v1/completions" -H 'Content-Type: application/json' -d "$body" \
+            >"$tmp/c$i.json" &
+    done
+    wait %2 %3 2>/dev/null
+    for i in 1 2; do
+        got=$(sed 's/.*"text":"\(\([^"\\]\|\\.\)*\)".*/\1/' "$tmp/c$i.json")
+        [ -n "$got" ] && [ "$got" = "$want" ] && grep -q '"auto_draft":{"cap":' "$tmp/c$i.json" &&
+            ok "serve auto, request $i: baseline's text and x_dspark.auto_draft" ||
+            bad "serve auto, request $i"
+    done
+    curl -s "$URL/metrics" >"$tmp/metrics"
+    grep -q '^dspark_auto_draft_rounds_total{cap="1"} ' "$tmp/metrics" &&
+        grep -q '^dspark_auto_draft_predicted_tokens_per_second{cap="0"} ' "$tmp/metrics" &&
+        ok "/metrics reports the caps" || bad "/metrics auto_draft"
+    if command -v promtool >/dev/null; then
+        promtool check metrics <"$tmp/metrics" && ok "promtool" || bad "promtool"
+    fi
+fi
+kill $spid 2>/dev/null
+wait $spid 2>/dev/null
+
 # bad values
 "$D" generate --prompt x --max-draft autox >/dev/null 2>"$tmp/e1"
 [ $? -eq 2 ] && grep -q "max-draft" "$tmp/e1" && ok "bad --max-draft" || bad "bad --max-draft"
