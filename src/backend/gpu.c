@@ -1,5 +1,6 @@
 /* backend/gpu.c: the registry's one #ifdef: without HAVE_CUDA the GPU backend is absent and
- * every entry point says so; with it, backend/cuda/forward.cu provides them. */
+ * every entry point says so; with it, backend/cuda/forward.cu provides them, except
+ * gpu_runtime_info(), which asks the CUDA runtime here. */
 #include "backend/gpu.h"
 
 #include "base/err.h"
@@ -11,6 +12,12 @@ int gpu_available(void) {
 }
 const char *gpu_device_name(void) {
     return "none";
+}
+
+int gpu_runtime_info(int *driver_version, int *runtime_version, size_t *mem_bytes) {
+    *driver_version = *runtime_version = 0;
+    *mem_bytes = 0;
+    return ERR_UNSUPPORTED;
 }
 
 int gpu_model_new(const struct gpu_model_desc *d, struct gpu_model **out) {
@@ -39,5 +46,21 @@ int gpu_forward(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t 
                 float *logits, int all_rows) {
     (void)g, (void)kv, (void)pos0, (void)ids, (void)n, (void)logits, (void)all_rows;
     return ERR_UNSUPPORTED;
+}
+#else
+/* From cuda_runtime_api.h, which this C file is compiled without; cudaError_t is an enum whose
+ * value 0 is cudaSuccess. */
+int cudaDriverGetVersion(int *version);
+int cudaRuntimeGetVersion(int *version);
+int cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+
+int gpu_runtime_info(int *driver_version, int *runtime_version, size_t *mem_bytes) {
+    size_t free_bytes = 0;
+    *driver_version = *runtime_version = 0;
+    *mem_bytes = 0;
+    cudaDriverGetVersion(driver_version); /* known even when no device is usable */
+    cudaRuntimeGetVersion(runtime_version);
+    if (!gpu_available() || cudaMemGetInfo(&free_bytes, mem_bytes)) return ERR_IO;
+    return OK;
 }
 #endif

@@ -39,6 +39,9 @@ struct gpu_model_desc {
 
 int gpu_available(void); /* 1 when a CUDA build finds a device */
 const char *gpu_device_name(void);
+/* Versions as CUDA numbers them (1000 * major + 10 * minor) and device 0's memory, for
+ * `dspark doctor`. ERR_UNSUPPORTED without a CUDA build, ERR_IO when CUDA finds no device. */
+int gpu_runtime_info(int *driver_version, int *runtime_version, size_t *mem_bytes);
 int gpu_model_new(const struct gpu_model_desc *d, struct gpu_model **out);
 void gpu_model_free(struct gpu_model *g);
 int gpu_kv_new(struct gpu_model *g, int cap, struct gpu_kv **out);

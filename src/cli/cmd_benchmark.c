@@ -6,6 +6,7 @@
  * prompts) within a trial, then the median over trials is reported. Greedy outputs of every
  * run are checked against baseline's ids on the fly: a mismatch is a bug and is printed. */
 #include "cli/args.h"
+#include "cli/auto.h"
 #include "cli/bench_cost.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
@@ -38,8 +39,10 @@ static void usage(FILE *f) {
         "  --dspark-drafter DIR    DSpark drafter folder (default: ... + -dspark)\n"
         "  --dflash-drafter DIR    DFlash drafter folder (default: ... + -dflash)\n"
         "  --modes LIST            comma-separated runs, each baseline | lookup | draft |\n"
-        "                          dspark | dflash, the last three also NAME-nolookup (no\n"
-        "                          n-gram drafts), each optionally NAME:N for max-draft N\n"
+        "                          dspark | dflash | auto, draft, dspark and dflash also\n"
+        "                          NAME-nolookup (no n-gram drafts), each optionally NAME:N\n"
+        "                          for max-draft N; auto runs the mode `generate --mode auto`\n"
+        "                          picks\n"
         "                          (default baseline,lookup,draft; baseline always runs first)\n"
         "  --prompts FILE[,FILE]   JSONL files of {\"turns\": [...]} (first turn used); the\n"
         "                          category is named after the file (default: " SHARED_PROMPTS "\n"
@@ -70,7 +73,8 @@ static int parse_run(const char *s, size_t len, struct run_spec *r) {
     } kinds[] = {{"baseline", GEN_BASELINE, 0}, {"lookup", GEN_LOOKUP, 0},
                  {"draft", GEN_DRAFT, 1},       {"draft-nolookup", GEN_DRAFT, 0},
                  {"dspark", GEN_DSPARK, 1},     {"dspark-nolookup", GEN_DSPARK, 0},
-                 {"dflash", GEN_DFLASH, 1},     {"dflash-nolookup", GEN_DFLASH, 0}};
+                 {"dflash", GEN_DFLASH, 1},     {"dflash-nolookup", GEN_DFLASH, 0},
+                 {"auto", GEN_LOOKUP, 1}}; /* resolved in resolve_auto() */
     const char *colon = memchr(s, ':', len);
     size_t n = colon ? (size_t)(colon - s) : len;
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
@@ -88,8 +92,8 @@ static int parse_run(const char *s, size_t len, struct run_spec *r) {
         return 0;
     }
     fprintf(stderr,
-            "error: --modes takes baseline, lookup, draft, dspark or dflash (the last three "
-            "also NAME-nolookup), each optionally :N (max-draft), got '%.*s'\n",
+            "error: --modes takes baseline, lookup, draft, dspark, dflash or auto (draft, dspark "
+            "and dflash also NAME-nolookup), each optionally :N (max-draft), got '%.*s'\n",
             (int)len, s);
     return -1;
 }
@@ -479,6 +483,26 @@ static int load_models(struct bench *b, int threads) {
     return 0;
 }
 
+/* Runs named auto[:N] become the mode --mode auto picks (renamed auto-MODE[:N]); its drafter
+ * serves as that mode's folder unless one was given. buf holds the folder. */
+static int resolve_auto(struct opts *o, char *buf, size_t cap) {
+    for (int i = 0; i < o->n_runs; i++) {
+        struct run_spec *r = &o->runs[i];
+        const char *dir;
+        if (strncmp(r->name, "auto", 4) || (r->name[4] && r->name[4] != ':')) continue;
+        if (cli_mode_auto(o->model_dir, NULL, &r->mode, buf, cap, &dir)) return -1;
+        const char **slot = r->mode == GEN_DRAFT    ? &o->drafter_dir
+                            : r->mode == GEN_DSPARK ? &o->dspark_dir
+                            : r->mode == GEN_DFLASH ? &o->dflash_dir
+                                                    : NULL;
+        if (slot && !*slot) *slot = dir;
+        char name[sizeof r->name];
+        snprintf(name, sizeof name, "auto-%.8s%.16s", gen_mode_name(r->mode), r->name + 4);
+        memcpy(r->name, name, sizeof name);
+    }
+    return 0;
+}
+
 /* DIR + suffix in buf (for the default drafter folders). */
 static const char *beside(char *buf, size_t cap, const char *dir, const char *suffix) {
     size_t n = strlen(dir);
@@ -499,7 +523,8 @@ int cmd_benchmark(int argc, char **argv) {
         fprintf(stderr, "hint: run from the repository root or pass --model DIR\n");
         return 2;
     }
-    char dm[4096], ds[4096], df[4096];
+    char dm[4096], ds[4096], df[4096], da[4096];
+    if (resolve_auto(o, da, sizeof da)) return 2;
     if (!o->drafter_dir) o->drafter_dir = beside(dm, sizeof dm, o->model_dir, "-draft");
     if (!o->dspark_dir) o->dspark_dir = beside(ds, sizeof ds, o->model_dir, "-dspark");
     if (!o->dflash_dir) o->dflash_dir = beside(df, sizeof df, o->model_dir, "-dflash");

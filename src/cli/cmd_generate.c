@@ -3,6 +3,7 @@
  * stream the text to stdout and the speed report to stderr; or, with --json, print one JSON
  * object with the ids, the text, the statistics and every round's drafts. */
 #include "cli/args.h"
+#include "cli/auto.h"
 #include "cli/commands.h"
 
 #include "base/err.h"
@@ -37,8 +38,9 @@ static void usage(FILE *f) {
                "  --seed S               random seed (default 0): same seed, same output\n"
                "  --stop TEXT            stop before this text (repeatable, up to 8)\n"
                "  --ignore-eos           do not stop at end-of-sequence tokens\n"
-               "  --mode M               baseline | lookup | draft | dspark | dflash (default\n"
-               "                         baseline)\n"
+               "  --mode M               baseline | lookup | draft | dspark | dflash | auto\n"
+               "                         (default baseline; auto: the best drafter found for the\n"
+               "                         model, see `dspark models`)\n"
                "  --drafter DIR          drafter folder for draft, dspark and dflash modes\n"
                "                         (default: DIR-draft, DIR-dspark, DIR-dflash)\n"
                "  --max-draft N|auto     drafts verified per round at most (default 6 lookup,\n"
@@ -66,7 +68,7 @@ static void usage(FILE *f) {
 struct opts {
     const char *model_dir, *drafter_dir, *prompt, *prompt_ids;
     const char *stop[MAX_STOP];
-    int n_stop, threads, progress, bf16_acts, json, max_draft, gpu;
+    int n_stop, threads, progress, bf16_acts, json, max_draft, gpu, auto_mode;
     float temperature, top_p;
     int top_k;
     struct gen_params gp;
@@ -74,9 +76,10 @@ struct opts {
     const char *calib_file;
 };
 
-static int parse_mode(const char *v, enum gen_mode *out) {
-    if (v && !gen_mode_parse(v, out)) return 0;
-    fprintf(stderr, "error: --mode takes baseline, lookup, draft, dspark or dflash\n");
+static int parse_mode(const char *v, struct opts *o) {
+    if (v && !strcmp(v, "auto")) return o->auto_mode = 1, 0;
+    if (v && !gen_mode_parse(v, &o->gp.mode)) return o->auto_mode = 0, 0;
+    fprintf(stderr, "error: --mode takes baseline, lookup, draft, dspark, dflash or auto\n");
     return -1;
 }
 
@@ -120,7 +123,7 @@ static int parse(int argc, char **argv, struct opts *o) {
                 o->stop[o->n_stop++] = a.value;
             }
         } else if (args_flag(&a, "--mode")) {
-            bad = parse_mode(a.value, &o->gp.mode);
+            bad = parse_mode(a.value, o);
         } else if (args_flag(&a, "--confidence-threshold")) {
             bad = args_float("--confidence-threshold", a.value, 0, 1, &o->gp.confidence_threshold);
         } else if (!strcmp(arg, "--confidence-per-slot")) {
@@ -206,9 +209,12 @@ static cJSON *ids_json(const int32_t *ids, int n) {
     return a;
 }
 
-static void print_json(const struct gen_result *r, const struct gen_params *gp) {
+static void print_json(const struct gen_result *r, const struct gen_params *gp,
+                       const char *drafter) {
     const struct gen_stats *st = &r->stats;
     cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "mode", gen_mode_name(gp->mode));
+    if (gp->mode >= GEN_DRAFT && drafter) cJSON_AddStringToObject(o, "drafter", drafter);
     cJSON_AddItemToObject(o, "ids", ids_json(r->ids, r->n_ids));
     cJSON_AddStringToObject(o, "text", r->text ? r->text : "");
     cJSON_AddStringToObject(o, "finish_reason", r->finish == GEN_FINISH_STOP ? "stop" : "length");
@@ -272,6 +278,9 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     char draft_default[4096];
+    if (o.auto_mode && (rc = cli_mode_auto(o.model_dir, o.drafter_dir, &o.gp.mode, draft_default,
+                                           sizeof draft_default, &o.drafter_dir)))
+        return rc;
     static const char *suffix[] = {"", "", "-draft", "-dspark", "-dflash"};
     if (o.gp.mode >= GEN_DRAFT && !o.drafter_dir) {
         snprintf(draft_default, sizeof draft_default, "%s%s", o.model_dir, suffix[o.gp.mode]);
@@ -344,7 +353,7 @@ int cmd_generate(int argc, char **argv) {
     if (gen_run(&e, ids, n_ids, &o.gp, o.json ? NULL : on_token, NULL, &res)) goto done;
     const struct gen_stats *st = &res.stats;
     if (o.json) {
-        print_json(&res, &o.gp);
+        print_json(&res, &o.gp, o.drafter_dir);
     } else {
         printf("\n");
         fflush(stdout);

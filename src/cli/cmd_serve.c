@@ -1,5 +1,6 @@
 /* cli/cmd_serve.c: `dspark serve`: the OpenAI-compatible HTTP server. */
 #include "cli/args.h"
+#include "cli/auto.h"
 #include "cli/commands.h"
 
 #include "base/fs.h"
@@ -16,8 +17,9 @@ static void usage(FILE *f) {
                "  --model DIR              Hugging Face model folder (default: models/pycoder)\n"
                "  --drafter DIR            drafter for draft, dspark, dflash (default: DIR-draft,\n"
                "                           DIR-dspark, DIR-dflash)\n"
-               "  --mode M                 baseline | lookup | draft | dspark | dflash (default\n"
-               "                           lookup)\n"
+               "  --mode M                 baseline | lookup | draft | dspark | dflash | auto\n"
+               "                           (default lookup; auto: the best drafter found for\n"
+               "                           the model, see `dspark models`)\n"
                "  --max-draft N|auto       drafts verified per round at most (default 6 lookup,\n"
                "                           3 draft and dspark, whole block dflash); auto: chosen\n"
                "                           per sequence every few rounds from this machine's\n"
@@ -62,7 +64,7 @@ int cmd_serve(int argc, char **argv) {
         .prefix_cache_entries = 4,
         .show_progress = isatty(2),
     };
-    int mb = 8;
+    int mb = 8, auto_mode = 0;
     char draft_default[4096];
     struct args a = {.argc = argc, .argv = argv};
     for (a.i = 1; a.i < argc; a.i++) {
@@ -76,8 +78,10 @@ int cmd_serve(int argc, char **argv) {
         } else if (args_flag(&a, "--drafter")) {
             bad = !(o.drafter_dir = a.value);
         } else if (args_flag(&a, "--mode")) {
-            if (!a.value || gen_mode_parse(a.value, &o.mode)) {
-                fprintf(stderr, "error: --mode takes baseline, lookup, draft, dspark or dflash\n");
+            auto_mode = a.value && !strcmp(a.value, "auto");
+            if (!a.value || (!auto_mode && gen_mode_parse(a.value, &o.mode))) {
+                fprintf(stderr, "error: --mode takes baseline, lookup, draft, dspark, dflash or "
+                                "auto\n");
                 bad = 1;
             }
         } else if (args_flag(&a, "--max-draft")) {
@@ -133,6 +137,10 @@ int cmd_serve(int argc, char **argv) {
         if (bad) return 2;
     }
     o.max_body_bytes = (size_t)mb << 20;
+    int rc = auto_mode ? cli_mode_auto(o.model_dir, o.drafter_dir, &o.mode, draft_default,
+                                       sizeof draft_default, &o.drafter_dir)
+                       : 0;
+    if (rc) return rc;
     static const char *suffix[] = {"", "", "-draft", "-dspark", "-dflash"};
     /* 3 drafts: a verify of 4 rows still fits the matmul's 4-row tile (docs/perf.md) */
     if (o.max_draft < 0)

@@ -4,7 +4,9 @@
 #define DSPARK_CLI_COMMANDS_H
 
 int cmd_benchmark(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_models(int argc, char **argv);
 int cmd_render(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

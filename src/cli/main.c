@@ -16,6 +16,8 @@ static const struct {
     {"serve", cmd_serve, "serve the OpenAI-compatible HTTP API"},
     {"tokenize", cmd_tokenize, "print the token ids of text"},
     {"benchmark", cmd_benchmark, "measure decoding speed of each mode over prompt sets"},
+    {"models", cmd_models, "list the model folders found and the drafters that fit each"},
+    {"doctor", cmd_doctor, "check this machine and build: CPU, memory, GPU, libraries, models"},
 };
 
 static void usage(FILE *f) {

@@ -159,11 +159,14 @@ static const char *basename_of(const struct reg_model *m) {
     return b ? b + 1 : m->name;
 }
 
-/* 1 when d is named like the target's own drafter folder: TARGET-draft/-dspark/-dflash. */
+/* 2 when d is the target's own drafter folder (DIR-draft, DIR-dspark, DIR-dflash next to DIR),
+ * 1 when it is only named so (elsewhere), else 0. */
 static int beside(const struct reg_model *t, const struct reg_model *d, enum reg_mode mode) {
     static const char *suffix[] = {"", "-draft", "-dflash", "-dspark"};
     const char *tb = basename_of(t), *db = basename_of(d);
-    size_t n = strlen(tb);
+    size_t n = strlen(tb), rn = t->real ? strlen(t->real) : 0;
+    if (rn && d->real && !strncmp(d->real, t->real, rn) && !strcmp(d->real + rn, suffix[mode]))
+        return 2;
     return !strncmp(db, tb, n) && !strcmp(db + n, suffix[mode]);
 }
 

@@ -125,8 +125,9 @@ static int read_config(struct reg_model *m) {
 
 /* ---- weights and tokenizer ---- */
 
-/* Adds the tensor bytes of one safetensors file's header by dtype: float (F32/F16/BF16) or not. */
-static void st_header_bytes(const char *path, int64_t *n_float, int64_t *n_other) {
+/* Adds up one safetensors file's tensors from its header: elements of float tensors
+ * (F32/F16/BF16), and bytes of the others (quantized or integer). */
+static void st_header_count(const char *path, int64_t *n_float, int64_t *n_other) {
     FILE *f = fopen(path, "rb");
     unsigned char len8[8];
     if (!f) return;
@@ -140,11 +141,19 @@ static void st_header_bytes(const char *path, int64_t *n_float, int64_t *n_other
             const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype");
             const cJSON *off = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
             if (!cJSON_IsString(dt) || cJSON_GetArraySize(off) != 2) continue;
-            int64_t b = (int64_t)(cJSON_GetArrayItem(off, 1)->valuedouble -
-                                  cJSON_GetArrayItem(off, 0)->valuedouble);
             int fl = !strcmp(dt->valuestring, "F32") || !strcmp(dt->valuestring, "F16") ||
                      !strcmp(dt->valuestring, "BF16");
-            *(fl ? n_float : n_other) += b;
+            if (!fl) {
+                *n_other += (int64_t)(cJSON_GetArrayItem(off, 1)->valuedouble -
+                                      cJSON_GetArrayItem(off, 0)->valuedouble);
+                continue;
+            }
+            int64_t numel = 1;
+            const cJSON *dim;
+            cJSON_ArrayForEach(dim, cJSON_GetObjectItemCaseSensitive(t, "shape")) {
+                numel *= cJSON_IsNumber(dim) && dim->valuedouble >= 0 ? (int64_t)dim->valuedouble : 0;
+            }
+            *n_float += numel;
         }
         cJSON_Delete(root);
         free(h);
@@ -166,9 +175,10 @@ static void read_weights(struct reg_model *m) {
             continue;
         m->n_bytes += (int64_t)st.st_size;
         n_files++;
-        st_header_bytes(path, &n_float, &n_other);
+        st_header_count(path, &n_float, &n_other);
     }
     if (d) closedir(d);
+    if (n_float && !n_other) m->n_params = n_float; /* exact, where config.json gave an estimate */
     if (*m->note) return;
     if (!n_files)
         snprintf(m->note, sizeof m->note, "no *.safetensors weights");

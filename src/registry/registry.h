@@ -31,7 +31,7 @@ struct reg_model {
     int servable;      /* dspark can load it (architecture, dtype, weights present) */
     char note[160];    /* when not servable: why */
     char dtype[24];    /* "bf16", "f16", "f32", "4-bit", "fp8", ... */
-    int64_t n_params;  /* estimated from config.json (0: unknown) */
+    int64_t n_params;  /* counted in the weights, or estimated from config.json (0: unknown) */
     int64_t n_bytes;   /* *.safetensors bytes on disk */
     int vocab_size, hidden_size, n_layers;
     int n_target_layers; /* block drafters: layers of the target they read */
@@ -67,7 +67,8 @@ void registry_stem(const char *name, char *stem, size_t stem_cap, char *sizes, s
  * REG_MODE_LOOKUP when it does not fit. */
 enum reg_mode registry_match(const struct reg_model *t, const struct reg_model *d);
 /* Entries that serve target t in mode, best first (the DIR-draft/-dspark/-dflash folder next
- * to the target, then by name; draft models smallest first). Returns how many (up to cap). */
+ * to the target, then a folder of that name elsewhere, loadable ones, then draft models
+ * smallest first, then by name). Returns how many (up to cap). */
 int registry_drafters(const struct registry *r, int t, enum reg_mode mode, int *out, int cap);
 
 struct reg_choice {

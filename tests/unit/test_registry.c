@@ -34,7 +34,7 @@ static int mkdirs(const char *path) {
 }
 
 static void write_file(const char *dir, const char *name, const void *data, size_t n) {
-    char p[1024];
+    char p[2048];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     FILE *f = fopen(p, "wb");
     if (!f) return;
@@ -42,11 +42,13 @@ static void write_file(const char *dir, const char *name, const void *data, size
     fclose(f);
 }
 
-/* A one-tensor safetensors file of the given dtype. */
-static void write_weights(const char *dir, const char *dtype) {
-    char h[128], buf[256];
-    int n = snprintf(h, sizeof h, "{\"w\":{\"dtype\":\"%s\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-                     dtype);
+/* A one-tensor safetensors file of the given dtype whose header claims numel elements (only
+ * the header is read when folders are listed; the data is 8 bytes). */
+static void write_weights(const char *dir, const char *dtype, int64_t numel) {
+    char h[160], buf[256];
+    int n = snprintf(h, sizeof h,
+                     "{\"w\":{\"dtype\":\"%s\",\"shape\":[%lld],\"data_offsets\":[0,8]}}",
+                     dtype, (long long)numel);
     for (int i = 0; i < 8; i++) buf[i] = (char)((uint64_t)n >> (8 * i));
     memcpy(buf + 8, h, (size_t)n);
     memset(buf + 8 + n, 0, 8);
@@ -59,7 +61,8 @@ struct fake {
     int hidden, layers, inter, vocab;
     int target_layers; /* block drafters */
     const char *tok;   /* tokenizer.json contents, or NULL */
-    const char *extra; /* more config.json fields (",\"k\": v"), or NULL */
+    const char *extra; /* more config.json fields (",\"k\": v"), or NULL; when they set the
+                        * heads, they also set the KV heads, head_dim and tie_word_embeddings */
     const char *dtype; /* safetensors dtype; NULL: no weights */
 };
 
@@ -74,12 +77,14 @@ static const char *make(const char *root, const struct fake *f) {
     int n = snprintf(cfg, sizeof cfg,
                      "{\"architectures\": [\"%s\"], \"model_type\": \"qwen3\", \"hidden_size\": %d, "
                      "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"vocab_size\": %d, "
-                     "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": 64, "
                      "\"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6, "
-                     "\"rope_theta\": 1000000, \"tie_word_embeddings\": %s, "
-                     "\"torch_dtype\": \"bfloat16\"",
-                     f->arch, f->hidden, f->inter, f->layers, f->vocab, heads,
-                     heads > 1 ? heads / 2 : 1, block ? "false" : "true");
+                     "\"rope_theta\": 1000000, \"torch_dtype\": \"bfloat16\"",
+                     f->arch, f->hidden, f->inter, f->layers, f->vocab);
+    if (!f->extra || !strstr(f->extra, "num_attention_heads"))
+        n += snprintf(cfg + n, sizeof cfg - (size_t)n,
+                      ", \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
+                      "\"head_dim\": 64, \"tie_word_embeddings\": %s",
+                      heads, heads > 1 ? heads / 2 : 1, block ? "false" : "true");
     if (block)
         n += snprintf(cfg + n, sizeof cfg - (size_t)n,
                       ", \"block_size\": 7, \"num_target_layers\": %d, \"mask_token_id\": 5, "
@@ -88,7 +93,8 @@ static const char *make(const char *root, const struct fake *f) {
     n += snprintf(cfg + n, sizeof cfg - (size_t)n, "%s}", f->extra ? f->extra : "");
     write_file(dir, "config.json", cfg, (size_t)n);
     if (f->tok) write_file(dir, "tokenizer.json", f->tok, strlen(f->tok));
-    if (f->dtype) write_weights(dir, f->dtype);
+    /* a parameter count that grows with the shapes, as real ones do */
+    if (f->dtype) write_weights(dir, f->dtype, (int64_t)f->hidden * f->hidden * f->layers * 12);
     return dir;
 }
 
@@ -209,8 +215,11 @@ TEST(published_names) {
     const struct fake f[] = {
         {"Qwen/Qwen3-4B", "Qwen3ForCausalLM", 2560, 36, 9728, 151936, 0, QWEN_TOK, NULL, "BF16"},
         {"Qwen/Qwen3-0.6B", "Qwen3ForCausalLM", 1024, 28, 3072, 151936, 0, QWEN_TOK, NULL, "BF16"},
+        /* Qwen3-8B's shapes: its parameters are estimated from config.json */
         {"mlx-community/Qwen3-8B-4bit", "Qwen3ForCausalLM", 4096, 36, 12288, 151936, 0, QWEN_TOK,
-         ", \"quantization\": {\"group_size\": 64, \"bits\": 4}", "U32"},
+         ", \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"head_dim\": 128, "
+         "\"tie_word_embeddings\": false, \"quantization\": {\"group_size\": 64, \"bits\": 4}",
+         "U32"},
         {"deepseek-ai/dspark_qwen3_4b_block7", "Qwen3DSparkModel", 2560, 1, 9728, 151936, 36,
          NULL, NULL, "BF16"},
         {"deepseek-ai/dspark_qwen3_8b_block7", "Qwen3DSparkModel", 4096, 1, 12288, 151936, 36,
@@ -240,6 +249,7 @@ TEST(published_names) {
     int q = index_of(&r, "mlx-community/Qwen3-8B-4bit");
     REQUIRE(q >= 0);
     CHECK(!r.m[q].servable && strstr(r.m[q].note, "4-bit") && !strcmp(r.m[q].dtype, "4-bit"));
+    CHECK_NEAR(r.m[q].n_params / 1e9, 8.19, 0.05); /* Qwen3-8B has 8.19B parameters */
     CHECK(r.m[index_of(&r, "Qwen/Qwen3-4B")].servable);
     registry_free(&r);
 }
@@ -350,6 +360,17 @@ TEST(auto_given_and_preferences) {
     make(root2, &f[4]);
     REQUIRE(registry_scan(&r, root2) == OK);
     CHECK(!strcmp(choose(&r, "Qwen3-4B", NULL), "draft Qwen3-tiny"));
+    registry_free(&r);
+    /* the folder next to the target beats a same-named one elsewhere */
+    const char *root3 = fresh("prefs3");
+    const struct fake g[] = {
+        {"m", "Qwen3ForCausalLM", 512, 8, 2048, 1000, 0, QWEN_TOK, NULL, "BF16"},
+        {"m-dspark", "Qwen3DSparkModel", 512, 1, 2048, 1000, 8, NULL, NULL, "BF16"},
+        {"a/m-dspark", "Qwen3DSparkModel", 512, 1, 2048, 1000, 8, NULL, NULL, "BF16"},
+    };
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) make(root3, &g[i]);
+    REQUIRE(registry_scan(&r, root3) == OK);
+    CHECK(!strcmp(drafters(&r, "m", REG_MODE_DSPARK), "m-dspark,a/m-dspark"));
     registry_free(&r);
 }
 
