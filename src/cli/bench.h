@@ -10,10 +10,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MAX_RUNS   8
+#define MAX_RUNS   32
 #define MAX_FILES  32
 #define MAX_CATS   16
 #define MAX_TRIALS 1000
+
+struct tune_auto;
+
+#define RUN_AUTO_DRAFT (-2) /* run_spec.max_draft of NAME:auto: --max-draft auto */
 
 /* One run: a mode with its settings, measured on every prompt. */
 struct run_spec {
@@ -30,6 +34,11 @@ struct opts {
     int n_runs;
     int limit, max_new, max_draft, trials, threads, chat, widths;
     float temperature;
+    const char *caps;       /* --caps LIST: each run once per cap */
+    const char *calib_file; /* --calibration-file */
+    const char *svg_path;   /* --svg FILE (default: the JSON's name with .svg) */
+    int recalibrate;
+    struct tune_auto *tune[MAX_RUNS]; /* [run] --max-draft auto's costs and state, or NULL */
 };
 
 struct prompt {
@@ -71,5 +80,14 @@ void bench_params(const struct bench *b, const struct run_spec *r, int prompt_in
 void bench_cpu_name(char *out, size_t cap); /* "model name" of /proc/cpuinfo */
 void bench_print_table(const struct bench *b);
 int bench_write_json(const struct bench *b, const char *path, int threads);
+
+/* Prompt groups: the categories, all prompts, then (with a lookup run) the prompts where lookup
+ * never fired. */
+int bench_n_groups(const struct bench *b);
+const char *bench_group_name(const struct bench *b, int g);
+/* Median decode tok/s of run ri over group g; 0 when the group has no prompts. */
+double bench_group_decode(const struct bench *b, int ri, int g);
+/* bench_svg.c: a grouped bar chart of decode tok/s per run and category, as plain SVG. */
+int bench_write_svg(const struct bench *b, const char *path, int threads);
 
 #endif

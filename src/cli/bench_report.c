@@ -5,6 +5,7 @@
 #include "cli/bench.h"
 
 #include "base/thread.h"
+#include "tune/controller.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,32 @@ static int n_groups(const struct bench *b) {
     return b->n_cats + 1 + b->have_lookup; /* the categories, all, no-fire */
 }
 
+int bench_n_groups(const struct bench *b) {
+    return n_groups(b);
+}
+
+const char *bench_group_name(const struct bench *b, int g) {
+    return group_name(b, g);
+}
+
+double bench_group_decode(const struct bench *b, int ri, int g) {
+    struct summary s;
+    summarize(b, ri, g, &s);
+    return s.prompts ? s.decode_tok_s : 0;
+}
+
+/* Rounds of run ri by the cap in force, over every trial and prompt (--max-draft auto). */
+static void cap_rounds(const struct bench *b, int ri, long *rounds, long *total) {
+    *total = 0;
+    for (int k = 0; k <= GEN_MAX_CAP; k++) rounds[k] = 0;
+    for (int t = 0; t < b->o.trials; t++)
+        for (int pi = 0; pi < b->n_prompts; pi++)
+            for (int k = 0; k <= GEN_MAX_CAP; k++) {
+                rounds[k] += bench_stats(b, ri, t, pi)->cap_rounds[k];
+                *total += bench_stats(b, ri, t, pi)->cap_rounds[k];
+            }
+}
+
 void bench_print_table(const struct bench *b) {
     printf("\n%-16s %-8s %7s %7s %12s %7s %10s %8s %9s %9s %8s %7s\n", "run", "category", "prompts",
            "tokens", "decode tok/s", "range%", "e2e tok/s", "speedup", "acc/round", "tok/round",
@@ -121,6 +148,15 @@ void bench_print_table(const struct bench *b) {
            "trial)%s\n",
            100 * b->busy_all, 100 * worst,
            worst > 0.05 ? ": the figures are disturbed, re-run on a quiet machine" : "");
+    for (int ri = 0; ri < b->o.n_runs; ri++) {
+        long rounds[GEN_MAX_CAP + 1], total;
+        if (!b->o.tune[ri]) continue;
+        cap_rounds(b, ri, rounds, &total);
+        printf("%s: rounds by cap", b->o.runs[ri].name);
+        for (int k = 0; k <= GEN_MAX_CAP; k++)
+            if (rounds[k]) printf(" %d:%.0f%%", k, 100.0 * (double)rounds[k] / (double)total);
+        printf("\n");
+    }
     if (b->o.temperature <= 0)
         printf("exactness: %d greedy outputs compared with baseline's ids, %d mismatch%s\n",
                b->compared, b->mismatches, b->mismatches == 1 ? "" : "es");
@@ -257,6 +293,19 @@ int bench_write_json(const struct bench *b, const char *path, int threads) {
         cJSON_AddItemToArray(out, r);
         cJSON_AddStringToObject(r, "run", o->runs[ri].name);
         cJSON_AddNumberToObject(r, "max_draft", gp.max_draft);
+        if (o->tune[ri]) { /* --max-draft auto: the rounds at each cap */
+            long rounds[GEN_MAX_CAP + 1], total;
+            char k[8];
+            cap_rounds(b, ri, rounds, &total);
+            cJSON_AddStringToObject(r, "cap", "auto");
+            cJSON *cr = cJSON_AddObjectToObject(r, "cap_rounds");
+            for (int c = 0; c <= GEN_MAX_CAP; c++) {
+                snprintf(k, sizeof k, "%d", c);
+                if (rounds[c]) cJSON_AddNumberToObject(cr, k, (double)rounds[c]);
+            }
+        } else {
+            cJSON_AddNumberToObject(r, "cap", gp.max_draft);
+        }
         summary_json(r, &all);
         cJSON *pc = cJSON_AddObjectToObject(r, "per_category");
         for (int g = 0; g < n_groups(b); g++) {

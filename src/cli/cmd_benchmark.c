@@ -17,6 +17,7 @@
 #include "engine/generate.h"
 #include "spec/block_model.h"
 #include "tokenizer/tokenizer.h"
+#include "tune/calib.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -61,7 +62,15 @@ static void usage(FILE *f) {
         "                          tokenizer has <|im_start|> and <|im_end|>)\n"
         "  --widths N              first time one forward pass of widths 1..N (a verify round\n"
         "                          of N-1 drafts) of the target and the draft model\n"
-        "  --json FILE             write the results as JSON\n");
+        "  --caps LIST             run each mode once per cap, e.g. 1,2,3,4,6,auto (N:\n"
+        "                          --max-draft N; auto: chosen per round from this machine's\n"
+        "                          measured costs, as NAME:auto in --modes)\n"
+        "  --calibration-file F    --max-draft auto's cost cache (default\n"
+        "                          ~/.cache/dspark/calibration.json)\n"
+        "  --recalibrate           measure the costs again even when they are cached\n"
+        "  --json FILE             write the results as JSON\n"
+        "  --svg FILE              a bar chart of decode tok/s per run and category (default:\n"
+        "                          next to --json, FILE.svg)\n");
 }
 /* ---- options ---- */
 
@@ -86,7 +95,10 @@ static int parse_run(const char *s, size_t len, struct run_spec *r) {
             if (!m || m >= sizeof num || r->mode == GEN_BASELINE) break;
             memcpy(num, colon + 1, m);
             num[m] = 0;
-            if (args_int("--modes (max-draft)", num, 1, 64, &r->max_draft)) return -1;
+            if (!strcmp(num, "auto"))
+                r->max_draft = RUN_AUTO_DRAFT;
+            else if (args_int("--modes (max-draft)", num, 1, 64, &r->max_draft))
+                return -1;
         }
         snprintf(r->name, sizeof r->name, "%.*s", (int)len, s);
         return 0;
@@ -117,6 +129,45 @@ static int parse_runs(const char *v, struct opts *o) {
     o->runs[o->n_runs++] = (struct run_spec){GEN_BASELINE, 0, 0, "baseline"};
     for (int i = 0; i < n; i++)
         if (tmp[i].mode != GEN_BASELINE) o->runs[o->n_runs++] = tmp[i];
+    return 0;
+}
+
+/* --caps: every run without a cap of its own (NAME:N, NAME:auto) becomes one run per cap. */
+static int expand_caps(struct opts *o) {
+    struct run_spec in[MAX_RUNS];
+    int n_in = o->n_runs;
+    memcpy(in, o->runs, sizeof in);
+    o->n_runs = 0;
+    if (!*o->caps) {
+        fprintf(stderr, "error: --caps takes a comma-separated list such as 2,4,auto\n");
+        return -1;
+    }
+    for (int i = 0; i < n_in; i++) {
+        const struct run_spec *r = &in[i];
+        int own = r->mode == GEN_BASELINE || r->max_draft > 0 || r->max_draft == RUN_AUTO_DRAFT;
+        for (const char *s = o->caps; *s;) {
+            const char *comma = strchr(s, ',');
+            size_t len = comma ? (size_t)(comma - s) : strlen(s);
+            if (o->n_runs == MAX_RUNS) {
+                fprintf(stderr, "error: --modes and --caps make more than %d runs\n", MAX_RUNS);
+                return -1;
+            }
+            struct run_spec *x = &o->runs[o->n_runs++];
+            *x = *r;
+            if (own) break;
+            char cap[16];
+            snprintf(cap, sizeof cap, "%.*s", (int)(len < 15 ? len : 15), s);
+            if (!strcmp(cap, "auto"))
+                x->max_draft = RUN_AUTO_DRAFT;
+            else if (args_int("--caps", cap, 1, 64, &x->max_draft))
+                return -1;
+            if (snprintf(x->name, sizeof x->name, "%s:%s", r->name, cap) >= (int)sizeof x->name) {
+                fprintf(stderr, "error: run name %s:%s is too long\n", r->name, cap);
+                return -1;
+            }
+            s = comma ? comma + 1 : s + len;
+        }
+    }
     return 0;
 }
 
@@ -157,6 +208,14 @@ static int parse(int argc, char **argv, struct opts *o) {
             bad = args_float(arg, a.value, 0, 100, &o->temperature);
         } else if (args_flag(&a, "--widths")) {
             bad = args_int(arg, a.value, 1, 64, &o->widths);
+        } else if (args_flag(&a, "--caps")) {
+            bad = !(o->caps = a.value);
+        } else if (args_flag(&a, "--calibration-file")) {
+            bad = !(o->calib_file = a.value);
+        } else if (!strcmp(arg, "--recalibrate")) {
+            o->recalibrate = 1;
+        } else if (args_flag(&a, "--svg")) {
+            bad = !(o->svg_path = a.value);
         } else if (args_flag(&a, "--json")) {
             bad = !(o->json_path = a.value);
         } else if (!strcmp(arg, "--no-chat")) {
@@ -348,6 +407,11 @@ void bench_params(const struct bench *b, const struct run_spec *r, int prompt_in
                     : r->mode == GEN_DRAFT  ? 4
                                             : 0; /* 0: the block drafter's whole block */
     if (r->mode == GEN_BASELINE) gp->max_draft = 0;
+    struct tune_auto *ta = b->o.tune[r - b->o.runs];
+    if (ta && r->mode != GEN_BASELINE) { /* --max-draft auto, up to the widest cap */
+        gp->tune = ta;
+        gp->max_draft = ta->costs.max_cap;
+    }
     gp->lookup_drafts = r->lookup_drafts;
     gp->sp.temperature = b->o.temperature;
     gp->sp.top_p = b->o.temperature > 0 && c->do_sample ? c->top_p : 1;
@@ -503,6 +567,48 @@ static int resolve_auto(struct opts *o, char *buf, size_t cap) {
     return 0;
 }
 
+/* --max-draft auto runs: each gets the costs of its mode (cached, else measured now) and its
+ * own controller state, which carries over from prompt to prompt as in a server. */
+static int calibrate_runs(struct bench *b, int threads) {
+    struct opts *o = &b->o;
+    for (int i = 0; i < o->n_runs; i++) {
+        struct run_spec *r = &o->runs[i];
+        if (r->max_draft != RUN_AUTO_DRAFT || r->mode == GEN_BASELINE) continue;
+        if (!(o->tune[i] = calloc(1, sizeof *o->tune[i]))) return -1;
+        const char *mode = gen_mode_name(r->mode);
+        struct block_model *bm = r->mode == GEN_DSPARK   ? b->dspark
+                                 : r->mode == GEN_DFLASH ? b->dflash
+                                                         : NULL;
+        const char *dir = r->mode == GEN_DRAFT    ? o->drafter_dir
+                          : r->mode == GEN_DSPARK ? o->dspark_dir
+                          : r->mode == GEN_DFLASH ? o->dflash_dir
+                                                  : NULL;
+        struct tune_subject ts = {
+            .target = b->e.target,
+            .draft = r->mode == GEN_DRAFT ? b->e.draft : NULL,
+            .block = bm,
+            .mode = mode,
+            .target_dir = o->model_dir,
+            .drafter_dir = dir,
+            .max_cap = tune_default_max_cap(mode, bm ? block_model_config(bm)->block_size : 0),
+            .max_batch = 1,
+            .n_threads = threads};
+        struct tune_calib_opts co = {
+            .cache_path = o->calib_file, .show_progress = isatty(2), .force = o->recalibrate};
+        if (tune_calibrate(&ts, &co, &o->tune[i]->costs, NULL)) return -1;
+    }
+    return 0;
+}
+
+/* The chart's path: --svg, else the JSON's with .svg for .json; NULL for neither. */
+static const char *svg_path(const struct opts *o, char *buf, size_t cap) {
+    if (o->svg_path || !o->json_path) return o->svg_path;
+    size_t n = strlen(o->json_path);
+    if (n > 5 && !strcmp(o->json_path + n - 5, ".json")) n -= 5;
+    snprintf(buf, cap, "%.*s.svg", (int)n, o->json_path);
+    return buf;
+}
+
 /* DIR + suffix in buf (for the default drafter folders). */
 static const char *beside(char *buf, size_t cap, const char *dir, const char *suffix) {
     size_t n = strlen(dir);
@@ -518,6 +624,7 @@ int cmd_benchmark(int argc, char **argv) {
     int rc = parse_runs("baseline,lookup,draft", o);
     if (!rc) rc = parse(argc, argv, o);
     if (rc) return rc < 0 ? 0 : rc;
+    if (o->caps && expand_caps(o)) return 2;
     if (!fs_exists(o->model_dir)) {
         fprintf(stderr, "error: %s does not exist here\n", o->model_dir);
         fprintf(stderr, "hint: run from the repository root or pass --model DIR\n");
@@ -568,15 +675,19 @@ int cmd_benchmark(int argc, char **argv) {
             goto done;
         fflush(stdout);
     }
-    if (measure(&b)) goto done;
+    if (calibrate_runs(&b, threads) || measure(&b)) goto done;
     bench_print_table(&b);
     if (o->json_path && bench_write_json(&b, o->json_path, threads)) goto done;
+    char svg[4096];
+    const char *sp = svg_path(o, svg, sizeof svg);
+    if (sp && bench_write_svg(&b, sp, threads)) goto done;
     rc = b.mismatches ? 1 : 0;
 done:
     for (int i = 0; i < b.n_prompts; i++) free(b.prompts[i].ids), free(b.prompts[i].ref);
     free(b.prompts);
     for (int i = 0; i < b.n_files; i++) free(b.file_mem[i]);
     free(b.stats);
+    for (int i = 0; i < o->n_runs; i++) free(o->tune[i]);
     cJSON_Delete(b.cost);
     block_model_free(b.dspark);
     block_model_free(b.dflash);

@@ -55,9 +55,9 @@ static void attention_block(struct model *m, const struct seg *sg, int n_seg, in
     int QD = c->n_heads * D, KD = c->n_kv_heads * D;
     int bf = m->act_bf16;
     cpu_rmsnorm(m->xn, m->x, l->attn_norm, T, H, c->rms_eps, bf);
-    cpu_matmul(m->pool, m->q, m->xn, l->wq.data, l->wq.dtype, l->bq, T, H, QD);
-    cpu_matmul(m->pool, m->k, m->xn, l->wk.data, l->wk.dtype, l->bk, T, H, KD);
-    cpu_matmul(m->pool, m->v, m->xn, l->wv.data, l->wv.dtype, l->bv, T, H, KD);
+    weight_matmul(m->pool, m->q, m->xn, &l->wq, l->bq, T, H, QD);
+    weight_matmul(m->pool, m->k, m->xn, &l->wk, l->bk, T, H, KD);
+    weight_matmul(m->pool, m->v, m->xn, &l->wv, l->bv, T, H, KD);
     round_if(m, m->q, (size_t)T * QD);
     round_if(m, m->k, (size_t)T * KD);
     round_if(m, m->v, (size_t)T * KD);
@@ -90,7 +90,7 @@ static void attention_block(struct model *m, const struct seg *sg, int n_seg, in
         };
         cpu_attention(m->pool, &a);
     }
-    cpu_matmul(m->pool, m->xn, m->att, l->wo.data, l->wo.dtype, NULL, T, QD, H);
+    weight_matmul(m->pool, m->xn, m->att, &l->wo, NULL, T, QD, H);
     residual_add(m, m->x, m->xn, (size_t)T * H);
 }
 
@@ -110,8 +110,7 @@ void model_embed(const struct model *m, const int32_t *ids, int n, float *out) {
 }
 
 void model_lm_head(struct model *m, const float *x, int n, float *logits) {
-    cpu_matmul(m->pool, logits, x, m->lm_head.data, m->lm_head.dtype, NULL, n, m->cfg.hidden_size,
-               m->cfg.vocab_size);
+    weight_matmul(m->pool, logits, x, &m->lm_head, NULL, n, m->cfg.hidden_size, m->cfg.vocab_size);
 }
 
 int model_set_taps(struct model *m, const int *layers, int n) {
@@ -169,7 +168,7 @@ static void head_rows(struct model *m, int row0, int n, float *logits) {
     const struct hf_config *c = &m->cfg;
     int H = c->hidden_size, V = c->vocab_size;
     cpu_rmsnorm(m->xn, m->x + (size_t)row0 * H, m->final_norm, n, H, c->rms_eps, m->act_bf16);
-    cpu_matmul(m->pool, logits, m->xn, m->lm_head.data, m->lm_head.dtype, NULL, n, H, V);
+    weight_matmul(m->pool, logits, m->xn, &m->lm_head, NULL, n, H, V);
     round_if(m, logits, (size_t)n * V);
 }
 

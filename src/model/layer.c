@@ -42,7 +42,16 @@ int weight_bind(const struct weights_src *src, struct weight *w, const char *nam
     if (!t) return ERR_FORMAT;
     w->data = t->data;
     w->dtype = t->dtype;
+    w->tiles = NULL;
     return OK;
+}
+
+void weight_matmul(struct pool *pool, float *y, const float *x, const struct weight *w,
+                   const float *bias, int n, int cols, int rows) {
+    if (w->tiles)
+        cpu_matmul_amx(pool, y, x, w->tiles, bias, n, cols, rows);
+    else
+        cpu_matmul(pool, y, x, w->data, w->dtype, bias, n, cols, rows);
 }
 
 /* A small vector copied to float; optional ones return OK with *out = NULL when absent. */
@@ -98,11 +107,11 @@ void layer_mlp(struct pool *pool, const struct layer *l, const struct hf_config 
                float *xn, float *g, float *u, int T, int bf16) {
     int H = c->hidden_size, I = c->intermediate_size;
     cpu_rmsnorm(xn, x, l->ffn_norm, T, H, c->rms_eps, bf16);
-    cpu_matmul(pool, g, xn, l->wg.data, l->wg.dtype, NULL, T, H, I);
-    cpu_matmul(pool, u, xn, l->wu.data, l->wu.dtype, NULL, T, H, I);
+    weight_matmul(pool, g, xn, &l->wg, NULL, T, H, I);
+    weight_matmul(pool, u, xn, &l->wu, NULL, T, H, I);
     if (bf16) cpu_round_bf16(g, (size_t)T * I), cpu_round_bf16(u, (size_t)T * I);
     cpu_silu_mul(g, u, (size_t)T * I, bf16);
-    cpu_matmul(pool, xn, g, l->wd.data, l->wd.dtype, NULL, T, I, H);
+    weight_matmul(pool, xn, g, &l->wd, NULL, T, I, H);
     for (size_t i = 0; i < (size_t)T * H; i++) x[i] += xn[i];
     if (bf16) cpu_round_bf16(x, (size_t)T * H);
 }

@@ -9,8 +9,9 @@
 #include "format/safetensors.h"
 
 struct weight {
-    const void *data; /* [rows, cols] row-major, in the file's map */
+    const void *data; /* [rows, cols] row-major, in the file's map (or a copy of it) */
     enum dtype dtype;
+    const void *tiles; /* the same BF16 weights in the AMX tile layout, or NULL */
 };
 
 struct layer {
@@ -37,6 +38,10 @@ struct weights_src {
 /* Binds a 2-D tensor (cols < 0: 1-D) after checking presence, dtype and shape. */
 int weight_bind(const struct weights_src *src, struct weight *w, const char *name, int64_t rows,
                 int64_t cols);
+/* y[n, rows] = x[n, cols] · W^T (+ bias) through the weight's one kernel (AMX tiles when it has
+ * them), so a row's result never depends on which call computed it. */
+void weight_matmul(struct pool *pool, float *y, const float *x, const struct weight *w,
+                   const float *bias, int n, int cols, int rows);
 /* A 1-D tensor of n values copied to float; optional ones may be absent (*out = NULL). */
 int weight_vec(const struct weights_src *src, float **out, const char *name, int64_t n,
                int optional);

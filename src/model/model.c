@@ -3,6 +3,8 @@
  * Every tensor's presence, dtype and shape is checked before the first forward. */
 #include "model/model_impl.h"
 
+#include "backend/cpu/cpu.h"
+
 #include "base/err.h"
 #include "base/log.h"
 
@@ -103,8 +105,10 @@ static size_t weight_size(const struct weight *w, int64_t rows, int64_t cols) {
 
 /* Moves the matmul weights out of the file's 4 KiB-page map into one anonymous buffer
  * advised for 2 MiB pages: fewer TLB misses on the streaming reads (measured +15-21% on the
- * matmul pass, docs/perf.md). Only when the copy takes at most a quarter of the free memory;
- * otherwise the weights stay in the map. Values are unchanged. */
+ * matmul pass, docs/perf.md). On a CPU with AMX, BF16 weights go into that buffer in the tile
+ * layout instead (w->tiles; w->data stays in the map for embedding lookups and the GPU).
+ * Only when the copy takes at most a quarter of the free memory; otherwise the weights stay in
+ * the map and run on the AVX kernels. Values are unchanged. */
 static void weights_to_hugepages(struct model *m) {
     const struct hf_config *c = &m->cfg;
     int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
@@ -126,9 +130,14 @@ static void weights_to_hugepages(struct model *m) {
         list[n++] = (struct wref){&l->wd, H, I};
     }
     list[n++] = (struct wref){&m->lm_head, V, H};
+    const int amx = cpu_amx_available();
     size_t total = 0;
-    for (int i = 0; i < n; i++)
-        total += (weight_size(list[i].w, list[i].rows, list[i].cols) + 63) & ~(size_t)63;
+    for (int i = 0; i < n; i++) {
+        const struct wref *r = &list[i];
+        size_t sz = amx && r->w->dtype == DTYPE_BF16 ? cpu_amx_packed_size(r->rows, r->cols)
+                                                     : weight_size(r->w, r->rows, r->cols);
+        total += (sz + 63) & ~(size_t)63;
+    }
     size_t avail = mem_available(), huge = (size_t)2 << 20;
     size_t bytes = (total + huge - 1) / huge * huge;
     if (!avail || bytes > avail / 4) return;
@@ -140,12 +149,20 @@ static void weights_to_hugepages(struct model *m) {
     const void *tied = c->tie_embeddings ? m->embed.data : NULL;
     size_t off = 0;
     for (int i = 0; i < n; i++) {
-        size_t sz = weight_size(list[i].w, list[i].rows, list[i].cols);
-        memcpy(base + off, list[i].w->data, sz);
-        list[i].w->data = base + off;
+        struct wref *r = &list[i];
+        size_t sz;
+        if (amx && r->w->dtype == DTYPE_BF16) {
+            sz = cpu_amx_packed_size(r->rows, r->cols);
+            cpu_amx_pack(base + off, r->w->data, r->rows, r->cols);
+            r->w->tiles = base + off;
+        } else {
+            sz = weight_size(r->w, r->rows, r->cols);
+            memcpy(base + off, r->w->data, sz);
+            r->w->data = base + off;
+        }
         off += (sz + 63) & ~(size_t)63;
     }
-    if (tied) m->embed.data = m->lm_head.data; /* one copy serves lookup and head */
+    if (tied && !m->lm_head.tiles) m->embed.data = m->lm_head.data; /* one copy for both */
     m->huge = buf;
     m->huge_bytes = bytes + huge;
 }

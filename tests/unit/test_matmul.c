@@ -1,6 +1,7 @@
 /* tests/unit/test_matmul.c: cpu_matmul against a double-precision reference for F32, F16 and
  * BF16 weights on odd shapes, and its batch invariance (bit-exact rows whatever n, tile or
- * thread count), with weights at unaligned addresses. */
+ * thread count), with weights at unaligned addresses. The same for the AMX kernel where the
+ * CPU has it. */
 #include "backend/cpu/cpu.h"
 #include "test.h"
 
@@ -200,10 +201,51 @@ TEST(non_finite) {
     wmat_free(&w);
 }
 
+/* The AMX kernel (BF16 weights packed into tiles): float32 accuracy against the double
+ * reference on shapes that do not fill whole tiles, rows bit-identical whatever n (up to and
+ * past the 16 rows of a tile) and thread count, bias, and a NULL pool. */
+TEST(amx) {
+    if (!cpu_amx_available()) SKIP("this CPU (or kernel) has no AMX-BF16");
+    struct pool *p1 = pool_new(1), *p2 = pool_new(2);
+    const int ks[] = {1, 31, 64, 384, 1000};
+    const int ms[] = {1, 17, 64, 200};
+    for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
+        for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+            int k = ks[ki], m = ms[mi], nmax = 35;
+            struct wmat w;
+            wmat_init(&w, DTYPE_BF16, m, k, 2);
+            void *tiles = aligned_alloc(64, (cpu_amx_packed_size(m, k) + 63) / 64 * 64);
+            REQUIRE(tiles);
+            cpu_amx_pack(tiles, w.data, m, k);
+            float *x = malloc(sizeof(float) * nmax * k), *y = malloc(sizeof(float) * nmax * m);
+            float *bias = malloc(sizeof(float) * m), *row = malloc(sizeof(float) * m);
+            for (int i = 0; i < nmax * k; i++) x[i] = frand() * (i % 5 ? 1.0f : 1e-3f);
+            for (int i = 0; i < m; i++) bias[i] = frand();
+            const int ns[] = {1, 2, 7, 16, 17, 35};
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                int n = ns[ni];
+                const float *bp = ni & 1 ? bias : NULL;
+                cpu_matmul_amx(ni & 2 ? p1 : p2, y, x, tiles, bp, n, k, m);
+                CHECK(check_ref(y, x, &w, bp, n, k, m));
+                int same = 1;
+                for (int r = 0; r < n; r++) {
+                    cpu_matmul_amx(r & 1 ? p2 : NULL, row, x + (size_t)r * k, tiles, bp, 1, k, m);
+                    same &= memcmp(row, y + (size_t)r * m, sizeof(float) * m) == 0;
+                }
+                CHECK(same);
+            }
+            free(x), free(y), free(bias), free(row), free(tiles);
+            wmat_free(&w);
+        }
+    pool_free(p1);
+    pool_free(p2);
+}
+
 int main(void) {
     RUN(matches_reference);
     RUN(batch_invariant);
     RUN(large_n);
+    RUN(amx);
     RUN(non_finite);
     return test_report();
 }

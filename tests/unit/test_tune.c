@@ -271,6 +271,8 @@ TEST(calibrate_pycoder_then_reuse) {
     /* the curves: positive, a 5-row pass dearer than a 1-row one, drafting grows with k */
     for (int w = 1; w <= 5; w++) CHECK(c1.verify[w] > 0 && c1.verify[w] < 1);
     CHECK(c1.verify[5] > c1.verify[1]);
+    for (int w = 1; w < 5; w++) CHECK(c1.verify[w] <= c1.verify[w + 1]); /* made monotone */
+    for (int k = 1; k < 4; k++) CHECK(c1.draft[k] <= c1.draft[k + 1]);
     CHECK(c1.draft[0] == 0 && c1.draft[1] > 0 && c1.draft[4] > c1.draft[1]);
     CHECK(c1.overhead >= 0 && c1.overhead < c1.verify[1]);
     CHECK(c1.n_batches == 1 && c1.batch[0] == 2 && c1.grid[0][1] > c1.verify[1] * 0.5);

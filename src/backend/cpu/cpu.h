@@ -9,9 +9,25 @@
 #include "base/thread.h"
 #include "tensor/dtype.h"
 
+#include <stddef.h>
+#include <stdint.h>
+
 /* y[n, m] = x[n, k] · W[m, k]^T (+ bias[m] when bias != NULL). y must not alias x. */
 void cpu_matmul(struct pool *pool, float *y, const float *x, const void *w, enum dtype wt,
                 const float *bias, int n, int k, int m);
+
+/* ---- matmul_amx.c: BF16 weights on Intel AMX tiles, float32 accuracy (x split exactly into
+ * three bfloat16 parts). Batch-invariant like cpu_matmul, but not bit-identical to it: a weight
+ * must always go through the same one of the two. ---- */
+
+/* 1 when the CPU has AMX-BF16 and the kernel grants its use (DSPARK_NO_AMX=1 turns it off). */
+int cpu_amx_available(void);
+size_t cpu_amx_packed_size(int64_t rows, int64_t cols); /* bytes of the packed layout */
+/* Packs BF16 W[rows, cols] into the tile layout (dst: cpu_amx_packed_size bytes). */
+void cpu_amx_pack(void *dst, const void *w, int64_t rows, int64_t cols);
+/* y[n, m] = x[n, k] · W^T (+ bias) from W packed by cpu_amx_pack. */
+void cpu_matmul_amx(struct pool *pool, float *y, const float *x, const void *tiles,
+                    const float *bias, int n, int k, int m);
 
 /* ---- norm.c, rope.c, attention.c ----
  * The `bf16` flag of these kernels rounds intermediate values to bfloat16 exactly where
@@ -38,7 +54,7 @@ struct cpu_attn {
     int n, pos0, cap, n_heads, n_kv_heads, head_dim, window;
     float scale;
     float *scratch;
-    int bf16; /* round scores, probabilities and output as transformers' bf16 path does */
+    int bf16;      /* round scores, probabilities and output as transformers' bf16 path does */
     int noncausal; /* every row sees all positions [0, pos0 + n) (block drafters) */
 };
 void cpu_attention(struct pool *pool, const struct cpu_attn *a);

@@ -316,20 +316,19 @@ MM_INLINE void tile(const int wt, const int MR, const int NR, const struct mm_jo
 
 /* ---- tiling and threading ---- */
 
-/* Tile shapes (token rows x weight rows): MR_BIG x NR_BIG for groups of MR_BIG token rows,
- * 4x4, 3x4, 2x8 for what is left, 1 x NR_ONE for single rows. 8x3 keeps 24 accumulators in
- * registers and spends one widening op per 8 FMAs. */
+/* Tile shapes (token rows x weight rows): up to TMAX token rows run in one tile, so a verify pass
+ * of up to 8 rows reads each weight once. Each shape keeps MR x NR accumulators, NR widened
+ * weight vectors and one x vector within the 32 vector registers (16 for AVX2), and spends one
+ * widening op per MR multiply-adds. More rows than TMAX go in groups of MR_BIG, then one tile
+ * for the rest. */
 #if MM_AVX512 /* 32 vector registers */
 #define MR_BIG 8
-#define NR_BIG 3
-#define NR_ONE 8
 #else /* 16 */
 #define MR_BIG 4
-#define NR_BIG 2
-#define NR_ONE 4
 #endif
+#define ROW_GROUP 8 /* threads split the weight rows in whole groups of this many */
 /* Weight rows per L2 block: about 96 KB of weights, a multiple of every tile width. */
-#define WB_UNIT 24
+#define WB_UNIT 120
 static int wblock_rows(const struct mm_job *j) {
     size_t rows = (96u << 10) / (j->w_row_bytes ? j->w_row_bytes : 1);
     rows = rows / WB_UNIT * WB_UNIT;
@@ -351,9 +350,18 @@ MM_INLINE void strip(const int wt, const int MR, const int NR, const struct mm_j
         const char *pfw = ahead && c + ahead + NR <= end ? j->w + (size_t)(c + ahead) * ws : NULL;
         tile(wt, MR, NR, j, x, j->w + (size_t)c * ws, pfw, y + c, j->bias ? j->bias + c : NULL);
     }
-    for (; c < c1; c++) {
-        const char *pfw = ahead && c + ahead + 1 <= end ? j->w + (size_t)(c + ahead) * ws : NULL;
-        tile(wt, MR, 1, j, x, j->w + (size_t)c * ws, pfw, y + c, j->bias ? j->bias + c : NULL);
+    if (c < c1) { /* the last c1 - c < NR weight rows: one narrower tile */
+        const char *pfw = ahead && c + ahead + NR <= end ? j->w + (size_t)(c + ahead) * ws : NULL;
+        const char *w = j->w + (size_t)c * ws;
+        const float *b = j->bias ? j->bias + c : NULL;
+        switch (c1 - c) {
+#define TAIL(k)                                                                                    \
+    case k:                                                                                        \
+        if (k < NR) tile(wt, MR, k < NR ? k : 1, j, x, w, pfw, y + c, b);                          \
+        break;
+            TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7)
+#undef TAIL
+        }
     }
 }
 
@@ -365,40 +373,53 @@ typedef void strip_fn(const struct mm_job *j, int r0, int c0, int c1, int pass, 
                                                int pass, int end) {                                \
         strip(WT, MR, NR, j, r0, c0, c1, pass, end);                                               \
     }
+#if MM_AVX512
+#define NR_OF(MR)                                                                                  \
+    ((MR) == 1 ? 8 : (MR) == 2 ? 8 : (MR) == 3 ? 6 : (MR) == 4 ? 5 : (MR) <= 6 ? 4 : 3)
+#else
+#define NR_OF(MR) ((MR) == 1 ? 4 : (MR) == 2 ? 4 : (MR) == 3 ? 3 : (MR) <= 6 ? 2 : 1)
+#endif
 #define DEFINE_STRIPS(sfx, WT)                                                                     \
-    DEFINE_STRIP(strip_##sfx##_1, WT, 1, NR_ONE)                                                   \
-    DEFINE_STRIP(strip_##sfx##_2, WT, 2, 8)                                                        \
-    DEFINE_STRIP(strip_##sfx##_3, WT, 3, 4)                                                        \
-    DEFINE_STRIP(strip_##sfx##_4, WT, 4, 4)                                                        \
-    DEFINE_STRIP(strip_##sfx##_big, WT, MR_BIG, NR_BIG)                                            \
+    DEFINE_STRIP(strip_##sfx##_1, WT, 1, NR_OF(1))                                                 \
+    DEFINE_STRIP(strip_##sfx##_2, WT, 2, NR_OF(2))                                                 \
+    DEFINE_STRIP(strip_##sfx##_3, WT, 3, NR_OF(3))                                                 \
+    DEFINE_STRIP(strip_##sfx##_4, WT, 4, NR_OF(4))                                                 \
+    DEFINE_STRIP(strip_##sfx##_5, WT, 5, NR_OF(5))                                                 \
+    DEFINE_STRIP(strip_##sfx##_6, WT, 6, NR_OF(6))                                                 \
+    DEFINE_STRIP(strip_##sfx##_7, WT, 7, NR_OF(7))                                                 \
+    DEFINE_STRIP(strip_##sfx##_8, WT, 8, NR_OF(8))                                                 \
     static strip_fn *const strips_##sfx[] = {NULL,                                                 \
                                              strip_##sfx##_1,                                      \
                                              strip_##sfx##_2,                                      \
                                              strip_##sfx##_3,                                      \
                                              strip_##sfx##_4,                                      \
-                                             strip_##sfx##_big};
+                                             strip_##sfx##_5,                                      \
+                                             strip_##sfx##_6,                                      \
+                                             strip_##sfx##_7,                                      \
+                                             strip_##sfx##_8};
 DEFINE_STRIPS(bf16, DTYPE_BF16)
 DEFINE_STRIPS(f16, DTYPE_F16)
 DEFINE_STRIPS(f32, DTYPE_F32)
 
-/* Token rows in MR_BIG groups, then 4, then the rest, over L2-sized blocks of weight rows. */
+/* Token rows in groups of MR_BIG, then one tile for the rest (so n <= TMAX is a single pass), over
+ * L2-sized blocks of weight rows. */
 static void run_rows(strip_fn *const *sf, const struct mm_job *j, int c0, int c1) {
     const int wb = wblock_rows(j);
     for (int b0 = c0; b0 < c1; b0 += wb) {
         const int b1 = b0 + wb < c1 ? b0 + wb : c1;
         int r = 0, pass = 0;
-        for (; r + MR_BIG <= j->n; r += MR_BIG) sf[5](j, r, b0, b1, pass++, c1);
-        for (; r + 4 <= j->n; r += 4) sf[4](j, r, b0, b1, pass++, c1);
+        if (j->n > TMAX)
+            for (; r + MR_BIG <= j->n; r += MR_BIG) sf[MR_BIG](j, r, b0, b1, pass++, c1);
         if (r < j->n) sf[j->n - r](j, r, b0, b1, pass, c1);
     }
 }
 
 static void mm_worker(void *arg, int ith, int nth) {
     const struct mm_job *j = arg;
-    /* contiguous runs of whole NR_ONE-row groups */
-    const int groups = (j->m + NR_ONE - 1) / NR_ONE;
-    int c0 = (int)((int64_t)groups * ith / nth) * NR_ONE;
-    int c1 = (int)((int64_t)groups * (ith + 1) / nth) * NR_ONE;
+    /* contiguous runs of whole ROW_GROUP-row groups */
+    const int groups = (j->m + ROW_GROUP - 1) / ROW_GROUP;
+    int c0 = (int)((int64_t)groups * ith / nth) * ROW_GROUP;
+    int c1 = (int)((int64_t)groups * (ith + 1) / nth) * ROW_GROUP;
     if (c1 > j->m) c1 = j->m;
     if (c0 >= c1) return;
     run_rows(j->wt == DTYPE_BF16  ? strips_bf16
