@@ -554,7 +554,7 @@ static int resolve_auto(struct opts *o, char *buf, size_t cap) {
         struct run_spec *r = &o->runs[i];
         const char *dir;
         if (strncmp(r->name, "auto", 4) || (r->name[4] && r->name[4] != ':')) continue;
-        if (cli_mode_auto(o->model_dir, NULL, &r->mode, buf, cap, &dir)) return -1;
+        if (cli_mode_auto(o->model_dir, NULL, 0, &r->mode, buf, cap, &dir)) return -1;
         const char **slot = r->mode == GEN_DRAFT    ? &o->drafter_dir
                             : r->mode == GEN_DSPARK ? &o->dspark_dir
                             : r->mode == GEN_DFLASH ? &o->dflash_dir

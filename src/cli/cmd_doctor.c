@@ -115,6 +115,9 @@ static void judge(struct doctor *d) {
     if (avx512 && strcmp(s->kernels, "avx512"))
         add(d, 1, "the CPU has AVX-512 but this build was compiled without it",
             "rebuild on this machine: make clean && make (OPT defaults to -O3 -march=native)");
+    if (s->has[FEAT_AMX_TILE] && s->has[FEAT_AMX_BF16] && !s->amx)
+        add(d, 0, "the CPU has AMX-BF16 but the BF16 matmul does not use it",
+            "unset DSPARK_NO_AMX; AMX needs Linux 5.16 or newer (it grants the tile state)");
     if (!strcmp(s->thp, "never"))
         add(d, 1, "transparent hugepages are disabled: weights are read through 4 KiB pages",
             "echo madvise | sudo tee /sys/kernel/mm/transparent_hugepage/enabled");
@@ -171,7 +174,8 @@ static void print_text(const struct doctor *d, int measured) {
     printf("features    ");
     for (int i = 0; i < FEAT_COUNT; i++) printf(" %s%s", s->has[i] ? "" : "-", cpu_feature_names[i]);
     printf("   (-: missing)\n");
-    printf("build        %s CPU kernels, %s, %s\n", s->kernels, s->compiler,
+    printf("build        %s CPU kernels%s, %s, %s\n", s->kernels,
+           s->amx ? " + AMX-BF16 matmul" : "", s->compiler,
            d->gpu_rc == ERR_UNSUPPORTED ? "no CUDA" : "CUDA");
     printf("memory       %.1f GiB total, %.1f GiB available; transparent hugepages: %s\n",
            s->mem_total / GIB, s->mem_avail / GIB, *s->thp ? s->thp : "not available");
@@ -226,6 +230,7 @@ static int print_json(const struct doctor *d, int measured) {
     for (int i = 0; i < FEAT_COUNT; i++) cJSON_AddBoolToObject(fe, cpu_feature_names[i], s->has[i]);
     x = cJSON_AddObjectToObject(o, "build");
     cJSON_AddStringToObject(x, "kernels", s->kernels);
+    cJSON_AddBoolToObject(x, "amx", s->amx);
     cJSON_AddStringToObject(x, "compiler", s->compiler);
     cJSON_AddBoolToObject(x, "cuda", d->gpu_rc != ERR_UNSUPPORTED);
     x = cJSON_AddObjectToObject(o, "memory");

@@ -278,8 +278,8 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     char draft_default[4096];
-    if (o.auto_mode && (rc = cli_mode_auto(o.model_dir, o.drafter_dir, &o.gp.mode, draft_default,
-                                           sizeof draft_default, &o.drafter_dir)))
+    if (o.auto_mode && (rc = cli_mode_auto(o.model_dir, o.drafter_dir, o.gpu, &o.gp.mode,
+                                           draft_default, sizeof draft_default, &o.drafter_dir)))
         return rc;
     static const char *suffix[] = {"", "", "-draft", "-dspark", "-dflash"};
     if (o.gp.mode >= GEN_DRAFT && !o.drafter_dir) {

@@ -65,7 +65,7 @@ static void print_model(const struct registry *r, int i, int w) {
         }
         struct reg_choice c;
         if (any) printf("\n");
-        if (!registry_choose(r, i, -1, &c))
+        if (!registry_choose(r, i, -1, 1, &c))
             printf("    --mode auto: %s%s%s\n", registry_mode_name(c.mode), c.drafter >= 0 ? " " : "",
                    c.drafter >= 0 ? r->m[c.drafter].dir : "");
     }
@@ -132,7 +132,7 @@ static cJSON *model_json(const struct registry *r, int i) {
             for (int j = 0; j < n; j++) cJSON_AddItemToArray(a, cJSON_CreateString(r->m[idx[j]].dir));
         }
         struct reg_choice c;
-        if (!registry_choose(r, i, -1, &c)) {
+        if (!registry_choose(r, i, -1, 1, &c)) {
             cJSON *a = cJSON_AddObjectToObject(o, "auto");
             cJSON_AddStringToObject(a, "mode", registry_mode_name(c.mode));
             if (c.drafter >= 0) cJSON_AddStringToObject(a, "drafter", r->m[c.drafter].dir);

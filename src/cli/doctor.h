@@ -33,6 +33,7 @@ struct doctor_sys {
     double bw_1, bw_n;            /* read bandwidth in bytes/s: 1 thread, n_online threads */
     size_t bw_bytes;              /* buffer size used (0: not measured) */
     char kernels[16];             /* CPU kernels this build compiled: "avx512", "avx2", "scalar" */
+    int amx;                      /* the BF16 matmul runs on AMX tiles (cpu_amx_available()) */
     char compiler[64];
 };
 

@@ -2,6 +2,7 @@
  * /proc/meminfo, sysfs, and a short streaming-read bandwidth estimate. */
 #include "cli/doctor.h"
 
+#include "backend/cpu/cpu.h"
 #include "base/thread.h"
 #include "base/timer.h"
 
@@ -152,5 +153,6 @@ void doctor_probe(struct doctor_sys *s, int measure_bw) {
 #else
     snprintf(s->compiler, sizeof s->compiler, "gcc %s", __VERSION__);
 #endif
+    s->amx = cpu_amx_available();
     if (measure_bw) probe_bandwidth(s);
 }

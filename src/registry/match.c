@@ -194,7 +194,8 @@ int registry_drafters(const struct registry *r, int t, enum reg_mode mode, int *
     return n;
 }
 
-int registry_choose(const struct registry *r, int t, int given, struct reg_choice *out) {
+int registry_choose(const struct registry *r, int t, int given, int block_ok,
+                    struct reg_choice *out) {
     *out = (struct reg_choice){REG_MODE_LOOKUP, -1};
     if (given >= 0) {
         const struct reg_model *tm = &r->m[t], *d = &r->m[given];
@@ -218,7 +219,7 @@ int registry_choose(const struct registry *r, int t, int given, struct reg_choic
         return OK;
     }
     static const enum reg_mode order[] = {REG_MODE_DSPARK, REG_MODE_DFLASH, REG_MODE_DRAFT};
-    for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
+    for (size_t k = block_ok ? 0 : 2; k < sizeof order / sizeof order[0]; k++) {
         /* a drafter dspark cannot load is listed by `dspark models` but never chosen */
         int cand[64], n = registry_drafters(r, t, order[k], cand, 64);
         for (int i = 0; i < n; i++) {

@@ -76,9 +76,11 @@ struct reg_choice {
     int drafter; /* entry index, or -1 (lookup) */
 };
 /* --mode auto: the given drafter (given >= 0) decides by its kind; otherwise the best match:
- * DSpark, then DFlash, then a draft model, then n-gram lookup. ERR_ARG (logged) when the
- * given drafter cannot serve t (a causal LM with another tokenizer, or the target itself). */
-int registry_choose(const struct registry *r, int t, int given, struct reg_choice *out);
+ * DSpark, then DFlash (unless !block_ok: a backend that cannot run block drafters), then a
+ * draft model, then n-gram lookup. ERR_ARG (logged) when the given drafter cannot serve t (a
+ * causal LM with another tokenizer, or the target itself). */
+int registry_choose(const struct registry *r, int t, int given, int block_ok,
+                    struct reg_choice *out);
 const char *registry_mode_name(enum reg_mode m); /* "lookup", "draft", "dflash", "dspark" */
 const char *registry_kind_name(enum reg_kind k); /* "model", "dspark drafter", ... */
 

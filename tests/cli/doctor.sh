@@ -30,6 +30,14 @@ else
     grep -q "^features  *-avx2" "$tmp/out" && ok "no avx2 as in /proc/cpuinfo" || bad "avx2 flag"
 fi
 
+# AMX: used when the CPU has it; DSPARK_NO_AMX=1 turns it off, and doctor says so
+if grep -qw amx_bf16 /proc/cpuinfo && grep -q "AMX-BF16 matmul" "$tmp/out"; then
+    DSPARK_NO_AMX=1 "$D" doctor --no-bandwidth >"$tmp/noamx" 2>&1
+    ! grep -q "AMX-BF16 matmul" "$tmp/noamx" &&
+        grep -q "note: *the CPU has AMX-BF16 but the BF16 matmul does not use it" "$tmp/noamx" &&
+        ok "AMX off: a note" || { bad "AMX off"; cat "$tmp/noamx"; }
+fi
+
 # JSON, without the bandwidth run
 "$D" doctor --json --no-bandwidth >"$tmp/j" 2>"$tmp/err"
 [ $? -eq 0 ] || bad "doctor --json exit status"

@@ -133,16 +133,22 @@ static const char *drafters(const struct registry *r, const char *target, enum r
     return out;
 }
 
-/* --mode auto for target as "mode name-of-drafter" (or "lookup"). */
-static const char *choose(const struct registry *r, const char *target, const char *given) {
+/* --mode auto for target as "mode name-of-drafter" (or "lookup"); block_ok 0: a backend that
+ * runs no block drafters. */
+static const char *choose_on(const struct registry *r, const char *target, const char *given,
+                             int block_ok) {
     static char out[300];
     struct reg_choice c;
     int t = index_of(r, target), g = given ? index_of(r, given) : -1;
     if (t < 0 || (given && g < 0)) return "(missing)";
-    if (registry_choose(r, t, g, &c)) return "error";
+    if (registry_choose(r, t, g, block_ok, &c)) return "error";
     snprintf(out, sizeof out, "%s%s%s", registry_mode_name(c.mode), c.drafter >= 0 ? " " : "",
              c.drafter >= 0 ? r->m[c.drafter].name : "");
     return out;
+}
+
+static const char *choose(const struct registry *r, const char *target, const char *given) {
+    return choose_on(r, target, given, 1);
 }
 
 /* ---- tests ---- */
@@ -319,6 +325,10 @@ TEST(auto_choice_table) {
         log_set_errors_quiet(quiet);
         if (strcmp(got, table[k].want)) printf("  row %zu: got \"%s\"\n", k, got);
         CHECK(!strcmp(got, table[k].want));
+        /* without block drafters (the GPU backend): the draft model, else lookup */
+        if (!table[k].given)
+            CHECK(!strcmp(choose_on(&r, "m", NULL, 0),
+                          table[k].draft ? "draft m-draft" : "lookup"));
         registry_free(&r);
     }
 }
