@@ -11,7 +11,7 @@ OPT     ?= -O3 -march=native
 CFLAGS  ?= $(OPT) -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wstrict-prototypes -Werror \
            -Isrc -MMD -MP -pthread
-LDLIBS  += -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -pthread
+LDLIBS  += -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -lzstd -lxxhash -lm -pthread
 
 LIB_SRC  := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
 CLI_SRC  := $(shell find src/cli -name '*.c' | sort)
@@ -73,7 +73,7 @@ test: $(TESTS) $(BIN) | tests/js/node_modules
 
 san:
 	$(MAKE) BUILD=build/san OPT="-O1 -march=native -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
-	    LDLIBS="-lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -pthread -fsanitize=address,undefined" test
+	    LDLIBS="-lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -lzstd -lxxhash -lm -pthread -fsanitize=address,undefined" test
 
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 fuzz:

@@ -22,9 +22,9 @@ SRC="src/base/*.c src/tensor/*.c src/format/*.c src/backend/*.c src/backend/cpu/
 mkdir -p "$OUT"
 $CC $CFLAGS -o "$OUT/mkmodel" bench/mkmodel.c -lm
 # shellcheck disable=SC2086
-$CC $CFLAGS -o "$OUT/bench_matmul" bench/bench_matmul.c $SRC -lcjson -lm
+$CC $CFLAGS -o "$OUT/bench_matmul" bench/bench_matmul.c $SRC -lcjson -lxxhash -lm
 # shellcheck disable=SC2086
-$CC $CFLAGS -o "$OUT/bench_forward" bench/bench_forward.c $SRC -lcjson -lm
+$CC $CFLAGS -o "$OUT/bench_forward" bench/bench_forward.c $SRC -lcjson -lxxhash -lm
 
 if [ ! -f "$MODEL/model.safetensors" ]; then
     mkdir -p "$(dirname "$MODEL")"

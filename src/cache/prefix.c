@@ -1,11 +1,20 @@
 /* cache/prefix.c: see prefix.h. Entries live in an array in LRU order (most recent last);
- * lookups compare token prefixes, which is cheap next to the prefill they save. */
+ * lookups compare token prefixes, which is cheap next to the prefill they save. A hit copies
+ * the prefix's rows into the new sequence's cache (a memcpy per layer and head), so the entry
+ * itself is never written again; its storage is shrunk to the rows it holds when it comes in.
+ * GPU caches cannot be copied on the host yet: there a hit hands the entry itself over. */
 #include "cache/prefix.h"
 
+#include "base/err.h"
+#include "cache/spill.h"
 #include "model/model.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* A file on disk is read only when it holds this many more tokens than the best entry in RAM:
+ * reading and decompressing it costs about as much as prefilling that many tokens. */
+#define SPILL_MIN_GAIN 64
 
 struct entry {
     int32_t *tokens;
@@ -14,81 +23,162 @@ struct entry {
 };
 
 struct prefix_cache {
+    struct model *m;
     struct entry *e;
     int n, max_entries;
     size_t max_bytes;
+    struct spill *spill; /* or NULL */
     struct prefix_stats st;
 };
 
-struct prefix_cache *prefix_cache_new(int max_entries, size_t max_bytes) {
+int prefix_cache_new(struct model *m, const struct prefix_cache_opts *o,
+                     struct prefix_cache **out) {
+    *out = NULL;
     struct prefix_cache *pc = calloc(1, sizeof *pc);
-    if (!pc) return NULL;
-    pc->max_entries = max_entries > 0 ? max_entries : 4;
-    pc->max_bytes = max_bytes;
+    if (!pc) return ERR_NOMEM;
+    pc->m = m;
+    pc->max_entries = o->max_entries > 0 ? o->max_entries : 4;
+    pc->max_bytes = o->max_bytes;
     if (!(pc->e = calloc((size_t)pc->max_entries, sizeof *pc->e))) {
         free(pc);
-        return NULL;
+        return ERR_NOMEM;
     }
-    return pc;
+    if (o->spill_dir) {
+        const struct hf_config *c = model_config(m);
+        struct spill_geometry g = {c->n_layers, c->n_kv_heads, c->head_dim};
+        int rc = spill_open(o->spill_dir, model_fingerprint(m), &g, o->spill_max_bytes, &pc->spill);
+        if (rc) {
+            prefix_cache_free(pc);
+            return rc;
+        }
+    }
+    *out = pc;
+    return OK;
 }
 
-static void drop(struct prefix_cache *pc, int i) {
+static void unlink_entry(struct prefix_cache *pc, int i) {
     pc->st.bytes -= kv_bytes(pc->e[i].kv);
-    kv_free(pc->e[i].kv);
     free(pc->e[i].tokens);
     memmove(pc->e + i, pc->e + i + 1, sizeof *pc->e * (size_t)(pc->n - i - 1));
     pc->n--;
 }
 
+static void drop(struct prefix_cache *pc, int i) {
+    struct kv_cache *kv = pc->e[i].kv;
+    unlink_entry(pc, i);
+    kv_free(kv);
+}
+
+/* Leaves RAM: saved to the spill folder first when there is one. */
+static void evict(struct prefix_cache *pc, int i) {
+    if (pc->spill) spill_save(pc->spill, pc->e[i].tokens, pc->e[i].n, pc->e[i].kv);
+    drop(pc, i);
+}
+
 void prefix_cache_free(struct prefix_cache *pc) {
     if (!pc) return;
-    while (pc->n) drop(pc, pc->n - 1);
+    while (pc->n) evict(pc, 0); /* oldest first: the newest file is the last to be evicted */
+    spill_close(pc->spill);
     free(pc->e);
     free(pc);
 }
 
-struct kv_cache *prefix_cache_take(struct prefix_cache *pc, const int32_t *prompt, int n,
+static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
+    int m = na < nb ? na : nb, l = 0;
+    while (l < m && a[l] == b[l]) l++;
+    return l;
+}
+
+/* Moves entry i to the most recently used end. */
+static void touch(struct prefix_cache *pc, int i) {
+    struct entry e = pc->e[i];
+    memmove(pc->e + i, pc->e + i + 1, sizeof *pc->e * (size_t)(pc->n - i - 1));
+    pc->e[pc->n - 1] = e;
+}
+
+/* The prefix from RAM entry i: a copy, or the entry itself where rows cannot be copied. */
+static struct kv_cache *from_ram(struct prefix_cache *pc, int i, int len, int cap) {
+    struct kv_cache *kv = NULL;
+    if (kv_new(pc->m, cap, &kv)) return NULL;
+    int rc = kv_copy_prefix(kv, pc->e[i].kv, len);
+    if (!rc) {
+        touch(pc, i);
+        return kv;
+    }
+    kv_free(kv);
+    if (rc != ERR_UNSUPPORTED) return NULL;
+    kv = pc->e[i].kv;
+    unlink_entry(pc, i);
+    kv_truncate(kv, len);
+    if (kv_reserve(kv, cap)) kv_free(kv), kv = NULL;
+    return kv;
+}
+
+static struct kv_cache *from_disk(struct prefix_cache *pc, int file, int len, int cap) {
+    struct kv_cache *kv = NULL;
+    if (kv_new(pc->m, cap, &kv)) return NULL;
+    if (spill_load(pc->spill, file, len, kv)) kv_free(kv), kv = NULL;
+    return kv;
+}
+
+struct kv_cache *prefix_cache_take(struct prefix_cache *pc, const int32_t *prompt, int n, int cap,
                                    int *n_reused) {
-    int best = -1, best_len = 0;
+    int best = -1, best_len = 0, file = -1, file_len = 0;
     for (int i = 0; i < pc->n; i++) {
-        int m = pc->e[i].n < n - 1 ? pc->e[i].n : n - 1, l = 0;
-        while (l < m && pc->e[i].tokens[l] == prompt[l]) l++;
+        int l = common_prefix(pc->e[i].tokens, pc->e[i].n, prompt, n - 1);
         if (l > best_len) best = i, best_len = l;
     }
+    if (pc->spill) file_len = spill_match(pc->spill, prompt, n, n - 1, &file);
+    struct kv_cache *kv = NULL;
     *n_reused = 0;
-    if (best < 0 || best_len < PREFIX_MIN_TOKENS) {
+    if (file_len >= PREFIX_MIN_TOKENS && file_len >= best_len + SPILL_MIN_GAIN &&
+        (kv = from_disk(pc, file, file_len, cap)))
+        *n_reused = file_len;
+    if (!kv && best_len >= PREFIX_MIN_TOKENS && (kv = from_ram(pc, best, best_len, cap)))
+        *n_reused = best_len;
+    if (!kv) {
         pc->st.misses++;
         return NULL;
     }
-    struct kv_cache *kv = pc->e[best].kv;
-    pc->st.bytes -= kv_bytes(kv);
-    free(pc->e[best].tokens);
-    memmove(pc->e + best, pc->e + best + 1, sizeof *pc->e * (size_t)(pc->n - best - 1));
-    pc->n--;
-    kv_truncate(kv, best_len);
-    *n_reused = best_len;
     pc->st.hits++;
-    pc->st.reused_tokens += best_len;
+    pc->st.reused_tokens += *n_reused;
     return kv;
 }
 
 void prefix_cache_put(struct prefix_cache *pc, const int32_t *tokens, int n, struct kv_cache *kv) {
-    int32_t *t = n > 0 ? malloc(sizeof(int32_t) * (size_t)n) : NULL;
-    if (!t || n < PREFIX_MIN_TOKENS) {
-        free(t);
+    if (n < PREFIX_MIN_TOKENS || n > kv_len(kv)) {
+        kv_free(kv);
+        return;
+    }
+    for (int i = 0; i < pc->n; i++)
+        if (pc->e[i].n >= n && common_prefix(pc->e[i].tokens, pc->e[i].n, tokens, n) == n) {
+            touch(pc, i); /* an entry already holds these tokens, maybe with more after them */
+            kv_free(kv);
+            return;
+        }
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
+    if (!t) {
         kv_free(kv);
         return;
     }
     memcpy(t, tokens, sizeof(int32_t) * (size_t)n);
     kv_truncate(kv, n);
-    if (pc->n == pc->max_entries) drop(pc, 0);
+    kv_compact(kv);
+    for (int i = pc->n - 1; i >= 0; i--) /* entries this one extends are no longer needed */
+        if (common_prefix(pc->e[i].tokens, pc->e[i].n, tokens, n) == pc->e[i].n) drop(pc, i);
+    if (pc->n == pc->max_entries) evict(pc, 0);
     pc->e[pc->n++] = (struct entry){t, n, kv};
     pc->st.bytes += kv_bytes(kv);
-    while (pc->max_bytes && pc->st.bytes > pc->max_bytes && pc->n > 1) drop(pc, 0);
+    while (pc->max_bytes && pc->st.bytes > pc->max_bytes && pc->n > 1) evict(pc, 0);
 }
 
 struct prefix_stats prefix_cache_stats(const struct prefix_cache *pc) {
     struct prefix_stats s = pc->st;
     s.entries = pc->n;
+    if (pc->spill) {
+        struct spill_stats ss = spill_stats(pc->spill);
+        s.spill_writes = ss.writes, s.spill_reads = ss.reads, s.spill_rejects = ss.rejects;
+        s.spill_files = ss.files, s.spill_bytes = ss.bytes;
+    }
     return s;
 }

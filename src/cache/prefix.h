@@ -1,9 +1,14 @@
-/* cache/prefix.h: a RAM prefix cache. Each entry is a finished sequence's KV cache with the
- * tokens it holds; a new request takes the entry sharing the longest prefix with its prompt
- * (at least PREFIX_MIN_TOKENS), rolls it back to that prefix and prefills only the rest.
- * Entries are checked out (owned by the sequence while it runs) and put back when it ends;
- * the least recently used ones are dropped beyond max_entries or max_bytes. Because every
- * kernel is batch-invariant, a reused prefix gives bit-identical results to prefilling it.
+/* cache/prefix.h: the prefix cache. Each entry is a token sequence and the KV rows of those
+ * tokens. A new request gets a cache whose first positions are copied from the entry sharing
+ * the longest prefix with its prompt (at least PREFIX_MIN_TOKENS), and prefills only the rest.
+ * Entries stay in the cache while sequences use their copies, so concurrent requests over the
+ * same prefix share it, and a client that goes away never takes an entry with it. A finished
+ * sequence's entry replaces the entries it extends (a conversation's earlier turns). The least
+ * recently used entries leave RAM beyond max_entries or max_bytes; with a spill folder they
+ * are saved there first (cache/spill.h) and found again, also after a restart, when RAM holds
+ * no prefix as long. Because every kernel is batch-invariant, a reused prefix gives results
+ * bit-identical to prefilling it. The KV cache keeps every position (sliding-window models
+ * mask by position), so sliding-window models are reused exactly as well.
  * One thread (the engine's) uses a cache; it owns the entries it holds. */
 #ifndef DSPARK_CACHE_PREFIX_H
 #define DSPARK_CACHE_PREFIX_H
@@ -14,21 +19,36 @@
 #define PREFIX_MIN_TOKENS 16
 
 struct kv_cache;
+struct model;
 struct prefix_cache;
+
+struct prefix_cache_opts {
+    int max_entries;        /* entries kept in RAM (<= 0: 4) */
+    size_t max_bytes;       /* RAM the entries may hold (0: no limit) */
+    const char *spill_dir;  /* evicted entries are saved here (NULL: they are dropped) */
+    size_t spill_max_bytes; /* the folder's budget for this model's files (0: no limit) */
+};
 
 struct prefix_stats {
     long hits, misses;
     long reused_tokens; /* prompt tokens not prefilled thanks to the cache */
     int entries;
     size_t bytes;
+    /* the spill folder */
+    long spill_writes, spill_reads, spill_rejects;
+    int spill_files;
+    size_t spill_bytes;
 };
 
-struct prefix_cache *prefix_cache_new(int max_entries, size_t max_bytes);
-void prefix_cache_free(struct prefix_cache *pc); /* NULL is a no-op */
-/* The entry with the longest common prefix with prompt[0..n), capped at n - 1 so the last
- * prompt token is always run; NULL when none shares PREFIX_MIN_TOKENS. The caller owns the
- * returned cache, whose first *n_reused positions hold prompt[0..*n_reused). */
-struct kv_cache *prefix_cache_take(struct prefix_cache *pc, const int32_t *prompt, int n,
+/* A cache for model m's sequences. ERR_IO when the spill folder cannot be used. */
+int prefix_cache_new(struct model *m, const struct prefix_cache_opts *o, struct prefix_cache **out);
+/* Saves what RAM holds to the spill folder (when there is one), then frees. NULL is a no-op. */
+void prefix_cache_free(struct prefix_cache *pc);
+/* A new KV cache of capacity cap for a sequence starting with prompt[0..n), holding the
+ * longest cached prefix of it (capped at n - 1, so the last prompt token is always run), whose
+ * length goes to *n_reused. NULL (and 0) when no entry shares PREFIX_MIN_TOKENS. The caller
+ * owns the returned cache. */
+struct kv_cache *prefix_cache_take(struct prefix_cache *pc, const int32_t *prompt, int n, int cap,
                                    int *n_reused);
 /* Gives kv (holding tokens[0..n)) to the cache; it may be freed at once. */
 void prefix_cache_put(struct prefix_cache *pc, const int32_t *tokens, int n, struct kv_cache *kv);

@@ -236,7 +236,7 @@ static void print_json(const struct gen_result *r, const struct gen_params *gp,
         cJSON *a = cJSON_AddObjectToObject(s, "auto_draft");
         cJSON *rounds = cJSON_AddObjectToObject(a, "cap_rounds");
         cJSON *rates = cJSON_AddObjectToObject(a, "predicted_tok_s");
-        char k[16];
+        char k[8];
         for (int i = 0; i <= gp->tune->costs.max_cap; i++) {
             snprintf(k, sizeof k, "%d", i);
             if (st->cap_rounds[i]) cJSON_AddNumberToObject(rounds, k, st->cap_rounds[i]);
@@ -278,8 +278,8 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     char draft_default[4096];
-    if (o.auto_mode && (rc = cli_mode_auto(o.model_dir, o.drafter_dir, &o.gp.mode, draft_default,
-                                           sizeof draft_default, &o.drafter_dir)))
+    if (o.auto_mode && (rc = cli_mode_auto(o.model_dir, o.drafter_dir, o.gpu, &o.gp.mode,
+                                           draft_default, sizeof draft_default, &o.drafter_dir)))
         return rc;
     static const char *suffix[] = {"", "", "-draft", "-dspark", "-dflash"};
     if (o.gp.mode >= GEN_DRAFT && !o.drafter_dir) {

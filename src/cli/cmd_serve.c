@@ -43,6 +43,13 @@ static void usage(FILE *f) {
                "                           prefills only its new tokens (default 4)\n"
                "  --kv-cache-mb N          memory the prefix cache may hold (default 0: no limit)\n"
                "  --no-prefix-cache        do not reuse prompt prefixes\n"
+               "  --prefix-cache-dir DIR   save entries leaving RAM here and reuse them, also\n"
+               "                           after a restart (compressed, checksummed)\n"
+               "  --prefix-cache-dir-mb N  disk the folder may hold for the model (default 4096;\n"
+               "                           least recently used files go first; 0: no limit)\n"
+               "  --prefill-chunk N        prompt tokens prefilled per step while other requests\n"
+               "                           stream, so a long prompt never stalls them (default\n"
+               "                           2048)\n"
                "  --max-batch N            sequences generated together, sharing each weight\n"
                "                           read (default 1)\n"
                "  --threads N              CPU threads (default: all cores)\n"
@@ -62,6 +69,8 @@ int cmd_serve(int argc, char **argv) {
         .default_top_p = -1,
         .default_top_k = -1,
         .prefix_cache_entries = 4,
+        .prefix_cache_dir_mb = 4096,
+        .prefill_chunk = 2048,
         .show_progress = isatty(2),
     };
     int mb = 8, auto_mode = 0;
@@ -116,6 +125,12 @@ int cmd_serve(int argc, char **argv) {
             bad = args_int("--prefix-cache-entries", a.value, 0, 1024, &o.prefix_cache_entries);
         } else if (args_flag(&a, "--kv-cache-mb")) {
             bad = args_int("--kv-cache-mb", a.value, 0, 1 << 24, &o.kv_cache_mb);
+        } else if (args_flag(&a, "--prefix-cache-dir")) {
+            bad = !(o.prefix_cache_dir = a.value);
+        } else if (args_flag(&a, "--prefix-cache-dir-mb")) {
+            bad = args_int("--prefix-cache-dir-mb", a.value, 0, 1 << 30, &o.prefix_cache_dir_mb);
+        } else if (args_flag(&a, "--prefill-chunk")) {
+            bad = args_int("--prefill-chunk", a.value, 1, 1 << 20, &o.prefill_chunk);
         } else if (!strcmp(arg, "--no-prefix-cache")) {
             o.prefix_cache_entries = 0;
         } else if (args_flag(&a, "--max-batch")) {
@@ -137,7 +152,7 @@ int cmd_serve(int argc, char **argv) {
         if (bad) return 2;
     }
     o.max_body_bytes = (size_t)mb << 20;
-    int rc = auto_mode ? cli_mode_auto(o.model_dir, o.drafter_dir, o.gpu, &o.mode, draft_default,
+    int rc = auto_mode ? cli_mode_auto(o.model_dir, o.drafter_dir, &o.mode, draft_default,
                                        sizeof draft_default, &o.drafter_dir)
                        : 0;
     if (rc) return rc;

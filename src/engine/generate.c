@@ -35,6 +35,9 @@ struct gen_seq {
     int32_t tok_eos;
     int done;
     int rc;
+    int failed;     /* a forward pass failed: the cache's contents are unknown */
+    int n_prompt;   /* seq[0..n_prompt) is the prompt */
+    int prefilling; /* prompt tokens remain to be run (gen_seq_prefill) */
     /* the sequence's engine state */
     struct drafter lookup, dm;
     struct kv_cache *kv;
@@ -208,8 +211,18 @@ static int setup_drafters(const struct gen_params *p, const struct gen_engine *e
     return rc;
 }
 
-/* Frees the engine state; the result stays in r->res. */
+static int uses_cache(const struct gen_seq *r) {
+    return r->e->cache && !(r->p->mode == GEN_DSPARK || r->p->mode == GEN_DFLASH);
+}
+
+/* Frees the engine state; the result stays in r->res. The KV cache holds seq[0..kv_len) (the
+ * prompt as far as it was prefilled, then everything but the pending token): it goes to the
+ * prefix cache, also when the sequence was abandoned. */
 static void seq_release(struct gen_seq *r) {
+    if (r->kv && uses_cache(r) && !r->failed && kv_len(r->kv) <= r->n_seq) {
+        prefix_cache_put(r->e->cache, r->seq, kv_len(r->kv), r->kv);
+        r->kv = NULL;
+    }
     /* the target's taps stay set: other sequences of the same engine may still read them */
     drafter_free(&r->lookup);
     drafter_free(&r->dm);
@@ -228,20 +241,31 @@ void gen_seq_free(struct gen_seq *r) {
     free(r);
 }
 
-/* Prefills the whole prompt (its taps go to the drafter) and commits the first token from
- * the last row, as a round without drafts would. */
-static int prefill(struct gen_seq *r, const int32_t *prompt, int n_prompt) {
+/* Runs the next max_rows (<= 0: all remaining) prompt tokens; their taps go to the drafter.
+ * The call that reaches the prompt's end commits the first token from the last row, as a
+ * round without drafts would. */
+int gen_seq_prefill(struct gen_seq *r, int max_rows) {
+    if (!r->prefilling) return OK;
+    if (r->failed) return ERR_ARG;
     struct gen_stats *st = &r->res.stats;
+    int pos = kv_len(r->kv), left = r->n_prompt - pos;
+    int n = max_rows > 0 && max_rows < left ? max_rows : left, last = n == left;
     float *ptaps = NULL;
     double t0 = timer_now();
-    if (r->tapped && !(ptaps = malloc(sizeof(float) * (size_t)r->tap_width * (size_t)n_prompt)))
+    if (r->tapped && !(ptaps = malloc(sizeof(float) * (size_t)r->tap_width * (size_t)n)))
         return ERR_NOMEM;
-    int rc = model_forward_taps(r->e->target, r->kv, prompt, n_prompt, r->v.logits, 0, ptaps);
-    if (!rc && r->tapped) rc = r->dm.ops->observe(&r->dm, ptaps, 0, n_prompt);
+    int rc = model_forward_taps(r->e->target, r->kv, r->seq + pos, n, last ? r->v.logits : NULL, 0,
+                                ptaps);
+    if (!rc && r->tapped) rc = r->dm.ops->observe(&r->dm, ptaps, pos, n);
     free(ptaps);
-    if (rc) return rc;
-    st->target_forwards += (n_prompt - 1) / MODEL_CHUNK_ROWS + 1;
-    st->prefill_s = timer_now() - t0;
+    if (rc) {
+        r->failed = 1;
+        return rc;
+    }
+    st->target_forwards += (n - 1) / MODEL_CHUNK_ROWS + 1;
+    st->prefill_s += timer_now() - t0;
+    if (!last) return OK;
+    r->prefilling = 0;
     int acc, stopped;
     static const struct draft none = {0};
     if ((rc = verify_decide(&r->v, &none, commit, r, &acc, &stopped))) return rc;
@@ -249,8 +273,22 @@ static int prefill(struct gen_seq *r, const int32_t *prompt, int n_prompt) {
     return r->rc;
 }
 
+int gen_seq_prefill_left(const struct gen_seq *r) {
+    return r->prefilling ? r->n_prompt - kv_len(r->kv) : 0;
+}
+
 int gen_seq_new(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
                 const struct gen_params *p, gen_emit_fn *emit, void *ctx, struct gen_seq **out) {
+    int rc = gen_seq_start(e, prompt, n_prompt, p, emit, ctx, out);
+    if (!rc && (rc = gen_seq_prefill(*out, 0))) {
+        gen_seq_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int gen_seq_start(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
+                  const struct gen_params *p, gen_emit_fn *emit, void *ctx, struct gen_seq **out) {
     *out = NULL;
     const struct hf_config *c = model_config(e->target);
     if (n_prompt <= 0 || p->max_tokens <= 0) {
@@ -294,10 +332,8 @@ int gen_seq_new(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
     if (!rc) rc = append_text(r, "", 0);
     if (!rc && !(r->s = sampler_new(&p->sp, c->vocab_size))) rc = ERR_NOMEM;
     int reused = 0;
-    if (!rc && e->cache && !(p->mode == GEN_DSPARK || p->mode == GEN_DFLASH)) {
-        r->kv = prefix_cache_take(e->cache, prompt, n_prompt, &reused);
-        if (r->kv && kv_reserve(r->kv, (int)r->cap)) kv_free(r->kv), r->kv = NULL, reused = 0;
-    }
+    if (!rc && uses_cache(r))
+        r->kv = prefix_cache_take(e->cache, prompt, n_prompt, (int)r->cap, &reused);
     r->res.stats.cached_tokens = reused;
     if (!rc && !r->kv) rc = kv_new(e->target, (int)r->cap, &r->kv);
     if (!rc) rc = setup_drafters(p, e, max_draft, (int)r->cap, &r->lookup, &r->dm);
@@ -308,7 +344,8 @@ int gen_seq_new(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
         rc = verify_init(&r->v, e->target, r->kv, r->s, max_draft, p->top_logprobs, r->tap_width);
     for (int i = 0; !rc && i < n_prompt; i++)
         rc = push_id(&r->seq, &r->n_seq, &r->cap_seq, prompt[i]);
-    if (!rc) rc = prefill(r, prompt + reused, n_prompt - reused);
+    r->n_prompt = n_prompt;
+    r->prefilling = 1;
     if (rc) {
         gen_seq_free(r);
         return rc;
@@ -377,8 +414,7 @@ static int apply(struct gen_seq *r) {
     if (r->tuned) {
         int src = r->from_lookup || !r->dm.ops ? TUNE_SRC_LOOKUP : TUNE_SRC_DRAFTER;
         /* a round cut short by the end of the output says nothing about the drafts */
-        if (!stopped)
-            tune_ctl_observe(&r->ctl[src], r->d.n, acc, r->p->tune->seen[src]);
+        if (!stopped) tune_ctl_observe(&r->ctl[src], r->d.n, acc, r->p->tune->seen[src]);
         st->cap_rounds[r->round_cap < GEN_MAX_CAP ? r->round_cap : GEN_MAX_CAP]++;
     }
     if (!r->done && kv_len(r->kv) >= r->cap - 1) {
@@ -389,11 +425,13 @@ static int apply(struct gen_seq *r) {
 }
 
 int gen_seq_step(struct gen_seq *r) {
-    if (r->done) return OK;
+    if (r->done || r->prefilling) return OK;
     int rc = propose(r, 1);
     if (rc || r->done) return rc;
     rc = model_forward_taps(r->e->target, r->kv, r->in, r->n_in, r->v.logits, 1, r->v.taps);
-    return rc ? rc : apply(r);
+    if (!rc) rc = apply(r);
+    if (rc) r->failed = 1;
+    return rc;
 }
 
 int gen_step_batch(struct gen_seq **seqs, int n) {
@@ -405,25 +443,20 @@ int gen_step_batch(struct gen_seq **seqs, int n) {
     for (int i = 0; i < n; i++) n_live += !seqs[i]->done;
     for (int i = 0; i < n; i++) {
         struct gen_seq *r = seqs[i];
-        if (r->done) continue;
+        if (r->done || r->prefilling) continue;
         if ((rc = propose(r, n_live))) return rc;
         if (r->done) continue;
         items[k] = (struct model_batch_item){r->kv, r->in, r->n_in, r->v.logits, r->v.taps};
         live[k++] = r;
     }
     if (!k) return OK;
-    if ((rc = model_forward_batch(seqs[0]->e->target, items, k))) return rc;
+    rc = model_forward_batch(seqs[0]->e->target, items, k);
     for (int i = 0; i < k && !rc; i++) rc = apply(live[i]);
+    for (int i = 0; i < k && rc; i++) live[i]->failed = 1;
     return rc;
 }
 
 int gen_seq_finish(struct gen_seq *r, struct gen_result *out) {
-    /* the cache holds everything but the pending token: keep it for the next request */
-    if (r->e->cache && r->kv && kv_len(r->kv) == r->n_seq - 1 &&
-        !(r->p->mode == GEN_DSPARK || r->p->mode == GEN_DFLASH)) {
-        prefix_cache_put(r->e->cache, r->seq, kv_len(r->kv), r->kv);
-        r->kv = NULL;
-    }
     struct gen_stats *st = &r->res.stats;
     st->decode_s = r->t0 > 0 ? timer_now() - r->t0 : 0;
     if (r->tuned) {

@@ -30,7 +30,7 @@ struct gen_engine {
     struct model *target;
     struct model *draft;        /* GEN_DRAFT's draft model (same tokenizer), or NULL */
     struct block_model *block;  /* GEN_DSPARK / GEN_DFLASH drafter, or NULL */
-    struct prefix_cache *cache; /* reuse finished sequences' KV for shared prompt prefixes, or
+    struct prefix_cache *cache; /* reuse earlier sequences' KV for shared prompt prefixes, or
                                  * NULL (not used by dspark and dflash modes yet) */
     struct tokenizer *tok;      /* for text, EOS and stop strings; may be NULL (ids only) */
 };
@@ -106,11 +106,20 @@ int gen_run(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
  * several sequences can share one batched target pass (gen_step_batch), with results
  * bit-identical to stepping each alone. params (and its stop strings) must outlive the seq.
  * gen_seq_finish() hands over the result and frees the seq. All sequences stepped together
- * must use the same engine and mode. */
+ * must use the same engine and mode. A sequence's KV cache goes to the engine's prefix cache
+ * when it is finished or freed, with as much of the prompt and output as it holds.
+ * Chunked prefill: gen_seq_start() is gen_seq_new() without the prefill (the prefix cache is
+ * consulted); gen_seq_prefill() then runs up to max_rows more prompt tokens per call (<= 0:
+ * the rest), and the call that ends the prompt commits the first token. Until then the steps
+ * skip the sequence, so a scheduler can run other sequences' rounds between chunks. */
 #define GEN_MAX_BATCH 64
 struct gen_seq;
 int gen_seq_new(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
                 const struct gen_params *p, gen_emit_fn *emit, void *ctx, struct gen_seq **out);
+int gen_seq_start(const struct gen_engine *e, const int32_t *prompt, int n_prompt,
+                  const struct gen_params *p, gen_emit_fn *emit, void *ctx, struct gen_seq **out);
+int gen_seq_prefill(struct gen_seq *s, int max_rows);
+int gen_seq_prefill_left(const struct gen_seq *s); /* prompt tokens not run yet */
 int gen_seq_step(struct gen_seq *s);
 int gen_step_batch(struct gen_seq **seqs, int n);
 int gen_seq_done(const struct gen_seq *s);

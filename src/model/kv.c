@@ -86,3 +86,68 @@ size_t kv_bytes(const struct kv_cache *kv) {
     return 2 * sizeof(float) * (size_t)kv->n_layers * kv->n_kv_heads * (size_t)kv->cap *
            (size_t)kv->head_dim;
 }
+
+/* Rows [0, n) of every (layer, head), K then V: the export layout [2][n_layers][n_kv_heads][n][D]
+ * matches the cache's own with cap = n, so a cache with cap == n is one block. */
+static size_t heads_of(const struct kv_cache *kv) {
+    return (size_t)kv->n_layers * (size_t)kv->n_kv_heads;
+}
+
+size_t kv_row_floats(const struct kv_cache *kv) {
+    return 2 * heads_of(kv) * (size_t)kv->head_dim;
+}
+
+int kv_copy_prefix(struct kv_cache *dst, const struct kv_cache *src, int n) {
+    if (dst->gpu || src->gpu) return ERR_UNSUPPORTED;
+    if (n < 0 || n > src->len || n > dst->cap || dst->n_layers != src->n_layers ||
+        dst->n_kv_heads != src->n_kv_heads || dst->head_dim != src->head_dim)
+        return ERR_ARG;
+    size_t D = (size_t)src->head_dim, rows = sizeof(float) * (size_t)n * D;
+    for (size_t h = 0; h < heads_of(src); h++) {
+        memcpy(dst->k + h * (size_t)dst->cap * D, src->k + h * (size_t)src->cap * D, rows);
+        memcpy(dst->v + h * (size_t)dst->cap * D, src->v + h * (size_t)src->cap * D, rows);
+    }
+    dst->len = n;
+    return OK;
+}
+
+int kv_export(const struct kv_cache *kv, int n, float *out) {
+    if (kv->gpu) return ERR_UNSUPPORTED;
+    if (n < 0 || n > kv->len) return ERR_ARG;
+    size_t D = (size_t)kv->head_dim, per = (size_t)n * D, H = heads_of(kv);
+    for (size_t h = 0; h < H; h++) {
+        memcpy(out + h * per, kv->k + h * (size_t)kv->cap * D, sizeof(float) * per);
+        memcpy(out + (H + h) * per, kv->v + h * (size_t)kv->cap * D, sizeof(float) * per);
+    }
+    return OK;
+}
+
+int kv_import(struct kv_cache *kv, const float *in, int n_in, int n) {
+    if (kv->gpu) return ERR_UNSUPPORTED;
+    if (n < 0 || n > n_in || n > kv->cap) return ERR_ARG;
+    size_t D = (size_t)kv->head_dim, per = (size_t)n_in * D, H = heads_of(kv);
+    for (size_t h = 0; h < H; h++) {
+        memcpy(kv->k + h * (size_t)kv->cap * D, in + h * per, sizeof(float) * (size_t)n * D);
+        memcpy(kv->v + h * (size_t)kv->cap * D, in + (H + h) * per, sizeof(float) * (size_t)n * D);
+    }
+    kv->len = n;
+    return OK;
+}
+
+void kv_compact(struct kv_cache *kv) {
+    if (kv->gpu || kv->len >= kv->cap) return;
+    int cap = kv->len > 0 ? kv->len : 1;
+    size_t D = (size_t)kv->head_dim, H = heads_of(kv);
+    /* the new stride is smaller, so moving heads in order never overwrites one not yet moved */
+    for (size_t h = 1; h < H; h++) {
+        memmove(kv->k + h * (size_t)cap * D, kv->k + h * (size_t)kv->cap * D,
+                sizeof(float) * (size_t)kv->len * D);
+        memmove(kv->v + h * (size_t)cap * D, kv->v + h * (size_t)kv->cap * D,
+                sizeof(float) * (size_t)kv->len * D);
+    }
+    size_t bytes = sizeof(float) * H * (size_t)cap * D;
+    float *k = realloc(kv->k, bytes), *v = realloc(kv->v, bytes);
+    if (k) kv->k = k; /* a failed shrink keeps the larger block, which is still valid */
+    if (v) kv->v = v;
+    kv->cap = cap;
+}

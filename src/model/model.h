@@ -45,6 +45,22 @@ void kv_truncate(struct kv_cache *kv, int n); /* roll back to the first n positi
  * ERR_NOMEM leaves the cache as it was. */
 int kv_reserve(struct kv_cache *kv, int cap);
 size_t kv_bytes(const struct kv_cache *kv); /* memory held */
+/* ---- moving rows between caches (host caches only: a GPU cache gives ERR_UNSUPPORTED) ---- */
+size_t kv_row_floats(const struct kv_cache *kv); /* K and V floats of one position */
+/* dst (same model, capacity >= n) gets src's first n positions and holds exactly those. */
+int kv_copy_prefix(struct kv_cache *dst, const struct kv_cache *src, int n);
+/* The first n positions as out[2][n_layers][n_kv_heads][n][head_dim] (K, then V), and back:
+ * kv_import() makes kv hold exactly the first n of the n_in positions exported in `in`
+ * (n <= n_in, capacity >= n). */
+int kv_export(const struct kv_cache *kv, int n, float *out);
+int kv_import(struct kv_cache *kv, const float *in, int n_in, int n);
+/* Shrinks the capacity to the positions held, for a cache that only gets read from now on. */
+void kv_compact(struct kv_cache *kv);
+/* A 64-bit digest of everything that determines a cache's contents: the config, RoPE tables,
+ * every weight byte, and how activations are computed (bf16 rounding, GPU). Two models with
+ * the same fingerprint give bit-identical caches for the same tokens. Computed on first use
+ * (a pass over the weights), then remembered. */
+uint64_t model_fingerprint(struct model *m);
 
 /* Runs ids[0..n) at positions kv_len(kv).. and appends them to the cache. Writes the logits of
  * every row to logits[n, vocab] when all_rows, else only the last row to logits[vocab].

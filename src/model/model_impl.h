@@ -24,6 +24,7 @@ struct model {
     struct gpu_model *gpu; /* the forward runs on the GPU when set */
     void *huge;            /* matmul weights copied to 2 MiB pages (munmap), or NULL */
     size_t huge_bytes;
+    uint64_t fingerprint;           /* model_fingerprint(), 0 until first asked */
     int tap_layers[MODEL_MAX_TAPS]; /* layers whose output model_forward_taps() copies out */
     int n_taps;
     /* step scratch, sized for MODEL_CHUNK rows at load (the hot loop never mallocs) */

@@ -113,6 +113,16 @@ char *metrics_render(struct server *s) {
             m.cache_reused_tokens);
     gauge(&o, "dspark_prefix_cache_bytes", "Memory held by the prefix cache.",
           (double)m.cache_bytes);
+    counter(&o, "dspark_prefix_cache_spill_writes_total",
+            "Prefix cache entries saved to --prefix-cache-dir.", m.spill_writes);
+    counter(&o, "dspark_prefix_cache_spill_reads_total",
+            "Prefix cache entries loaded from --prefix-cache-dir.", m.spill_reads);
+    counter(&o, "dspark_prefix_cache_spill_rejects_total",
+            "Files in --prefix-cache-dir deleted because a check failed.", m.spill_rejects);
+    gauge(&o, "dspark_prefix_cache_spill_bytes", "Disk held by the prefix cache's files.",
+          (double)m.spill_bytes);
+    counter(&o, "dspark_prefill_chunks_total", "Prefill passes run by the engine.",
+            m.prefill_chunks);
     put(&o, "# HELP dspark_batch_size Sequences stepped together per engine round.\n"
             "# TYPE dspark_batch_size histogram\n");
     long bcum = 0, bsum = 0;

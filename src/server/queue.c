@@ -1,8 +1,11 @@
 /* server/queue.c: the job queue and the engine thread. The engine admits queued jobs while
- * the running batch has room (--max-batch sequences; a job with n choices takes n), prefills
- * each as it joins, then steps every running sequence together: one batched target pass per
- * round, so concurrent requests share each weight read. A job leaves as soon as its sequences
- * are done or its client has gone. */
+ * the running batch has room (--max-batch sequences; a job with n choices takes n), then loops:
+ * prefill, then one round for every sequence past its prefill, all of them in one batched
+ * target pass, so concurrent requests share each weight read. Prefill is chunked: while other
+ * sequences are decoding, a step runs at most --prefill-chunk prompt tokens (first come, first
+ * served), so a long prompt delays running streams by one chunk at a time; with nothing
+ * decoding, the oldest prompt is prefilled whole, as a lone request always is. A job leaves as
+ * soon as its sequences are done or its client has gone. */
 #include "server/server_impl.h"
 
 #include "base/err.h"
@@ -49,6 +52,34 @@ static void drain(struct server *s, struct job **active, int n_active) {
     }
 }
 
+/* The prefill part of an engine step; returns the chunks run. A failure is the job's own: it
+ * goes to job_rc[i] for active[i]. */
+static long prefill_step(struct server *s, struct job **active, int n_active, int *job_rc) {
+    struct gen_seq *seqs[JOB_MAX_CHOICES];
+    int decoding = 0;
+    for (int i = 0; i < n_active; i++) {
+        int n = oa_job_seqs(active[i], seqs);
+        for (int k = 0; k < n; k++) decoding += !gen_seq_prefill_left(seqs[k]);
+    }
+    /* nothing to interleave with: the oldest prompt runs whole (the single-stream path) */
+    int budget = decoding ? (s->opts.prefill_chunk > 0 ? s->opts.prefill_chunk : 2048) : 0;
+    long chunks = 0;
+    for (int i = 0; i < n_active; i++) {
+        int n = oa_job_seqs(active[i], seqs);
+        for (int k = 0; k < n && !job_rc[i]; k++) {
+            int left = gen_seq_prefill_left(seqs[k]);
+            if (!left) continue;
+            int rows = decoding ? (left < budget ? left : budget) : 0;
+            if ((job_rc[i] = gen_seq_prefill(seqs[k], rows)))
+                log_error("prefill failed: %s", err_str(job_rc[i]));
+            chunks++;
+            if (!decoding) return chunks;
+            if ((budget -= rows) <= 0) return chunks;
+        }
+    }
+    return chunks;
+}
+
 void *engine_main(void *arg) {
     struct server *s = arg;
     struct job *active[MAX_ACTIVE];
@@ -91,18 +122,26 @@ void *engine_main(void *arg) {
                 active[n_active++] = j;
             }
         }
-        /* one round for every running sequence */
+        int job_rc[MAX_ACTIVE] = {0};
+        long chunks = prefill_step(s, active, n_active, job_rc);
+        /* one round for every sequence past its prefill */
+        struct gen_seq *ready[MAX_ACTIVE];
+        int n_ready = 0;
         n_seqs = 0;
         for (int i = 0; i < n_active; i++) n_seqs += oa_job_seqs(active[i], seqs + n_seqs);
-        int stepped = n_seqs;
-        int rc = n_seqs == 1 ? gen_seq_step(seqs[0]) : n_seqs ? gen_step_batch(seqs, n_seqs) : OK;
+        for (int i = 0; i < n_seqs; i++)
+            if (!gen_seq_prefill_left(seqs[i])) ready[n_ready++] = seqs[i];
+        int stepped = n_ready;
+        int rc = n_ready == 1 ? gen_seq_step(ready[0])
+                 : n_ready    ? gen_step_batch(ready, n_ready)
+                              : OK;
         if (rc) log_error("generation failed: %s", err_str(rc));
         /* retire finished, cancelled or failed jobs */
         int kept = 0;
         for (int i = 0; i < n_active; i++) {
             struct job *j = active[i];
             struct gen_seq *tmp[JOB_MAX_CHOICES];
-            if (rc) {
+            if (rc || job_rc[i]) {
                 oa_job_abort(j, 500);
             } else if (atomic_load(&j->cancelled)) {
                 oa_job_abort(j, 499);
@@ -119,11 +158,14 @@ void *engine_main(void *arg) {
         for (int i = 0; i < n_active; i++) n_seqs += oa_job_seqs(active[i], seqs + n_seqs);
         pthread_mutex_lock(&s->mu);
         if (stepped) metrics_round(s, stepped);
+        s->m.prefill_chunks += chunks;
         s->running = n_active;
         if (s->eng.cache) {
             struct prefix_stats ps = prefix_cache_stats(s->eng.cache);
             s->m.cache_hits = ps.hits, s->m.cache_misses = ps.misses;
             s->m.cache_reused_tokens = ps.reused_tokens, s->m.cache_bytes = (long)ps.bytes;
+            s->m.spill_writes = ps.spill_writes, s->m.spill_reads = ps.spill_reads;
+            s->m.spill_rejects = ps.spill_rejects, s->m.spill_bytes = (long)ps.spill_bytes;
         }
         pthread_mutex_unlock(&s->mu);
     }

@@ -176,7 +176,7 @@ static cJSON *x_dspark(const struct server *s, const struct gen_stats *st) {
         cJSON_AddNumberToObject(a, "acceptance", st->auto_accept);
         cJSON *rounds = cJSON_AddObjectToObject(a, "cap_rounds");
         cJSON *rates = cJSON_AddObjectToObject(a, "predicted_tok_s");
-        char k[16];
+        char k[8];
         for (int i = 0; i <= s->tune->costs.max_cap; i++) {
             snprintf(k, sizeof k, "%d", i);
             if (st->cap_rounds[i]) cJSON_AddNumberToObject(rounds, k, st->cap_rounds[i]);
@@ -319,8 +319,8 @@ int oa_job_start(struct server *s, struct job *j) {
         run->gp[i] = j->gp;
         run->gp[i].sp.seed += (uint64_t)i;
         if (j->stream && j->chat) send_delta(c, NULL, 0, "assistant", NULL, NULL);
-        int rc =
-            gen_seq_new(&s->eng, j->prompt, j->n_prompt, &run->gp[i], on_token, c, &run->seq[i]);
+        int rc = gen_seq_start(&s->eng, j->prompt, j->n_prompt, &run->gp[i], on_token, c,
+                               &run->seq[i]); /* the engine loop runs the prefill */
         if (rc) {
             free_run(j);
             fail_job(j, rc == ERR_NOMEM ? 503 : 500);

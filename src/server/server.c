@@ -70,11 +70,12 @@ int server_new(const struct server_opts *opts, struct server **out) {
     }
     if ((rc = server_load_chat(s))) goto fail;
     if ((rc = calibrate(s))) goto fail;
-    if (opts->prefix_cache_entries > 0 &&
-        !(s->eng.cache =
-              prefix_cache_new(opts->prefix_cache_entries, (size_t)opts->kv_cache_mb << 20))) {
-        rc = ERR_NOMEM;
-        goto fail;
+    if (opts->prefix_cache_entries > 0) {
+        struct prefix_cache_opts po = {.max_entries = opts->prefix_cache_entries,
+                                       .max_bytes = (size_t)opts->kv_cache_mb << 20,
+                                       .spill_dir = opts->prefix_cache_dir,
+                                       .spill_max_bytes = (size_t)opts->prefix_cache_dir_mb << 20};
+        if ((rc = prefix_cache_new(s->eng.target, &po, &s->eng.cache))) goto fail;
     }
     if (!(s->queue = calloc((size_t)s->opts.max_queue, sizeof *s->queue))) {
         rc = ERR_NOMEM;

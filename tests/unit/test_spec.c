@@ -281,8 +281,8 @@ TEST(prefix_cache_reuses_and_stays_exact) {
     if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
     struct model *t = load(TARGET);
     REQUIRE(t);
-    struct prefix_cache *pc = prefix_cache_new(2, 0);
-    REQUIRE(pc);
+    struct prefix_cache *pc = NULL;
+    REQUIRE(prefix_cache_new(t, &(struct prefix_cache_opts){.max_entries = 2}, &pc) == 0);
     struct gen_engine cached = {.target = t, .cache = pc}, plain = {.target = t};
     int32_t p1[30], p2[60];
     for (int i = 0; i < 30; i++) p1[i] = 3 + (i * 17) % 140;

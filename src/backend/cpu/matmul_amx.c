@@ -10,7 +10,8 @@
  *
  * Weights are packed once, at load, into the layout the tile loads read: for every block of 16
  * output rows and 32 k-columns, 16 lines of 64 bytes, line r holding the pairs
- * (w[c][2r], w[c][2r+1]) of the 16 output rows c (zero padding past m and k).
+ * (w[c][2r], w[c][2r+1]) of the 16 output rows c (zero padding past m and k); the blocks of 4
+ * neighbouring 16-row groups interleave by k-block, so each thread streams its weights in order.
  *
  * A verify pass of up to 16 rows reads each weight once and costs nearly what one row costs:
  * one tile instruction covers 16 rows x 16 outputs x 32 k. */
@@ -37,12 +38,20 @@ size_t cpu_amx_packed_size(int64_t rows, int64_t cols) {
     return (size_t)((rows + TN - 1) / TN) * (size_t)((cols + TK - 1) / TK) * TN * TK * 2;
 }
 
+/* Offset, in bf16 elements, of block (cb, kb): column blocks go in groups of GB, and within a
+ * group the blocks of one k-block are adjacent, so a group is read as one sequential stream. */
+#define GB 4
+static size_t block_at(int64_t ncb, int64_t nkb, int64_t cb, int64_t kb) {
+    int64_t g = cb / GB, nbg = ncb - g * GB < GB ? ncb - g * GB : GB;
+    return ((size_t)(g * GB) * (size_t)nkb + (size_t)(kb * nbg + cb % GB)) * TN * TK;
+}
+
 void cpu_amx_pack(void *dst, const void *w, int64_t rows, int64_t cols) {
     const uint16_t *src = w;
-    uint16_t *d = dst;
-    int64_t nkb = (cols + TK - 1) / TK;
-    for (int64_t cb = 0; cb < (rows + TN - 1) / TN; cb++)
-        for (int64_t kb = 0; kb < nkb; kb++, d += TN * TK)
+    int64_t nkb = (cols + TK - 1) / TK, ncb = (rows + TN - 1) / TN;
+    for (int64_t cb = 0; cb < ncb; cb++)
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            uint16_t *d = (uint16_t *)dst + block_at(ncb, nkb, cb, kb);
             for (int r = 0; r < TK / 2; r++)
                 for (int c = 0; c < TN; c++)
                     for (int e = 0; e < 2; e++) {
@@ -51,6 +60,7 @@ void cpu_amx_pack(void *dst, const void *w, int64_t rows, int64_t cols) {
                         if (row < rows && col < cols) memcpy(&v, src + row * cols + col, 2);
                         d[r * 2 * TN + 2 * c + e] = v;
                     }
+        }
 }
 
 #if AMX_BUILD
@@ -142,16 +152,16 @@ struct amx_job {
     size_t part_stride; /* n * kp */
 };
 
-/* Writes rows [r0, r0 + nr) x outputs [c0, c0 + 16) from a tile stored in buf. */
-static void put(const struct amx_job *j, const float *buf, int r0, int nr, int c0) {
-    int nc = j->m - c0 < TN ? j->m - c0 : TN;
+/* Writes rows [r0, r0 + nr) x outputs [c0, c0 + 16) from a tile stored in buf (+ bias). */
+__attribute__((target("avx512f"))) static void put(const struct amx_job *j, const float *buf,
+                                                   int r0, int nr, int c0) {
+    const int nc = j->m - c0 < TN ? j->m - c0 : TN;
+    const __mmask16 mk = (__mmask16)((1u << nc) - 1);
+    const __m512 b = j->bias ? _mm512_maskz_loadu_ps(mk, j->bias + c0) : _mm512_setzero_ps();
     for (int r = 0; r < nr; r++) {
-        float *y = j->y + (size_t)(r0 + r) * j->m + c0;
-        const float *b = buf + r * TN;
-        if (j->bias)
-            for (int c = 0; c < nc; c++) y[c] = b[c] + j->bias[c0 + c];
-        else
-            memcpy(y, b, sizeof(float) * (size_t)nc);
+        __m512 v = _mm512_load_ps(buf + r * TN);
+        if (j->bias) v = _mm512_add_ps(v, b);
+        _mm512_mask_storeu_ps(j->y + (size_t)(r0 + r) * j->m + c0, mk, v);
     }
 }
 
@@ -162,13 +172,14 @@ static inline void prefetch_block(const uint16_t *p) {
     for (int l = 0; l < TN * TK * 2; l += 64) __builtin_prefetch((const char *)p + l, 0, 3);
 }
 
-/* NB (1, 2 or 4) blocks of 16 outputs from cb on, for the token rows whose x parts start at hi
- * (stride xs bytes): per k-block, the three x parts are loaded once and each output block's
- * weights times hi, then mid, then lo accumulate into its tile. */
+/* NB (1, 2 or 4) blocks of 16 outputs: blocks b0 .. b0 + NB - 1 of the group at w, which holds
+ * nbg blocks per k-block, for the token rows whose x parts start at hi (stride xs bytes). Per
+ * k-block, the three x parts are loaded once and each output block's weights times hi, then
+ * mid, then lo accumulate into its tile. */
 #define AMX_STEP(T, b)                                                                             \
     do {                                                                                           \
-        const uint16_t *w_ = w + ((size_t)(b)*nkb + kb) * blk;                                     \
-        prefetch_block(w_ + PF * blk);                                                             \
+        const uint16_t *w_ = w + ((size_t)kb * nbg + b0 + (b)) * blk;                              \
+        prefetch_block(w_ + (size_t)PF * nbg * blk);                                               \
         _tile_loadd(3, w_, 64);                                                                    \
         _tile_dpbf16ps(T, 0, 3);                                                                   \
         _tile_dpbf16ps(T, 1, 3);                                                                   \
@@ -176,10 +187,10 @@ static inline void prefetch_block(const uint16_t *p) {
     } while (0)
 #define AMX_BLOCKS(NB)                                                                             \
     __attribute__((target("amx-tile,amx-bf16"))) static void blocks##NB(                           \
-        const struct amx_job *j, int cb, const uint16_t *hi, size_t xs, float *buf) {              \
+        const struct amx_job *j, const uint16_t *w, int nbg, int b0, const uint16_t *hi,           \
+        size_t xs, float *buf) {                                                                   \
         const int nkb = j->kp / TK;                                                                \
         const size_t blk = (size_t)TN * TK, ps = j->part_stride;                                   \
-        const uint16_t *w = j->tiles + (size_t)cb * nkb * blk;                                     \
         _tile_zero(4);                                                                             \
         if (NB > 1) _tile_zero(5);                                                                 \
         if (NB > 2) {                                                                              \
@@ -208,26 +219,32 @@ AMX_BLOCKS(1)
 AMX_BLOCKS(2)
 AMX_BLOCKS(4)
 
+/* Threads take contiguous runs of whole groups of GB column blocks. */
 __attribute__((target("amx-tile,amx-bf16"))) static void amx_worker(void *arg, int ith, int nth) {
     const struct amx_job *j = arg;
-    const int ncb = (j->m + TN - 1) / TN;
-    const int cb0 = (int)((int64_t)ncb * ith / nth), cb1 = (int)((int64_t)ncb * (ith + 1) / nth);
+    const int ncb = (j->m + TN - 1) / TN, nkb = j->kp / TK, ng = (ncb + GB - 1) / GB;
+    const int g0 = (int)((int64_t)ng * ith / nth), g1 = (int)((int64_t)ng * (ith + 1) / nth);
     const size_t xs = (size_t)j->kp * 2; /* bytes per x row */
-    float buf[4 * TR * TN] __attribute__((aligned(64)));
+    float buf[GB * TR * TN] __attribute__((aligned(64)));
     for (int r0 = 0; r0 < j->n; r0 += TR) {
         const int nr = j->n - r0 < TR ? j->n - r0 : TR;
         configure(nr);
         const uint16_t *hi = j->parts + (size_t)r0 * j->kp;
-        for (int cb = cb0; cb < cb1;) {
-            int nb = cb1 - cb >= 4 ? 4 : cb1 - cb >= 2 ? 2 : 1;
-            if (nb == 4)
-                blocks4(j, cb, hi, xs, buf);
-            else if (nb == 2)
-                blocks2(j, cb, hi, xs, buf);
-            else
-                blocks1(j, cb, hi, xs, buf);
-            for (int b = 0; b < nb; b++) put(j, buf + b * TR * TN, r0, nr, (cb + b) * TN);
-            cb += nb;
+        for (int g = g0; g < g1; g++) {
+            const int nbg = ncb - g * GB < GB ? ncb - g * GB : GB;
+            const uint16_t *w = j->tiles + block_at(ncb, nkb, (int64_t)g * GB, 0);
+            for (int b = 0; b < nbg;) {
+                int nb = nbg - b >= 4 ? 4 : nbg - b >= 2 ? 2 : 1;
+                if (nb == 4)
+                    blocks4(j, w, nbg, b, hi, xs, buf);
+                else if (nb == 2)
+                    blocks2(j, w, nbg, b, hi, xs, buf);
+                else
+                    blocks1(j, w, nbg, b, hi, xs, buf);
+                for (int i = 0; i < nb; i++)
+                    put(j, buf + i * TR * TN, r0, nr, (g * GB + b + i) * TN);
+                b += nb;
+            }
         }
     }
 }

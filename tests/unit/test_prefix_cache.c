@@ -1,0 +1,438 @@
+/* tests/unit/test_prefix_cache.c: the prefix cache and its disk tier. Saved KV rows come back
+ * bit-identical, also after a restart; a file with a flipped byte, cut short, renamed, or made
+ * by another model is deleted and never used; the folder stays under its budget; a follow-up
+ * over a saved prefix prefills only its suffix and answers exactly as without the cache; an
+ * abandoned sequence leaves its prefix behind; chunked prefill gives the unchunked output. */
+#include "test.h"
+
+#include "base/fs.h"
+#include "base/log.h"
+#include "cache/prefix.h"
+#include "cache/spill.h"
+#include "engine/generate.h"
+#include "model/model.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TARGET "tests/data/golden/qwen3_f32"
+#define OTHER  "tests/data/golden/qwen3_bf16"
+
+static struct model *load(const char *dir) {
+    struct model *m = NULL;
+    model_load(dir, &(struct model_opts){.n_threads = 1}, &m);
+    return m;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
+    (void)st, (void)flag, (void)f;
+    return remove(p);
+}
+
+static void rm_rf(const char *dir) {
+    nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+static void tokens(int32_t *p, int n, int seed) {
+    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(seed + 1);
+    for (int i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = 3 + (int32_t)((x >> 33) % 148);
+    }
+}
+
+/* A cache holding the rows of ids[0..n). */
+static struct kv_cache *prefilled(struct model *m, const int32_t *ids, int n) {
+    struct kv_cache *kv = NULL;
+    if (kv_new(m, 0, &kv)) return NULL;
+    if (model_forward(m, kv, ids, n, NULL, 0)) kv_free(kv), kv = NULL;
+    return kv;
+}
+
+static int same_rows(const struct kv_cache *a, const struct kv_cache *b, int n) {
+    size_t nf = kv_row_floats(a) * (size_t)n;
+    float *x = malloc(sizeof(float) * nf), *y = malloc(sizeof(float) * nf);
+    int same =
+        x && y && !kv_export(a, n, x) && !kv_export(b, n, y) && !memcmp(x, y, sizeof(float) * nf);
+    free(x), free(y);
+    return same;
+}
+
+static struct spill_geometry geometry(struct model *m) {
+    const struct hf_config *c = model_config(m);
+    return (struct spill_geometry){c->n_layers, c->n_kv_heads, c->head_dim};
+}
+
+/* Modifies byte `at` of a file (from its end when negative), or cuts it to `at` bytes. */
+static void flip_byte(const char *path, long at) {
+    int fd = open(path, O_RDWR);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) return;
+    off_t off = at >= 0 ? at : st.st_size + at;
+    unsigned char b;
+    if (pread(fd, &b, 1, off) == 1) {
+        b ^= 0x10;
+        if (pwrite(fd, &b, 1, off) != 1) b = 0;
+    }
+    close(fd);
+}
+
+static long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) ? -1 : (long)st.st_size;
+}
+
+TEST(fingerprint_tells_models_apart) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *a = load(TARGET), *b = load(TARGET), *c = load(OTHER);
+    REQUIRE(a && b && c);
+    CHECK(model_fingerprint(a) == model_fingerprint(b));
+    CHECK(model_fingerprint(a) != model_fingerprint(c)); /* same shapes, other weights */
+    model_free(a), model_free(b), model_free(c);
+}
+
+TEST(spill_round_trip_survives_restart) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *m = load(TARGET);
+    REQUIRE(m);
+    char dir[] = "/tmp/dspark-spill-XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    int32_t ids[200];
+    tokens(ids, 200, 1);
+    struct kv_cache *kv = prefilled(m, ids, 200);
+    REQUIRE(kv);
+    struct spill_geometry g = geometry(m);
+    uint64_t fp = model_fingerprint(m);
+    struct spill *sp = NULL;
+    REQUIRE(spill_open(dir, fp, &g, 0, &sp) == 0);
+    REQUIRE(spill_save(sp, ids, 150, kv) == 0);
+    REQUIRE(spill_save(sp, ids, 120, kv) == 0); /* a prefix of a saved file: nothing new */
+    struct spill_stats st = spill_stats(sp);
+    CHECK(st.writes == 1 && st.files == 1);
+    CHECK(st.bytes < 150 * kv_row_floats(kv) * sizeof(float)); /* compressed */
+    spill_close(sp);
+    /* a restart: the file is found again, and gives the same rows */
+    REQUIRE(spill_open(dir, fp, &g, 0, &sp) == 0);
+    int file;
+    int32_t prompt[180];
+    memcpy(prompt, ids, sizeof(int32_t) * 140);
+    tokens(prompt + 140, 40, 2);
+    CHECK(spill_match(sp, prompt, 180, 179, &file) == 140);
+    REQUIRE(file == 0);
+    struct kv_cache *back = NULL;
+    REQUIRE(kv_new(m, 0, &back) == 0);
+    REQUIRE(spill_load(sp, file, 140, back) == 0);
+    CHECK(kv_len(back) == 140);
+    CHECK(same_rows(kv, back, 140));
+    CHECK(spill_stats(sp).reads == 1);
+    /* a longer sequence over the same prefix replaces the file */
+    REQUIRE(spill_save(sp, ids, 200, kv) == 0);
+    st = spill_stats(sp);
+    CHECK(st.files == 1 && st.writes == 1);
+    spill_close(sp);
+    kv_free(back), kv_free(kv);
+    rm_rf(dir);
+    model_free(m);
+}
+
+/* Saves one file, damages it with fn, reopens: returns the rejects counted (open and load). */
+static long damaged(struct model *m, const char *dir, void (*fn)(const char *path, const char *dir),
+                    int *used) {
+    int32_t ids[100];
+    tokens(ids, 100, 3);
+    struct kv_cache *kv = prefilled(m, ids, 100);
+    struct spill_geometry g = geometry(m);
+    struct spill *sp = NULL;
+    *used = -1;
+    if (!kv || spill_open(dir, model_fingerprint(m), &g, 0, &sp)) return -1;
+    char path[512];
+    if (spill_save(sp, ids, 100, kv)) return -1;
+    snprintf(path, sizeof path, "%s", spill_path(sp, 0));
+    spill_close(sp);
+    fn(path, dir);
+    long rejects = -1;
+    if (!spill_open(dir, model_fingerprint(m), &g, 0, &sp)) {
+        int file;
+        struct kv_cache *back = NULL;
+        *used = 0;
+        if (spill_match(sp, ids, 100, 99, &file) > 0 && !kv_new(m, 0, &back))
+            *used = spill_load(sp, file, 99, back) == 0;
+        rejects = spill_stats(sp).rejects;
+        kv_free(back);
+        spill_close(sp);
+    }
+    kv_free(kv);
+    return fs_exists(path) && rejects > 0 ? -2 : rejects; /* a rejected file is gone */
+}
+
+static void flip_payload(const char *path, const char *dir) {
+    (void)dir;
+    flip_byte(path, -100);
+}
+static void flip_token(const char *path, const char *dir) {
+    (void)dir;
+    flip_byte(path, 88 + 4 * 10);
+}
+static void flip_header(const char *path, const char *dir) {
+    (void)dir;
+    flip_byte(path, 30);
+}
+static void cut(const char *path, const char *dir) {
+    (void)dir;
+    if (truncate(path, file_size(path) - 7)) return;
+}
+static void cut_header(const char *path, const char *dir) {
+    (void)dir;
+    if (truncate(path, 40)) return;
+}
+static void rename_it(const char *path, const char *dir) {
+    char to[600];
+    snprintf(to, sizeof to, "%.*s/0123456789abcdef.kv", (int)(strrchr(path, '/') - path), path);
+    if (rename(path, to)) return;
+    (void)dir;
+}
+static void nothing(const char *path, const char *dir) {
+    (void)path, (void)dir;
+}
+
+TEST(corrupt_files_are_deleted_never_used) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *m = load(TARGET);
+    REQUIRE(m);
+    log_set_errors_quiet(1);
+    struct {
+        const char *name;
+        void (*fn)(const char *, const char *);
+        long rejects;
+        int used;
+    } cases[] = {
+        {"intact", nothing, 0, 1},        {"payload byte", flip_payload, 1, 0},
+        {"token byte", flip_token, 1, 0}, {"header byte", flip_header, 1, 0},
+        {"truncated", cut, 1, 0},         {"header cut", cut_header, 1, 0},
+        {"renamed", rename_it, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[] = "/tmp/dspark-spill-XXXXXX";
+        if (!mkdtemp(dir)) continue;
+        int used;
+        long r = damaged(m, dir, cases[i].fn, &used);
+        if (r != cases[i].rejects || used != cases[i].used) {
+            printf("  %s: %ld rejects, used %d\n", cases[i].name, r, used);
+            CHECK(0);
+        }
+        rm_rf(dir);
+    }
+    log_set_errors_quiet(0);
+    model_free(m);
+}
+
+TEST(another_models_files_are_not_used) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *m = load(TARGET), *o = load(OTHER);
+    REQUIRE(m && o);
+    char dir[] = "/tmp/dspark-spill-XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    int32_t ids[64];
+    tokens(ids, 64, 4);
+    struct kv_cache *kv = prefilled(m, ids, 64);
+    REQUIRE(kv);
+    struct spill_geometry g = geometry(m);
+    struct spill *sp = NULL, *so = NULL;
+    REQUIRE(spill_open(dir, model_fingerprint(m), &g, 0, &sp) == 0);
+    REQUIRE(spill_save(sp, ids, 64, kv) == 0);
+    char path[512], moved[600];
+    snprintf(path, sizeof path, "%s", spill_path(sp, 0));
+    spill_close(sp);
+    /* the other model has its own folder: it does not see, use or delete the file */
+    REQUIRE(spill_open(dir, model_fingerprint(o), &g, 0, &so) == 0);
+    int file;
+    CHECK(spill_match(so, ids, 64, 63, &file) == 0 && file == -1);
+    CHECK(spill_stats(so).rejects == 0 && fs_exists(path));
+    /* a file moved into the other model's folder is refused there */
+    snprintf(moved, sizeof moved, "%s/%016llx/%s", dir, (unsigned long long)model_fingerprint(o),
+             strrchr(path, '/') + 1);
+    spill_close(so);
+    REQUIRE(rename(path, moved) == 0);
+    log_set_errors_quiet(1);
+    REQUIRE(spill_open(dir, model_fingerprint(o), &g, 0, &so) == 0);
+    log_set_errors_quiet(0);
+    CHECK(spill_stats(so).rejects == 1 && spill_stats(so).files == 0 && !fs_exists(moved));
+    spill_close(so);
+    kv_free(kv);
+    rm_rf(dir);
+    model_free(m), model_free(o);
+}
+
+TEST(folder_stays_under_budget_and_drops_partial_writes) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *m = load(TARGET);
+    REQUIRE(m);
+    char dir[] = "/tmp/dspark-spill-XXXXXX", tmp[600];
+    REQUIRE(mkdtemp(dir));
+    struct spill_geometry g = geometry(m);
+    struct spill *sp = NULL;
+    REQUIRE(spill_open(dir, model_fingerprint(m), &g, 0, &sp) == 0);
+    int32_t ids[4][100];
+    long one = 0;
+    for (int i = 0; i < 4; i++) { /* four unrelated sequences, oldest first */
+        tokens(ids[i], 100, 10 + i);
+        struct kv_cache *kv = prefilled(m, ids[i], 100);
+        REQUIRE(kv && spill_save(sp, ids[i], 100, kv) == 0);
+        kv_free(kv);
+        usleep(2000); /* distinct modification times */
+    }
+    one = (long)spill_stats(sp).bytes / 4;
+    snprintf(tmp, sizeof tmp, "%s.tmp", spill_path(sp, 0)); /* as a crash mid-write leaves */
+    FILE *f = fopen(tmp, "w");
+    REQUIRE(f);
+    fputs("partial", f);
+    fclose(f);
+    /* touch the oldest by using it: it becomes the most recent */
+    int file;
+    struct kv_cache *back = NULL;
+    REQUIRE(kv_new(m, 0, &back) == 0);
+    REQUIRE(spill_match(sp, ids[0], 100, 99, &file) == 99 && spill_load(sp, file, 99, back) == 0);
+    kv_free(back);
+    spill_close(sp);
+    /* reopen with room for two files: the two least recently used go */
+    REQUIRE(spill_open(dir, model_fingerprint(m), &g, (size_t)(2 * one + one / 2), &sp) == 0);
+    struct spill_stats st = spill_stats(sp);
+    CHECK(st.files == 2 && st.evicted == 2 && st.bytes <= (size_t)(2 * one + one / 2));
+    CHECK(spill_match(sp, ids[0], 100, 99, &file) == 99); /* used last: kept */
+    CHECK(spill_match(sp, ids[3], 100, 99, &file) == 99); /* written last: kept */
+    CHECK(spill_match(sp, ids[1], 100, 99, &file) < 16);
+    CHECK(!fs_exists(tmp));
+    spill_close(sp);
+    rm_rf(dir);
+    model_free(m);
+}
+
+static struct gen_params greedy(int max_tokens) {
+    return (struct gen_params){.max_tokens = max_tokens,
+                               .ignore_eos = 1,
+                               .top_logprobs = -1,
+                               .mode = GEN_LOOKUP,
+                               .max_draft = 4};
+}
+
+static int same_ids(const struct gen_result *a, const struct gen_result *b) {
+    return a->n_ids == b->n_ids && !memcmp(a->ids, b->ids, sizeof(int32_t) * (size_t)a->n_ids);
+}
+
+/* Turn 1 goes to disk (evicted by an unrelated request, or saved at shutdown); turn 2 reads
+ * it back, prefills only its suffix and answers as a cold run does. */
+TEST(follow_up_over_a_spilled_prefix) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *m = load(TARGET);
+    REQUIRE(m);
+    char dir[] = "/tmp/dspark-spill-XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    struct prefix_cache_opts po = {.max_entries = 1, .spill_dir = dir};
+    struct prefix_cache *pc = NULL;
+    REQUIRE(prefix_cache_new(m, &po, &pc) == 0);
+    struct gen_engine cached = {.target = m, .cache = pc}, plain = {.target = m};
+    struct gen_params gp = greedy(20);
+    int32_t p1[120], other[40], p2[160];
+    tokens(p1, 120, 20);
+    tokens(other, 40, 21);
+    struct gen_result a, b, c, d, e;
+    REQUIRE(gen_run(&cached, p1, 120, &gp, NULL, NULL, &a) == 0);
+    REQUIRE(gen_run(&cached, other, 40, &gp, NULL, NULL, &b) == 0); /* evicts turn 1 */
+    struct prefix_stats ps = prefix_cache_stats(pc);
+    CHECK(ps.spill_writes == 1 && ps.entries == 1);
+    memcpy(p2, p1, sizeof p1);
+    memcpy(p2 + 120, a.ids, sizeof(int32_t) * 20);
+    tokens(p2 + 140, 20, 22);
+    REQUIRE(gen_run(&cached, p2, 160, &gp, NULL, NULL, &c) == 0);
+    REQUIRE(gen_run(&plain, p2, 160, &gp, NULL, NULL, &d) == 0);
+    ps = prefix_cache_stats(pc);
+    printf("  turn 2 from disk: %d of 160 prompt tokens reused\n", c.stats.cached_tokens);
+    CHECK(ps.spill_reads == 1 && c.stats.cached_tokens == 139);
+    CHECK(same_ids(&c, &d));
+    prefix_cache_free(pc); /* saves turn 2 */
+    /* a restart: a new cache over the same folder */
+    REQUIRE(prefix_cache_new(m, &po, &pc) == 0);
+    cached.cache = pc;
+    int32_t p3[180];
+    memcpy(p3, p2, sizeof p2);
+    memcpy(p3 + 160, c.ids, sizeof(int32_t) * 20);
+    REQUIRE(gen_run(&cached, p3, 180, &gp, NULL, NULL, &e) == 0);
+    CHECK(e.stats.cached_tokens == 179);
+    CHECK(prefix_cache_stats(pc).spill_reads == 1);
+    gen_result_free(&e);
+    REQUIRE(gen_run(&plain, p3, 180, &gp, NULL, NULL, &e) == 0);
+    struct gen_result f;
+    REQUIRE(gen_run(&cached, p3, 180, &gp, NULL, NULL, &f) == 0); /* now from RAM */
+    CHECK(same_ids(&e, &f) && f.stats.cached_tokens == 179);
+    prefix_cache_free(pc);
+    gen_result_free(&a), gen_result_free(&b), gen_result_free(&c), gen_result_free(&d);
+    gen_result_free(&e), gen_result_free(&f);
+    rm_rf(dir);
+    model_free(m);
+}
+
+/* Prefill in chunks of 7 gives the same output as in one pass; a sequence abandoned mid-way
+ * leaves the prefix it computed in the cache, and two sequences over one entry share it. */
+TEST(chunked_prefill_and_abandoned_sequences) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *m = load(TARGET);
+    REQUIRE(m);
+    struct prefix_cache *pc = NULL;
+    REQUIRE(prefix_cache_new(m, &(struct prefix_cache_opts){.max_entries = 4}, &pc) == 0);
+    struct gen_engine cached = {.target = m, .cache = pc}, plain = {.target = m};
+    struct gen_params gp = greedy(16);
+    int32_t p[100];
+    tokens(p, 100, 30);
+    struct gen_result whole, chunked;
+    REQUIRE(gen_run(&plain, p, 100, &gp, NULL, NULL, &whole) == 0);
+    struct gen_seq *s = NULL;
+    REQUIRE(gen_seq_start(&plain, p, 100, &gp, NULL, NULL, &s) == 0);
+    int calls = 0;
+    while (gen_seq_prefill_left(s)) {
+        CHECK(gen_seq_step(s) == 0); /* skipped while prefilling */
+        REQUIRE(gen_seq_prefill(s, 7) == 0);
+        calls++;
+    }
+    CHECK(calls == 15);
+    while (!gen_seq_done(s)) REQUIRE(gen_seq_step(s) == 0);
+    REQUIRE(gen_seq_finish(s, &chunked) == 0);
+    CHECK(same_ids(&whole, &chunked));
+    /* abandoned after 70 of 100 prompt tokens: those 70 stay cached */
+    REQUIRE(gen_seq_start(&cached, p, 100, &gp, NULL, NULL, &s) == 0);
+    REQUIRE(gen_seq_prefill(s, 70) == 0);
+    gen_seq_free(s);
+    CHECK(prefix_cache_stats(pc).entries == 1);
+    struct gen_seq *s1 = NULL, *s2 = NULL;
+    REQUIRE(gen_seq_new(&cached, p, 100, &gp, NULL, NULL, &s1) == 0);
+    REQUIRE(gen_seq_new(&cached, p, 100, &gp, NULL, NULL, &s2) == 0); /* shares the entry */
+    struct gen_seq *both[2] = {s1, s2};
+    while (!gen_seq_done(s1) || !gen_seq_done(s2)) REQUIRE(gen_step_batch(both, 2) == 0);
+    struct gen_result r1, r2;
+    REQUIRE(gen_seq_finish(s1, &r1) == 0 && gen_seq_finish(s2, &r2) == 0);
+    CHECK(r1.stats.cached_tokens == 70 && r2.stats.cached_tokens == 70);
+    CHECK(same_ids(&whole, &r1) && same_ids(&whole, &r2));
+    /* the finished sequences replaced the 70-token entry they extend */
+    struct prefix_stats ps = prefix_cache_stats(pc);
+    CHECK(ps.entries == 1 && ps.hits == 2);
+    gen_result_free(&whole), gen_result_free(&chunked), gen_result_free(&r1);
+    gen_result_free(&r2);
+    prefix_cache_free(pc);
+    model_free(m);
+}
+
+int main(void) {
+    log_set_quiet(1);
+    RUN(fingerprint_tells_models_apart);
+    RUN(spill_round_trip_survives_restart);
+    RUN(corrupt_files_are_deleted_never_used);
+    RUN(another_models_files_are_not_used);
+    RUN(folder_stays_under_budget_and_drops_partial_writes);
+    RUN(follow_up_over_a_spilled_prefix);
+    RUN(chunked_prefill_and_abandoned_sequences);
+    return test_report();
+}
