@@ -295,7 +295,7 @@ int bench_write_json(const struct bench *b, const char *path, int threads) {
         cJSON_AddNumberToObject(r, "max_draft", gp.max_draft);
         if (o->tune[ri]) { /* --max-draft auto: the rounds at each cap */
             long rounds[GEN_MAX_CAP + 1], total;
-            char k[8];
+            char k[16];
             cap_rounds(b, ri, rounds, &total);
             cJSON_AddStringToObject(r, "cap", "auto");
             cJSON *cr = cJSON_AddObjectToObject(r, "cap_rounds");

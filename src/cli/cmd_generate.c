@@ -236,7 +236,7 @@ static void print_json(const struct gen_result *r, const struct gen_params *gp,
         cJSON *a = cJSON_AddObjectToObject(s, "auto_draft");
         cJSON *rounds = cJSON_AddObjectToObject(a, "cap_rounds");
         cJSON *rates = cJSON_AddObjectToObject(a, "predicted_tok_s");
-        char k[8];
+        char k[16];
         for (int i = 0; i <= gp->tune->costs.max_cap; i++) {
             snprintf(k, sizeof k, "%d", i);
             if (st->cap_rounds[i]) cJSON_AddNumberToObject(rounds, k, st->cap_rounds[i]);

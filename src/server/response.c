@@ -176,7 +176,7 @@ static cJSON *x_dspark(const struct server *s, const struct gen_stats *st) {
         cJSON_AddNumberToObject(a, "acceptance", st->auto_accept);
         cJSON *rounds = cJSON_AddObjectToObject(a, "cap_rounds");
         cJSON *rates = cJSON_AddObjectToObject(a, "predicted_tok_s");
-        char k[8];
+        char k[16];
         for (int i = 0; i <= s->tune->costs.max_cap; i++) {
             snprintf(k, sizeof k, "%d", i);
             if (st->cap_rounds[i]) cJSON_AddNumberToObject(rounds, k, st->cap_rounds[i]);
