@@ -152,7 +152,7 @@ int cmd_serve(int argc, char **argv) {
         if (bad) return 2;
     }
     o.max_body_bytes = (size_t)mb << 20;
-    int rc = auto_mode ? cli_mode_auto(o.model_dir, o.drafter_dir, &o.mode, draft_default,
+    int rc = auto_mode ? cli_mode_auto(o.model_dir, o.drafter_dir, o.gpu, &o.mode, draft_default,
                                        sizeof draft_default, &o.drafter_dir)
                        : 0;
     if (rc) return rc;
