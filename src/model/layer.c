@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static const struct st_tensor *need(const struct weights_src *src, const char *name, int64_t d0,
                                     int64_t d1) {
@@ -64,6 +65,51 @@ int weight_vec(const struct weights_src *src, float **out, const char *name, int
     if (!(*out = malloc(sizeof(float) * (size_t)n))) return ERR_NOMEM;
     dtype_to_f32(t->dtype, t->data, *out, (size_t)n);
     return OK;
+}
+
+/* Bytes of memory the system can still give (MemAvailable), 0 when unknown. */
+static size_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    size_t kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+static size_t placed_size(const struct weight_ref *r, int amx) {
+    if (amx && r->w->dtype == DTYPE_BF16) return cpu_amx_packed_size(r->rows, r->cols);
+    return (size_t)r->rows * (size_t)r->cols * dtype_size(r->w->dtype);
+}
+
+void *weights_place(struct weight_ref *list, int n, size_t *bytes) {
+    *bytes = 0;
+    const int amx = cpu_amx_available();
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (placed_size(&list[i], amx) + 63) & ~(size_t)63;
+    size_t avail = mem_available(), huge = (size_t)2 << 20;
+    size_t len = (total + huge - 1) / huge * huge;
+    if (!avail || !total || len > avail / 4) return NULL;
+    void *buf = mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) return NULL;
+    char *base = (char *)(((uintptr_t)buf + huge - 1) & ~(uintptr_t)(huge - 1));
+    madvise(base, len, MADV_HUGEPAGE);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        struct weight_ref *r = &list[i];
+        size_t sz = placed_size(r, amx);
+        if (amx && r->w->dtype == DTYPE_BF16) {
+            cpu_amx_pack(base + off, r->w->data, r->rows, r->cols);
+            r->w->tiles = base + off;
+        } else {
+            memcpy(base + off, r->w->data, sz);
+            r->w->data = base + off;
+        }
+        off += (sz + 63) & ~(size_t)63;
+    }
+    *bytes = len + huge;
+    return buf;
 }
 
 int layer_load(const struct weights_src *src, const struct hf_config *c, const char *prefix, int i,

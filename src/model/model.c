@@ -88,83 +88,31 @@ static void prefault(struct loader *L) {
     (void)sink;
 }
 
-/* Bytes of memory the system can still give (MemAvailable), 0 when unknown. */
-static size_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    size_t kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb * 1024;
-}
-
-static size_t weight_size(const struct weight *w, int64_t rows, int64_t cols) {
-    return (size_t)rows * (size_t)cols * dtype_size(w->dtype);
-}
-
-/* Moves the matmul weights out of the file's 4 KiB-page map into one anonymous buffer
- * advised for 2 MiB pages: fewer TLB misses on the streaming reads (measured +15-21% on the
- * matmul pass, docs/perf.md). On a CPU with AMX, BF16 weights go into that buffer in the tile
- * layout instead (w->tiles; w->data stays in the map for embedding lookups and the GPU).
- * Only when the copy takes at most a quarter of the free memory; otherwise the weights stay in
- * the map and run on the AVX kernels. Values are unchanged. */
+/* The matmul weights into 2 MiB pages (AMX tiles where available): see weights_place. */
 static void weights_to_hugepages(struct model *m) {
     const struct hf_config *c = &m->cfg;
     int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
     int64_t QD = (int64_t)c->n_heads * D, KD = (int64_t)c->n_kv_heads * D, V = c->vocab_size;
-    struct wref {
-        struct weight *w;
-        int64_t rows, cols;
-    } list[7 * 1024 + 2];
+    struct weight_ref *list = malloc(sizeof *list * ((size_t)c->n_layers * 7 + 1));
+    if (!list) return;
     int n = 0;
-    if (c->n_layers > 1024) return;
     for (int i = 0; i < c->n_layers; i++) {
         struct layer *l = &m->layers[i];
-        list[n++] = (struct wref){&l->wq, QD, H};
-        list[n++] = (struct wref){&l->wk, KD, H};
-        list[n++] = (struct wref){&l->wv, KD, H};
-        list[n++] = (struct wref){&l->wo, H, QD};
-        list[n++] = (struct wref){&l->wg, I, H};
-        list[n++] = (struct wref){&l->wu, I, H};
-        list[n++] = (struct wref){&l->wd, H, I};
+        list[n++] = (struct weight_ref){&l->wq, QD, H};
+        list[n++] = (struct weight_ref){&l->wk, KD, H};
+        list[n++] = (struct weight_ref){&l->wv, KD, H};
+        list[n++] = (struct weight_ref){&l->wo, H, QD};
+        list[n++] = (struct weight_ref){&l->wg, I, H};
+        list[n++] = (struct weight_ref){&l->wu, I, H};
+        list[n++] = (struct weight_ref){&l->wd, H, I};
     }
-    list[n++] = (struct wref){&m->lm_head, V, H};
-    const int amx = cpu_amx_available();
-    size_t total = 0;
-    for (int i = 0; i < n; i++) {
-        const struct wref *r = &list[i];
-        size_t sz = amx && r->w->dtype == DTYPE_BF16 ? cpu_amx_packed_size(r->rows, r->cols)
-                                                     : weight_size(r->w, r->rows, r->cols);
-        total += (sz + 63) & ~(size_t)63;
-    }
-    size_t avail = mem_available(), huge = (size_t)2 << 20;
-    size_t bytes = (total + huge - 1) / huge * huge;
-    if (!avail || bytes > avail / 4) return;
-    void *buf =
-        mmap(NULL, bytes + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED) return;
-    char *base = (char *)(((uintptr_t)buf + huge - 1) & ~(uintptr_t)(huge - 1));
-    madvise(base, bytes, MADV_HUGEPAGE);
-    const void *tied = c->tie_embeddings ? m->embed.data : NULL;
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        struct wref *r = &list[i];
-        size_t sz;
-        if (amx && r->w->dtype == DTYPE_BF16) {
-            sz = cpu_amx_packed_size(r->rows, r->cols);
-            cpu_amx_pack(base + off, r->w->data, r->rows, r->cols);
-            r->w->tiles = base + off;
-        } else {
-            sz = weight_size(r->w, r->rows, r->cols);
-            memcpy(base + off, r->w->data, sz);
-            r->w->data = base + off;
-        }
-        off += (sz + 63) & ~(size_t)63;
-    }
-    if (tied && !m->lm_head.tiles) m->embed.data = m->lm_head.data; /* one copy for both */
-    m->huge = buf;
-    m->huge_bytes = bytes + huge;
+    list[n++] = (struct weight_ref){&m->lm_head, V, H};
+    const void *embed_map = m->embed.data;
+    m->huge = weights_place(list, n, &m->huge_bytes);
+    free(list);
+    /* tied: one copy serves the lookup and the head (tiles are not rows, so not then) */
+    if (m->huge && c->tie_embeddings && !m->lm_head.tiles && m->lm_head.data != embed_map)
+        m->embed.data = m->lm_head.data;
 }
 
 /* Copies the weights to the GPU (they stay mapped on the host for drafters that share the

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 struct block_model {
     struct hf_config cfg;
@@ -26,6 +27,8 @@ struct block_model {
     float conf_b;
     float *inv_freq; /* [D/2] */
     int n_taps;      /* target layers fused per position */
+    void *huge;      /* the matmul weights in 2 MiB pages (weights_place), or NULL */
+    size_t huge_bytes;
 };
 
 struct block_state {
@@ -52,6 +55,7 @@ void block_model_free(struct block_model *bm) {
         for (int i = 0; i < bm->cfg.n_layers; i++) layer_free(&bm->layers[i]);
     free(bm->layers);
     free(bm->hidden_norm), free(bm->norm), free(bm->conf_w), free(bm->inv_freq);
+    if (bm->huge) munmap(bm->huge, bm->huge_bytes);
     st_close(bm->st);
     free(bm);
 }
@@ -100,6 +104,31 @@ static int load_heads(struct block_model *bm, const struct weights_src *src) {
     return rc;
 }
 
+/* The block's matmul weights into 2 MiB pages, as AMX tiles where the CPU has them (the
+ * embedding and the Markov head stay in the map: they are read by rows). */
+static void place_weights(struct block_model *bm) {
+    const struct hf_config *c = &bm->cfg;
+    int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
+    int64_t QD = (int64_t)c->n_heads * D, KD = (int64_t)c->n_kv_heads * D;
+    struct weight_ref *list = malloc(sizeof *list * ((size_t)c->n_layers * 7 + 2));
+    if (!list) return;
+    int n = 0;
+    list[n++] = (struct weight_ref){&bm->fc, H, H * bm->n_taps};
+    if (bm->head.data) list[n++] = (struct weight_ref){&bm->head, c->vocab_size, H};
+    for (int i = 0; i < c->n_layers; i++) {
+        struct layer *l = &bm->layers[i];
+        list[n++] = (struct weight_ref){&l->wq, QD, H};
+        list[n++] = (struct weight_ref){&l->wk, KD, H};
+        list[n++] = (struct weight_ref){&l->wv, KD, H};
+        list[n++] = (struct weight_ref){&l->wo, H, QD};
+        list[n++] = (struct weight_ref){&l->wg, I, H};
+        list[n++] = (struct weight_ref){&l->wu, I, H};
+        list[n++] = (struct weight_ref){&l->wd, H, I};
+    }
+    bm->huge = weights_place(list, n, &bm->huge_bytes);
+    free(list);
+}
+
 int block_model_load(const char *dir, struct model *target, struct block_model **out) {
     *out = NULL;
     struct block_model *bm = calloc(1, sizeof *bm);
@@ -132,6 +161,7 @@ int block_model_load(const char *dir, struct model *target, struct block_model *
         if ((rc = layer_load(&src, c, "layers", i, &bm->layers[i]))) goto fail;
     for (int i = 0; i < c->head_dim / 2; i++)
         bm->inv_freq[i] = (float)(1.0 / pow((double)c->rope_theta, (double)(2 * i) / c->head_dim));
+    place_weights(bm);
     *out = bm;
     return OK;
 fail:
@@ -193,8 +223,8 @@ static void project_kv(struct block_state *st, int li, const float *src, int n, 
     const struct hf_config *c = &st->bm->cfg;
     const struct layer *l = &st->bm->layers[li];
     int H = c->hidden_size, D = c->head_dim, nkv = c->n_kv_heads, KD = nkv * D;
-    cpu_matmul(st->bm->pool, st->kb, src, l->wk.data, l->wk.dtype, l->bk, n, H, KD);
-    cpu_matmul(st->bm->pool, st->vb, src, l->wv.data, l->wv.dtype, l->bv, n, H, KD);
+    weight_matmul(st->bm->pool, st->kb, src, &l->wk, l->bk, n, H, KD);
+    weight_matmul(st->bm->pool, st->vb, src, &l->wv, l->bv, n, H, KD);
     if (l->k_norm) cpu_rmsnorm(st->kb, st->kb, l->k_norm, n * nkv, D, c->rms_eps, 0);
     cpu_rope(st->kb, n, nkv, D, pos0, st->bm->inv_freq, 0);
     for (int h = 0; h < nkv; h++) {
@@ -214,8 +244,7 @@ int block_ctx_append(struct block_state *st, const float *fused, int n, float *c
     if (st->len + n > st->cap) return ERR_FULL;
     for (int done = 0; done < n; done += st->max_rows) {
         int m = n - done < st->max_rows ? n - done : st->max_rows;
-        cpu_matmul(st->bm->pool, st->ctx, fused + (size_t)done * T, st->bm->fc.data,
-                   st->bm->fc.dtype, NULL, m, T, H);
+        weight_matmul(st->bm->pool, st->ctx, fused + (size_t)done * T, &st->bm->fc, NULL, m, T, H);
         cpu_rmsnorm(st->ctx, st->ctx, st->bm->hidden_norm, m, H, c->rms_eps, 0);
         if (ctx_rows) memcpy(ctx_rows + (size_t)done * H, st->ctx, sizeof(float) * m * H);
         for (int li = 0; li < c->n_layers; li++) project_kv(st, li, st->ctx, m, st->len);
@@ -246,7 +275,7 @@ int block_forward(struct block_state *st, const int32_t *ids, int B, float *hidd
     for (int li = 0; li < c->n_layers; li++) {
         const struct layer *l = &bm->layers[li];
         cpu_rmsnorm(st->xn, st->x, l->attn_norm, B, H, c->rms_eps, 0);
-        cpu_matmul(bm->pool, st->q, st->xn, l->wq.data, l->wq.dtype, l->bq, B, H, QD);
+        weight_matmul(bm->pool, st->q, st->xn, &l->wq, l->bq, B, H, QD);
         if (l->q_norm) cpu_rmsnorm(st->q, st->q, l->q_norm, B * c->n_heads, D, c->rms_eps, 0);
         cpu_rope(st->q, B, c->n_heads, D, st->len, bm->inv_freq, 0);
         project_kv(st, li, st->xn, B, st->len); /* block K/V after the context; not kept */
@@ -267,7 +296,7 @@ int block_forward(struct block_state *st, const int32_t *ids, int B, float *hidd
             .noncausal = 1,
         };
         cpu_attention(bm->pool, &a);
-        cpu_matmul(bm->pool, st->xn, st->att, l->wo.data, l->wo.dtype, NULL, B, QD, H);
+        weight_matmul(bm->pool, st->xn, st->att, &l->wo, NULL, B, QD, H);
         for (size_t i = 0; i < (size_t)B * H; i++) st->x[i] += st->xn[i];
         layer_mlp(bm->pool, l, c, st->x, st->xn, st->g, st->u, B, 0);
         if (layer_out) memcpy(layer_out + (size_t)li * B * H, st->x, sizeof(float) * B * H);
@@ -282,8 +311,8 @@ void block_logits(struct block_state *st, const float *hidden, int n, float *log
         model_lm_head(bm->target, hidden, n, logits);
         return;
     }
-    cpu_matmul(bm->pool, logits, hidden, bm->head.data, bm->head.dtype, NULL, n,
-               bm->cfg.hidden_size, bm->cfg.vocab_size);
+    weight_matmul(bm->pool, logits, hidden, &bm->head, NULL, n, bm->cfg.hidden_size,
+                  bm->cfg.vocab_size);
 }
 
 static const float *w1_row(struct block_state *st, int32_t prev) {
