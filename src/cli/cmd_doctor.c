@@ -42,12 +42,12 @@ struct finding {
 
 struct doctor {
     struct doctor_sys sys;
-    int gpu_rc, driver, runtime;   /* gpu_runtime_info(); driver also from /proc (no CUDA) */
+    int gpu_rc, driver, runtime; /* gpu_runtime_info(); driver also from /proc (no CUDA) */
     size_t gpu_mem;
-    char nvidia_proc[128];         /* first line of /proc/driver/nvidia/version, or "" */
+    char nvidia_proc[128]; /* first line of /proc/driver/nvidia/version, or "" */
     char pcre2[32];
     char calib_path[4096];
-    int calib_state;               /* 0 absent, 1 valid, -1 damaged, -2 no path */
+    int calib_state; /* 0 absent, 1 valid, -1 damaged, -2 no path */
     int calib_entries;
     struct registry reg;
     int n_servable;
@@ -76,7 +76,8 @@ static void probe_calibration(struct doctor *d) {
     size_t len;
     cJSON *j = NULL;
     d->calib_state = -1;
-    if (!fs_read_file(d->calib_path, &text, &len, (size_t)16 << 20)) j = json_parse(text, len, NULL);
+    if (!fs_read_file(d->calib_path, &text, &len, (size_t)16 << 20))
+        j = json_parse(text, len, NULL);
     const cJSON *schema = cJSON_GetObjectItem(j, "schema"), *e = cJSON_GetObjectItem(j, "entries");
     if (cJSON_IsNumber(schema) && schema->valuedouble == TUNE_CACHE_SCHEMA && cJSON_IsObject(e)) {
         d->calib_state = 1;
@@ -141,7 +142,8 @@ static void judge(struct doctor *d) {
             add(d, 1, what, "free memory, or use a smaller model");
         } else if (!m->servable) {
             snprintf(what, sizeof what, "%.100s cannot be loaded: %.120s", m->dir, m->note);
-            add(d, 0, what, "dspark loads Qwen3, Qwen2, Llama and Mistral safetensors in F32/F16/BF16");
+            add(d, 0, what,
+                "dspark loads Qwen3, Qwen2, Llama and Mistral safetensors in F32/F16/BF16");
         }
     }
     if (!d->reg.n)
@@ -169,10 +171,12 @@ static void cuda_version(int v, char *buf, size_t cap) {
 
 static void print_text(const struct doctor *d, int measured) {
     const struct doctor_sys *s = &d->sys;
-    printf("cpu          %s: %d cores, %d threads online, %d usable by dspark\n", s->cpu_model,
-           s->n_cores, s->n_online, s->n_affinity);
+    printf("cpu          %s: ", s->cpu_model);
+    if (s->n_cores) printf("%d cores, ", s->n_cores);
+    printf("%d threads online, %d usable by dspark\n", s->n_online, s->n_affinity);
     printf("features    ");
-    for (int i = 0; i < FEAT_COUNT; i++) printf(" %s%s", s->has[i] ? "" : "-", cpu_feature_names[i]);
+    for (int i = 0; i < FEAT_COUNT; i++)
+        printf(" %s%s", s->has[i] ? "" : "-", cpu_feature_names[i]);
     printf("   (-: missing)\n");
     printf("build        %s CPU kernels%s, %s, %s\n", s->kernels,
            s->amx ? " + AMX-BF16 matmul" : "", s->compiler,
@@ -259,16 +263,18 @@ static int print_json(const struct doctor *d, int measured) {
     cJSON_AddStringToObject(x, "libmicrohttpd", MHD_get_version());
     x = cJSON_AddObjectToObject(o, "calibration");
     cJSON_AddStringToObject(x, "path", d->calib_path);
-    cJSON_AddStringToObject(x, "state", d->calib_state == 1    ? "valid"
-                                        : d->calib_state == -1 ? "damaged"
-                                        : d->calib_state == 0  ? "absent"
-                                                               : "no path");
+    cJSON_AddStringToObject(x, "state",
+                            d->calib_state == 1    ? "valid"
+                            : d->calib_state == -1 ? "damaged"
+                            : d->calib_state == 0  ? "absent"
+                                                   : "no path");
     if (d->calib_state == 1) cJSON_AddNumberToObject(x, "entries", d->calib_entries);
     x = cJSON_AddObjectToObject(o, "models");
     cJSON_AddNumberToObject(x, "found", d->reg.n);
     cJSON_AddNumberToObject(x, "loadable", d->n_servable);
     cJSON *sp = cJSON_AddArrayToObject(x, "search_path");
-    for (int i = 0; i < d->reg.n_roots; i++) cJSON_AddItemToArray(sp, cJSON_CreateString(d->reg.roots[i]));
+    for (int i = 0; i < d->reg.n_roots; i++)
+        cJSON_AddItemToArray(sp, cJSON_CreateString(d->reg.roots[i]));
     x = cJSON_AddObjectToObject(o, "verdict");
     cJSON_AddBoolToObject(x, "ready", !d->n_problems);
     cJSON *fs = cJSON_AddArrayToObject(x, "findings");

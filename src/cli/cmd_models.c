@@ -66,8 +66,8 @@ static void print_model(const struct registry *r, int i, int w) {
         struct reg_choice c;
         if (any) printf("\n");
         if (!registry_choose(r, i, -1, 1, &c))
-            printf("    --mode auto: %s%s%s\n", registry_mode_name(c.mode), c.drafter >= 0 ? " " : "",
-                   c.drafter >= 0 ? r->m[c.drafter].dir : "");
+            printf("    --mode auto: %s%s%s\n", registry_mode_name(c.mode),
+                   c.drafter >= 0 ? " " : "", c.drafter >= 0 ? r->m[c.drafter].dir : "");
     }
     /* what this folder drafts for */
     int n_for = 0;
@@ -129,7 +129,8 @@ static cJSON *model_json(const struct registry *r, int i) {
         for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
             cJSON *a = cJSON_AddArrayToObject(d, registry_mode_name(modes[k]));
             int n = registry_drafters(r, i, modes[k], idx, MAX_LISTED);
-            for (int j = 0; j < n; j++) cJSON_AddItemToArray(a, cJSON_CreateString(r->m[idx[j]].dir));
+            for (int j = 0; j < n; j++)
+                cJSON_AddItemToArray(a, cJSON_CreateString(r->m[idx[j]].dir));
         }
         struct reg_choice c;
         if (!registry_choose(r, i, -1, 1, &c)) {
@@ -148,7 +149,8 @@ static cJSON *model_json(const struct registry *r, int i) {
 static int print_json(const struct registry *r) {
     cJSON *o = cJSON_CreateObject();
     cJSON *roots = cJSON_AddArrayToObject(o, "search_path");
-    for (int i = 0; i < r->n_roots; i++) cJSON_AddItemToArray(roots, cJSON_CreateString(r->roots[i]));
+    for (int i = 0; i < r->n_roots; i++)
+        cJSON_AddItemToArray(roots, cJSON_CreateString(r->roots[i]));
     cJSON *ms = cJSON_AddArrayToObject(o, "models");
     for (int i = 0; i < r->n; i++) cJSON_AddItemToArray(ms, model_json(r, i));
     char *text = cJSON_PrintUnformatted(o);
@@ -178,8 +180,10 @@ int cmd_models(int argc, char **argv) {
     }
     struct registry r = {0};
     int rc = registry_scan_default(&r, models_dir);
-    if (!rc) rc = json ? print_json(&r) : (print_text(&r), 0);
-    else rc = 2;
+    if (!rc)
+        rc = json ? print_json(&r) : (print_text(&r), 0);
+    else
+        rc = 2;
     registry_free(&r);
     return rc;
 }

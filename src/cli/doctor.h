@@ -25,9 +25,9 @@ extern const char *const cpu_feature_names[FEAT_COUNT];
 struct doctor_sys {
     char cpu_model[128];
     int has[FEAT_COUNT];
-    int n_online;   /* online CPUs: the default thread count */
-    int n_cores;    /* physical cores (0: unknown) */
-    int n_affinity; /* CPUs this process may run on */
+    int n_online;                 /* online CPUs: the default thread count */
+    int n_cores;                  /* physical cores (0: unknown) */
+    int n_affinity;               /* CPUs this process may run on */
     int64_t mem_total, mem_avail; /* bytes (0: unknown) */
     char thp[16];                 /* transparent hugepages: always, madvise, never ("": none) */
     double bw_1, bw_n;            /* read bandwidth in bytes/s: 1 thread, n_online threads */

@@ -60,9 +60,9 @@ static int is_drafter_marker(const char *t) {
 
 /* Quantization and file-format suffixes: the same weights in another encoding. */
 static int is_quant_marker(const char *t) {
-    static const char *words[] = {"mlx",  "gguf", "awq",  "gptq", "exl2", "bnb",  "fp8",
-                                  "fp16", "bf16", "f16",  "f32",  "fp32", "int4", "int8",
-                                  "nf4",  "hqq",  "quant", "quantized"};
+    static const char *words[] = {"mlx",  "gguf", "awq",  "gptq", "exl2",  "bnb",
+                                  "fp8",  "fp16", "bf16", "f16",  "f32",   "fp32",
+                                  "int4", "int8", "nf4",  "hqq",  "quant", "quantized"};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (!strcmp(t, words[i])) return 1;
     size_t n = strlen(t);

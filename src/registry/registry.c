@@ -42,7 +42,8 @@ static double num(const cJSON *o, const char *key) {
 static int64_t estimate_params(const cJSON *c, enum reg_kind kind) {
     int64_t H = (int64_t)num(c, "hidden_size"), I = (int64_t)num(c, "intermediate_size");
     int64_t L = (int64_t)num(c, "num_hidden_layers"), V = (int64_t)num(c, "vocab_size");
-    int64_t nh = (int64_t)num(c, "num_attention_heads"), nkv = (int64_t)num(c, "num_key_value_heads");
+    int64_t nh = (int64_t)num(c, "num_attention_heads"),
+            nkv = (int64_t)num(c, "num_key_value_heads");
     int64_t D = (int64_t)num(c, "head_dim");
     if (nkv <= 0) nkv = nh;
     if (D <= 0 && nh > 0) D = H / nh;
@@ -89,7 +90,9 @@ static int read_config(struct reg_model *m) {
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     const cJSON *a0 = cJSON_GetArrayItem(archs, 0), *mt = cJSON_GetObjectItem(root, "model_type");
     snprintf(m->arch, sizeof m->arch, "%s",
-             cJSON_IsString(a0) ? a0->valuestring : cJSON_IsString(mt) ? mt->valuestring : "?");
+             cJSON_IsString(a0)   ? a0->valuestring
+             : cJSON_IsString(mt) ? mt->valuestring
+                                  : "?");
     m->kind = !strcmp(m->arch, "Qwen3DSparkModel")   ? REG_DSPARK
               : !strcmp(m->arch, "DFlashDraftModel") ? REG_DFLASH
                                                      : REG_CAUSAL_LM;
@@ -105,7 +108,8 @@ static int read_config(struct reg_model *m) {
     if (!cJSON_IsString(dt)) dt = cJSON_GetObjectItemCaseSensitive(root, "dtype");
     static const char *dtypes[][2] = {{"bfloat16", "bf16"}, {"float16", "f16"}, {"float32", "f32"}};
     for (size_t i = 0; cJSON_IsString(dt) && i < sizeof dtypes / sizeof dtypes[0]; i++)
-        if (!strcmp(dt->valuestring, dtypes[i][0])) snprintf(m->dtype, sizeof m->dtype, "%s", dtypes[i][1]);
+        if (!strcmp(dt->valuestring, dtypes[i][0]))
+            snprintf(m->dtype, sizeof m->dtype, "%s", dtypes[i][1]);
     char q[24];
     quant_label(root, q, sizeof q);
     if (*q) {
@@ -117,7 +121,8 @@ static int read_config(struct reg_model *m) {
     if (rc == ERR_UNSUPPORTED && !*m->note)
         snprintf(m->note, sizeof m->note, "architecture %.60s is not supported", m->arch);
     else if (rc && !*m->note)
-        snprintf(m->note, sizeof m->note, "config.json is invalid (`dspark generate --model` says why)");
+        snprintf(m->note, sizeof m->note,
+                 "config.json is invalid (`dspark generate --model` says why)");
     cJSON_Delete(root);
     free(text);
     return OK;
@@ -151,7 +156,8 @@ static void st_header_count(const char *path, int64_t *n_float, int64_t *n_other
             int64_t numel = 1;
             const cJSON *dim;
             cJSON_ArrayForEach(dim, cJSON_GetObjectItemCaseSensitive(t, "shape")) {
-                numel *= cJSON_IsNumber(dim) && dim->valuedouble >= 0 ? (int64_t)dim->valuedouble : 0;
+                numel *=
+                    cJSON_IsNumber(dim) && dim->valuedouble >= 0 ? (int64_t)dim->valuedouble : 0;
             }
             *n_float += numel;
         }
@@ -300,7 +306,8 @@ static int scan_dir(struct registry *r, const char *dir, const char *prefix, int
         const char *e = list[i]->d_name;
         char path[PATH_MAX], name[256];
         if (rc || e[0] == '.' || fs_join(path, sizeof path, dir, e) || !is_dir(path) ||
-            snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "/" : "", e) >= (int)sizeof name)
+            snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "/" : "", e) >=
+                (int)sizeof name)
             continue;
         if (has_config(path)) {
             int a = registry_add(r, path, name, NULL);

@@ -23,16 +23,16 @@ enum reg_kind {
 enum reg_mode { REG_MODE_LOOKUP, REG_MODE_DRAFT, REG_MODE_DFLASH, REG_MODE_DSPARK };
 
 struct reg_model {
-    char *dir;         /* folder as found (heap) */
-    char *real;        /* its realpath, to spot one folder reached twice (heap) */
-    char name[256];    /* relative to its root, e.g. "Qwen/Qwen3-4B" */
-    char arch[64];     /* architectures[0], else model_type */
+    char *dir;      /* folder as found (heap) */
+    char *real;     /* its realpath, to spot one folder reached twice (heap) */
+    char name[256]; /* relative to its root, e.g. "Qwen/Qwen3-4B" */
+    char arch[64];  /* architectures[0], else model_type */
     enum reg_kind kind;
-    int servable;      /* dspark can load it (architecture, dtype, weights present) */
-    char note[160];    /* when not servable: why */
-    char dtype[24];    /* "bf16", "f16", "f32", "4-bit", "fp8", ... */
-    int64_t n_params;  /* counted in the weights, or estimated from config.json (0: unknown) */
-    int64_t n_bytes;   /* *.safetensors bytes on disk */
+    int servable;     /* dspark can load it (architecture, dtype, weights present) */
+    char note[160];   /* when not servable: why */
+    char dtype[24];   /* "bf16", "f16", "f32", "4-bit", "fp8", ... */
+    int64_t n_params; /* counted in the weights, or estimated from config.json (0: unknown) */
+    int64_t n_bytes;  /* *.safetensors bytes on disk */
     int vocab_size, hidden_size, n_layers;
     int n_target_layers; /* block drafters: layers of the target they read */
     uint64_t tok_hash;   /* hash of tokenizer.json; 0: none */

@@ -46,9 +46,9 @@ static void write_file(const char *dir, const char *name, const void *data, size
  * the header is read when folders are listed; the data is 8 bytes). */
 static void write_weights(const char *dir, const char *dtype, int64_t numel) {
     char h[160], buf[256];
-    int n = snprintf(h, sizeof h,
-                     "{\"w\":{\"dtype\":\"%s\",\"shape\":[%lld],\"data_offsets\":[0,8]}}",
-                     dtype, (long long)numel);
+    int n =
+        snprintf(h, sizeof h, "{\"w\":{\"dtype\":\"%s\",\"shape\":[%lld],\"data_offsets\":[0,8]}}",
+                 dtype, (long long)numel);
     for (int i = 0; i < 8; i++) buf[i] = (char)((uint64_t)n >> (8 * i));
     memcpy(buf + 8, h, (size_t)n);
     memset(buf + 8 + n, 0, 8);
@@ -56,8 +56,8 @@ static void write_weights(const char *dir, const char *dtype, int64_t numel) {
 }
 
 struct fake {
-    const char *name;  /* path under the test root */
-    const char *arch;  /* "Qwen3ForCausalLM", "Qwen3DSparkModel", "DFlashDraftModel", ... */
+    const char *name; /* path under the test root */
+    const char *arch; /* "Qwen3ForCausalLM", "Qwen3DSparkModel", "DFlashDraftModel", ... */
     int hidden, layers, inter, vocab;
     int target_layers; /* block drafters */
     const char *tok;   /* tokenizer.json contents, or NULL */
@@ -73,13 +73,15 @@ static const char *make(const char *root, const struct fake *f) {
     mkdirs(dir);
     char cfg[2048];
     int heads = f->hidden / 64 > 0 ? f->hidden / 64 : 1;
-    int block = strcmp(f->arch, "Qwen3DSparkModel") == 0 || strcmp(f->arch, "DFlashDraftModel") == 0;
-    int n = snprintf(cfg, sizeof cfg,
-                     "{\"architectures\": [\"%s\"], \"model_type\": \"qwen3\", \"hidden_size\": %d, "
-                     "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"vocab_size\": %d, "
-                     "\"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6, "
-                     "\"rope_theta\": 1000000, \"torch_dtype\": \"bfloat16\"",
-                     f->arch, f->hidden, f->inter, f->layers, f->vocab);
+    int block =
+        strcmp(f->arch, "Qwen3DSparkModel") == 0 || strcmp(f->arch, "DFlashDraftModel") == 0;
+    int n =
+        snprintf(cfg, sizeof cfg,
+                 "{\"architectures\": [\"%s\"], \"model_type\": \"qwen3\", \"hidden_size\": %d, "
+                 "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"vocab_size\": %d, "
+                 "\"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6, "
+                 "\"rope_theta\": 1000000, \"torch_dtype\": \"bfloat16\"",
+                 f->arch, f->hidden, f->inter, f->layers, f->vocab);
     if (!f->extra || !strstr(f->extra, "num_attention_heads"))
         n += snprintf(cfg + n, sizeof cfg - (size_t)n,
                       ", \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
@@ -184,7 +186,8 @@ TEST(stems_ignore_org_quantization_and_drafter_markers) {
 
 /* The shipped family: pycoder with its DSpark, DFlash and draft-model folders. */
 TEST(default_family_in_models) {
-    if (!fs_exists("models/pycoder")) SKIP("models/pycoder is absent (run from the repository root)");
+    if (!fs_exists("models/pycoder"))
+        SKIP("models/pycoder is absent (run from the repository root)");
     struct registry r = {0};
     REQUIRE(registry_scan(&r, "models") == OK);
     CHECK(!strcmp(drafters(&r, "pycoder", REG_MODE_DSPARK), "pycoder-dspark"));
@@ -226,10 +229,10 @@ TEST(published_names) {
          ", \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"head_dim\": 128, "
          "\"tie_word_embeddings\": false, \"quantization\": {\"group_size\": 64, \"bits\": 4}",
          "U32"},
-        {"deepseek-ai/dspark_qwen3_4b_block7", "Qwen3DSparkModel", 2560, 1, 9728, 151936, 36,
-         NULL, NULL, "BF16"},
-        {"deepseek-ai/dspark_qwen3_8b_block7", "Qwen3DSparkModel", 4096, 1, 12288, 151936, 36,
-         NULL, NULL, "BF16"},
+        {"deepseek-ai/dspark_qwen3_4b_block7", "Qwen3DSparkModel", 2560, 1, 9728, 151936, 36, NULL,
+         NULL, "BF16"},
+        {"deepseek-ai/dspark_qwen3_8b_block7", "Qwen3DSparkModel", 4096, 1, 12288, 151936, 36, NULL,
+         NULL, "BF16"},
         {"z-lab/Qwen3-4B-DFlash-b16", "DFlashDraftModel", 2560, 1, 9728, 151936, 36, NULL, NULL,
          "BF16"},
         {"meta-llama/Llama-3.2-1B", "LlamaForCausalLM", 2048, 16, 8192, 128256, 0, LLAMA_TOK, NULL,
@@ -298,18 +301,26 @@ TEST(shapes_must_fit) {
 
 /* dspark > dflash > draft > lookup; a given drafter wins; unloadable drafters are skipped. */
 TEST(auto_choice_table) {
-    const struct fake target = {"m", "Qwen3ForCausalLM", 512, 8, 2048, 1000, 0, QWEN_TOK, NULL, "BF16"};
-    const struct fake ds = {"m-dspark", "Qwen3DSparkModel", 512, 1, 2048, 1000, 8, NULL, NULL, "BF16"};
-    const struct fake df = {"m-dflash", "DFlashDraftModel", 512, 1, 2048, 1000, 8, NULL, NULL, "BF16"};
-    const struct fake dm = {"m-draft", "Qwen3ForCausalLM", 128, 2, 512, 1000, 0, QWEN_TOK, NULL, "BF16"};
+    const struct fake target = {"m", "Qwen3ForCausalLM", 512,  8,     2048, 1000,
+                                0,   QWEN_TOK,           NULL, "BF16"};
+    const struct fake ds = {"m-dspark", "Qwen3DSparkModel", 512, 1, 2048, 1000, 8, NULL, NULL,
+                            "BF16"};
+    const struct fake df = {"m-dflash", "DFlashDraftModel", 512, 1, 2048, 1000, 8, NULL, NULL,
+                            "BF16"};
+    const struct fake dm = {"m-draft", "Qwen3ForCausalLM", 128,  2,     512, 1000,
+                            0,         QWEN_TOK,           NULL, "BF16"};
     const struct {
         int dspark, dflash, draft;
         const char *given, *want;
     } table[] = {
-        {1, 1, 1, NULL, "dspark m-dspark"}, {0, 1, 1, NULL, "dflash m-dflash"},
-        {0, 0, 1, NULL, "draft m-draft"},   {0, 0, 0, NULL, "lookup"},
-        {1, 0, 0, NULL, "dspark m-dspark"}, {1, 1, 1, "m-dflash", "dflash m-dflash"},
-        {1, 1, 1, "m-draft", "draft m-draft"}, {0, 0, 1, "m-draft", "draft m-draft"},
+        {1, 1, 1, NULL, "dspark m-dspark"},
+        {0, 1, 1, NULL, "dflash m-dflash"},
+        {0, 0, 1, NULL, "draft m-draft"},
+        {0, 0, 0, NULL, "lookup"},
+        {1, 0, 0, NULL, "dspark m-dspark"},
+        {1, 1, 1, "m-dflash", "dflash m-dflash"},
+        {1, 1, 1, "m-draft", "draft m-draft"},
+        {0, 0, 1, "m-draft", "draft m-draft"},
         {1, 1, 1, "m", "error"},
     };
     for (size_t k = 0; k < sizeof table / sizeof table[0]; k++) {
@@ -327,8 +338,8 @@ TEST(auto_choice_table) {
         CHECK(!strcmp(got, table[k].want));
         /* without block drafters (the GPU backend): the draft model, else lookup */
         if (!table[k].given)
-            CHECK(!strcmp(choose_on(&r, "m", NULL, 0),
-                          table[k].draft ? "draft m-draft" : "lookup"));
+            CHECK(
+                !strcmp(choose_on(&r, "m", NULL, 0), table[k].draft ? "draft m-draft" : "lookup"));
         registry_free(&r);
     }
 }
@@ -349,11 +360,9 @@ TEST(auto_given_and_preferences) {
     struct registry r = {0};
     REQUIRE(registry_scan(&r, root) == OK);
     /* the folder named after the target comes first */
-    CHECK(!strcmp(drafters(&r, "Qwen3-4B", REG_MODE_DSPARK),
-                  "Qwen3-4B-dspark,DSpark-Qwen3-4B"));
+    CHECK(!strcmp(drafters(&r, "Qwen3-4B", REG_MODE_DSPARK), "Qwen3-4B-dspark,DSpark-Qwen3-4B"));
     CHECK(!strcmp(choose(&r, "Qwen3-4B", NULL), "dspark Qwen3-4B-dspark"));
-    CHECK(!strcmp(choose(&r, "Qwen3-4B", "DSpark-Qwen3-4B"),
-                  "dspark DSpark-Qwen3-4B"));
+    CHECK(!strcmp(choose(&r, "Qwen3-4B", "DSpark-Qwen3-4B"), "dspark DSpark-Qwen3-4B"));
     /* draft models: the smallest first */
     CHECK(!strcmp(drafters(&r, "Qwen3-4B", REG_MODE_DRAFT), "Qwen3-tiny,Qwen3-small"));
     int dflash = index_of(&r, "Qwen3-4B-DFlash-b16");
@@ -387,12 +396,20 @@ TEST(auto_given_and_preferences) {
 /* Hugging Face hub cache folders, $DSPARK_MODELS, a missing --models-dir, duplicates. */
 TEST(search_path) {
     const char *root = fresh("hub");
-    const struct fake snap = {"models--Qwen--Qwen3-4B/snapshots/abc123", "Qwen3ForCausalLM",
-                              512, 8, 2048, 1000, 0, QWEN_TOK, NULL, "BF16"};
+    const struct fake snap = {"models--Qwen--Qwen3-4B/snapshots/abc123",
+                              "Qwen3ForCausalLM",
+                              512,
+                              8,
+                              2048,
+                              1000,
+                              0,
+                              QWEN_TOK,
+                              NULL,
+                              "BF16"};
     make(root, &snap);
     const char *other = fresh("env");
-    const struct fake d = {"Qwen3-4B-dspark", "Qwen3DSparkModel", 512, 1, 2048, 1000, 8, NULL,
-                           NULL, "BF16"};
+    const struct fake d = {
+        "Qwen3-4B-dspark", "Qwen3DSparkModel", 512, 1, 2048, 1000, 8, NULL, NULL, "BF16"};
     make(other, &d);
     char env[1200];
     snprintf(env, sizeof env, "%s/nowhere:%s:%s", tmp_root, other, root);
@@ -402,7 +419,8 @@ TEST(search_path) {
     CHECK(index_of(&r, "Qwen/Qwen3-4B") >= 0);
     CHECK(!strcmp(choose(&r, "Qwen/Qwen3-4B", NULL), "dspark Qwen3-4B-dspark"));
     int found = 0; /* root is both --models-dir and in $DSPARK_MODELS: listed once */
-    for (int i = 0; i < r.n; i++) found += strstr(r.m[i].name, "Qwen3-4B") && r.m[i].kind == REG_CAUSAL_LM;
+    for (int i = 0; i < r.n; i++)
+        found += strstr(r.m[i].name, "Qwen3-4B") && r.m[i].kind == REG_CAUSAL_LM;
     CHECK(found == 1);
     CHECK(r.n_roots >= 4 && !strcmp(r.roots[0], root));
     registry_free(&r);
