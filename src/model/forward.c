@@ -55,9 +55,11 @@ static void attention_block(struct model *m, const struct seg *sg, int n_seg, in
     int QD = c->n_heads * D, KD = c->n_kv_heads * D;
     int bf = m->act_bf16;
     cpu_rmsnorm(m->xn, m->x, l->attn_norm, T, H, c->rms_eps, bf);
-    weight_matmul(m->pool, m->q, m->xn, &l->wq, l->bq, T, H, QD);
-    weight_matmul(m->pool, m->k, m->xn, &l->wk, l->bk, T, H, KD);
-    weight_matmul(m->pool, m->v, m->xn, &l->wv, l->bv, T, H, KD);
+    const struct weight *ws[3] = {&l->wq, &l->wk, &l->wv};
+    float *ys[3] = {m->q, m->k, m->v};
+    const float *bs[3] = {l->bq, l->bk, l->bv};
+    const int rows[3] = {QD, KD, KD};
+    weights_matmul(m->pool, m->xn, T, H, 3, ws, ys, bs, rows);
     round_if(m, m->q, (size_t)T * QD);
     round_if(m, m->k, (size_t)T * KD);
     round_if(m, m->v, (size_t)T * KD);

@@ -55,6 +55,23 @@ void weight_matmul(struct pool *pool, float *y, const float *x, const struct wei
         cpu_matmul(pool, y, x, w->data, w->dtype, bias, n, cols, rows);
 }
 
+void weights_matmul(struct pool *pool, const float *x, int n, int cols, int count,
+                    const struct weight *const *ws, float *const *ys, const float *const *biases,
+                    const int *rows) {
+    struct cpu_amx_out outs[8];
+    int tiled = count <= 8;
+    for (int i = 0; i < count && tiled; i++) {
+        tiled = ws[i]->tiles != NULL;
+        outs[i] = (struct cpu_amx_out){ys[i], ws[i]->tiles, biases[i], rows[i]};
+    }
+    if (tiled) {
+        cpu_matmul_amx_multi(pool, x, n, cols, outs, count);
+        return;
+    }
+    for (int i = 0; i < count; i++)
+        weight_matmul(pool, ys[i], x, ws[i], biases[i], n, cols, rows[i]);
+}
+
 /* A small vector copied to float; optional ones return OK with *out = NULL when absent. */
 int weight_vec(const struct weights_src *src, float **out, const char *name, int64_t n,
                int optional) {
@@ -153,8 +170,11 @@ void layer_mlp(struct pool *pool, const struct layer *l, const struct hf_config 
                float *xn, float *g, float *u, int T, int bf16) {
     int H = c->hidden_size, I = c->intermediate_size;
     cpu_rmsnorm(xn, x, l->ffn_norm, T, H, c->rms_eps, bf16);
-    weight_matmul(pool, g, xn, &l->wg, NULL, T, H, I);
-    weight_matmul(pool, u, xn, &l->wu, NULL, T, H, I);
+    const struct weight *ws[2] = {&l->wg, &l->wu};
+    float *ys[2] = {g, u};
+    const float *bs[2] = {NULL, NULL};
+    const int rows[2] = {I, I};
+    weights_matmul(pool, xn, T, H, 2, ws, ys, bs, rows);
     if (bf16) cpu_round_bf16(g, (size_t)T * I), cpu_round_bf16(u, (size_t)T * I);
     cpu_silu_mul(g, u, (size_t)T * I, bf16);
     weight_matmul(pool, xn, g, &l->wd, NULL, T, I, H);

@@ -42,6 +42,11 @@ int weight_bind(const struct weights_src *src, struct weight *w, const char *nam
  * them), so a row's result never depends on which call computed it. */
 void weight_matmul(struct pool *pool, float *y, const float *x, const struct weight *w,
                    const float *bias, int n, int cols, int rows);
+/* ys[i][n, rows[i]] = x[n, cols] · W_i^T (+ biases[i]) for count weights sharing x: one pass
+ * of the threads when all have AMX tiles; each result equals weight_matmul's. */
+void weights_matmul(struct pool *pool, const float *x, int n, int cols, int count,
+                    const struct weight *const *ws, float *const *ys, const float *const *biases,
+                    const int *rows);
 /* A matmul weight and its shape, for weights_place. */
 struct weight_ref {
     struct weight *w;

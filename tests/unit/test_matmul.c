@@ -234,6 +234,24 @@ TEST(amx) {
                 }
                 CHECK(same);
             }
+            /* three weights over one x in one call: each output as computed alone */
+            if (mi == 1) {
+                struct cpu_amx_out outs[3] = {{y, tiles, bias, m},
+                                              {y + (size_t)nmax * m, tiles, NULL, m},
+                                              {y + (size_t)2 * nmax * m, tiles, bias, m}};
+                float *y3 = realloc(y, sizeof(float) * 3 * nmax * m);
+                REQUIRE(y3);
+                y = y3;
+                for (int i = 0; i < 3; i++) outs[i].y = y + (size_t)i * nmax * m;
+                cpu_matmul_amx_multi(p2, x, 7, k, outs, 3);
+                int same = 1;
+                for (int i = 0; i < 3; i++)
+                    for (int r = 0; r < 7; r++) {
+                        cpu_matmul_amx(NULL, row, x + (size_t)r * k, tiles, outs[i].bias, 1, k, m);
+                        same &= memcmp(row, outs[i].y + (size_t)r * m, sizeof(float) * m) == 0;
+                    }
+                CHECK(same);
+            }
             free(x), free(y), free(bias), free(row), free(tiles);
             wmat_free(&w);
         }

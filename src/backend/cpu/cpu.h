@@ -28,6 +28,16 @@ void cpu_amx_pack(void *dst, const void *w, int64_t rows, int64_t cols);
 /* y[n, m] = x[n, k] · W^T (+ bias) from W packed by cpu_amx_pack. */
 void cpu_matmul_amx(struct pool *pool, float *y, const float *x, const void *tiles,
                     const float *bias, int n, int k, int m);
+/* Several weights over the same x[n, k] in one pass of the threads (e.g. q, k and v): each
+ * output's rows are exactly what cpu_matmul_amx gives for it alone. */
+struct cpu_amx_out {
+    float *y;          /* [n, m] */
+    const void *tiles; /* [m, k] packed */
+    const float *bias; /* [m] or NULL */
+    int m;
+};
+void cpu_matmul_amx_multi(struct pool *pool, const float *x, int n, int k,
+                          const struct cpu_amx_out *outs, int n_outs);
 
 /* ---- norm.c, rope.c, attention.c ----
  * The `bf16` flag of these kernels rounds intermediate values to bfloat16 exactly where

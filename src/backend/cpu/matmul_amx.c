@@ -144,24 +144,23 @@ split_rows(uint16_t *parts, const float *x, int r0, int r1, int k, int kp, size_
 }
 
 struct amx_job {
-    float *y;
+    const struct cpu_amx_out *outs; /* the weights sharing x, each with its output */
+    int n_outs;
     const uint16_t *parts; /* [3][n][kp] */
-    const uint16_t *tiles;
-    const float *bias;
-    int n, k, m, kp;
+    int n, k, kp;
     size_t part_stride; /* n * kp */
 };
 
 /* Writes rows [r0, r0 + nr) x outputs [c0, c0 + 16) from a tile stored in buf (+ bias). */
-__attribute__((target("avx512f"))) static void put(const struct amx_job *j, const float *buf,
+__attribute__((target("avx512f"))) static void put(const struct cpu_amx_out *o, const float *buf,
                                                    int r0, int nr, int c0) {
-    const int nc = j->m - c0 < TN ? j->m - c0 : TN;
+    const int nc = o->m - c0 < TN ? o->m - c0 : TN;
     const __mmask16 mk = (__mmask16)((1u << nc) - 1);
-    const __m512 b = j->bias ? _mm512_maskz_loadu_ps(mk, j->bias + c0) : _mm512_setzero_ps();
+    const __m512 b = o->bias ? _mm512_maskz_loadu_ps(mk, o->bias + c0) : _mm512_setzero_ps();
     for (int r = 0; r < nr; r++) {
         __m512 v = _mm512_load_ps(buf + r * TN);
-        if (j->bias) v = _mm512_add_ps(v, b);
-        _mm512_mask_storeu_ps(j->y + (size_t)(r0 + r) * j->m + c0, mk, v);
+        if (o->bias) v = _mm512_add_ps(v, b);
+        _mm512_mask_storeu_ps(o->y + (size_t)(r0 + r) * o->m + c0, mk, v);
     }
 }
 
@@ -219,10 +218,17 @@ AMX_BLOCKS(1)
 AMX_BLOCKS(2)
 AMX_BLOCKS(4)
 
-/* Threads take contiguous runs of whole groups of GB column blocks. */
+static int groups_of(const struct cpu_amx_out *o) {
+    return ((o->m + TN - 1) / TN + GB - 1) / GB;
+}
+
+/* The groups of GB column blocks of all outputs, in order, are one list; threads take
+ * contiguous runs of it. */
 __attribute__((target("amx-tile,amx-bf16"))) static void amx_worker(void *arg, int ith, int nth) {
     const struct amx_job *j = arg;
-    const int ncb = (j->m + TN - 1) / TN, nkb = j->kp / TK, ng = (ncb + GB - 1) / GB;
+    const int nkb = j->kp / TK;
+    int ng = 0;
+    for (int i = 0; i < j->n_outs; i++) ng += groups_of(&j->outs[i]);
     const int g0 = (int)((int64_t)ng * ith / nth), g1 = (int)((int64_t)ng * (ith + 1) / nth);
     const size_t xs = (size_t)j->kp * 2; /* bytes per x row */
     float buf[GB * TR * TN] __attribute__((aligned(64)));
@@ -230,9 +236,14 @@ __attribute__((target("amx-tile,amx-bf16"))) static void amx_worker(void *arg, i
         const int nr = j->n - r0 < TR ? j->n - r0 : TR;
         configure(nr);
         const uint16_t *hi = j->parts + (size_t)r0 * j->kp;
-        for (int g = g0; g < g1; g++) {
+        int oi = 0, base = 0; /* output of group g0, and the index of its first group */
+        while (base + groups_of(&j->outs[oi]) <= g0) base += groups_of(&j->outs[oi++]);
+        for (int gg = g0; gg < g1; gg++) {
+            if (gg - base >= groups_of(&j->outs[oi])) base += groups_of(&j->outs[oi++]);
+            const struct cpu_amx_out *o = &j->outs[oi];
+            const int g = gg - base, ncb = (o->m + TN - 1) / TN;
             const int nbg = ncb - g * GB < GB ? ncb - g * GB : GB;
-            const uint16_t *w = j->tiles + block_at(ncb, nkb, (int64_t)g * GB, 0);
+            const uint16_t *w = (const uint16_t *)o->tiles + block_at(ncb, nkb, (int64_t)g * GB, 0);
             for (int b = 0; b < nbg;) {
                 int nb = nbg - b >= 4 ? 4 : nbg - b >= 2 ? 2 : 1;
                 if (nb == 4)
@@ -242,7 +253,7 @@ __attribute__((target("amx-tile,amx-bf16"))) static void amx_worker(void *arg, i
                 else
                     blocks1(j, w, nbg, b, hi, xs, buf);
                 for (int i = 0; i < nb; i++)
-                    put(j, buf + i * TR * TN, r0, nr, (g * GB + b + i) * TN);
+                    put(o, buf + i * TR * TN, r0, nr, (g * GB + b + i) * TN);
                 b += nb;
             }
         }
@@ -271,9 +282,9 @@ static void scratch_key_init(void) {
     pthread_key_create(&scratch_key, free);
 }
 
-void cpu_matmul_amx(struct pool *pool, float *y, const float *x, const void *tiles,
-                    const float *bias, int n, int k, int m) {
-    if (n <= 0 || m <= 0) return;
+void cpu_matmul_amx_multi(struct pool *pool, const float *x, int n, int k,
+                          const struct cpu_amx_out *outs, int n_outs) {
+    if (n <= 0 || n_outs <= 0) return;
     const int kp = (k + TK - 1) / TK * TK;
     size_t need = (size_t)3 * n * kp;
     if (need > scratch_len) {
@@ -284,7 +295,8 @@ void cpu_matmul_amx(struct pool *pool, float *y, const float *x, const void *til
         pthread_setspecific(scratch_key, scratch);
     }
     if (!scratch) { /* no memory for the split x: the kernel has no error path */
-        for (size_t i = 0; i < (size_t)n * m; i++) y[i] = __builtin_nanf("");
+        for (int i = 0; i < n_outs; i++)
+            for (size_t e = 0; e < (size_t)n * outs[i].m; e++) outs[i].y[e] = __builtin_nanf("");
         return;
     }
     struct split_job s = {scratch, x, n, k, kp, (size_t)n * kp};
@@ -292,11 +304,18 @@ void cpu_matmul_amx(struct pool *pool, float *y, const float *x, const void *til
         pool_run(pool, split_worker, &s);
     else
         split_worker(&s, 0, 1);
-    struct amx_job j = {y, scratch, tiles, bias, n, k, m, kp, (size_t)n * kp};
+    struct amx_job j = {outs, n_outs, scratch, n, k, kp, (size_t)n * kp};
     if (pool)
         pool_run(pool, amx_worker, &j);
     else
         amx_worker(&j, 0, 1);
+}
+
+void cpu_matmul_amx(struct pool *pool, float *y, const float *x, const void *tiles,
+                    const float *bias, int n, int k, int m) {
+    if (m <= 0) return;
+    struct cpu_amx_out o = {y, tiles, bias, m};
+    cpu_matmul_amx_multi(pool, x, n, k, &o, 1);
 }
 
 #else /* no AMX in this build */
@@ -305,10 +324,17 @@ int cpu_amx_available(void) {
     return 0;
 }
 
+void cpu_matmul_amx_multi(struct pool *pool, const float *x, int n, int k,
+                          const struct cpu_amx_out *outs, int n_outs) {
+    (void)pool, (void)x, (void)k;
+    for (int i = 0; i < n_outs; i++)
+        for (size_t e = 0; e < (size_t)n * outs[i].m; e++) outs[i].y[e] = __builtin_nanf("");
+}
+
 void cpu_matmul_amx(struct pool *pool, float *y, const float *x, const void *tiles,
                     const float *bias, int n, int k, int m) {
-    (void)pool, (void)x, (void)tiles, (void)bias, (void)k;
-    for (size_t i = 0; i < (size_t)n * m; i++) y[i] = __builtin_nanf("");
+    struct cpu_amx_out o = {y, tiles, bias, m};
+    cpu_matmul_amx_multi(pool, x, n, k, &o, 1);
 }
 
 #endif
