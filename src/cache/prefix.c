@@ -1,8 +1,12 @@
 /* cache/prefix.c: see prefix.h. Entries live in an array in LRU order (most recent last);
- * lookups compare token prefixes, which is cheap next to the prefill they save. A hit copies
- * the prefix's rows into the new sequence's cache (a memcpy per layer and head), so the entry
- * itself is never written again; its storage is shrunk to the rows it holds when it comes in.
- * GPU caches cannot be copied on the host yet: there a hit hands the entry itself over. */
+ * lookups compare token prefixes, which is cheap next to the prefill they save.
+ * A hit that reuses a whole entry nobody holds lends the entry's own cache to the sequence (no
+ * copy: the usual follow-up turn). The entry stays listed: while lent, its rows [0, n) are
+ * still valid, because the sequence only writes after its prompt, so other sequences can copy
+ * them. Other hits copy the prefix's rows into a new cache. A lent cache comes back through
+ * prefix_cache_put(), which replaces the entry with the longer sequence. An entry's storage is
+ * shrunk to the rows it holds when it comes in. GPU caches cannot be copied on the host yet:
+ * they are only ever lent. */
 #include "cache/prefix.h"
 
 #include "base/err.h"
@@ -19,7 +23,8 @@
 struct entry {
     int32_t *tokens;
     int n;
-    struct kv_cache *kv;
+    struct kv_cache *kv; /* owned, or lent to a running sequence */
+    int lent;
 };
 
 struct prefix_cache {
@@ -57,14 +62,15 @@ int prefix_cache_new(struct model *m, const struct prefix_cache_opts *o,
 }
 
 static void unlink_entry(struct prefix_cache *pc, int i) {
-    pc->st.bytes -= kv_bytes(pc->e[i].kv);
+    if (!pc->e[i].lent) pc->st.bytes -= kv_bytes(pc->e[i].kv);
     free(pc->e[i].tokens);
     memmove(pc->e + i, pc->e + i + 1, sizeof *pc->e * (size_t)(pc->n - i - 1));
     pc->n--;
 }
 
+/* Removes entry i; its cache is freed unless a sequence holds it. */
 static void drop(struct prefix_cache *pc, int i) {
-    struct kv_cache *kv = pc->e[i].kv;
+    struct kv_cache *kv = pc->e[i].lent ? NULL : pc->e[i].kv;
     unlink_entry(pc, i);
     kv_free(kv);
 }
@@ -96,21 +102,18 @@ static void touch(struct prefix_cache *pc, int i) {
     pc->e[pc->n - 1] = e;
 }
 
-/* The prefix from RAM entry i: a copy, or the entry itself where rows cannot be copied. */
+/* The first len rows of RAM entry i: the entry's own cache when it can be lent, else a copy. */
 static struct kv_cache *from_ram(struct prefix_cache *pc, int i, int len, int cap) {
+    struct entry *e = &pc->e[i];
     struct kv_cache *kv = NULL;
-    if (kv_new(pc->m, cap, &kv)) return NULL;
-    int rc = kv_copy_prefix(kv, pc->e[i].kv, len);
-    if (!rc) {
-        touch(pc, i);
-        return kv;
+    if (!e->lent && len == e->n && kv_capacity(e->kv) >= cap) {
+        pc->st.bytes -= kv_bytes(e->kv); /* the sequence's now; counted again when back */
+        e->lent = 1;
+        kv = e->kv;
+    } else if (kv_new(pc->m, cap, &kv) == OK && kv_copy_prefix(kv, e->kv, len)) {
+        kv_free(kv), kv = NULL;
     }
-    kv_free(kv);
-    if (rc != ERR_UNSUPPORTED) return NULL;
-    kv = pc->e[i].kv;
-    unlink_entry(pc, i);
-    kv_truncate(kv, len);
-    if (kv_reserve(kv, cap)) kv_free(kv), kv = NULL;
+    if (kv) touch(pc, i);
     return kv;
 }
 
@@ -145,29 +148,43 @@ struct kv_cache *prefix_cache_take(struct prefix_cache *pc, const int32_t *promp
     return kv;
 }
 
+/* Gives up kv: the entry it was lent from (if any) goes, then kv is freed. */
+static void discard(struct prefix_cache *pc, struct kv_cache *kv) {
+    for (int i = 0; i < pc->n; i++)
+        if (pc->e[i].lent && pc->e[i].kv == kv) {
+            unlink_entry(pc, i);
+            break;
+        }
+    kv_free(kv);
+}
+
 void prefix_cache_put(struct prefix_cache *pc, const int32_t *tokens, int n, struct kv_cache *kv) {
     if (n < PREFIX_MIN_TOKENS || n > kv_len(kv)) {
-        kv_free(kv);
+        discard(pc, kv);
         return;
     }
     for (int i = 0; i < pc->n; i++)
-        if (pc->e[i].n >= n && common_prefix(pc->e[i].tokens, pc->e[i].n, tokens, n) == n) {
+        if (pc->e[i].kv != kv && pc->e[i].n >= n &&
+            common_prefix(pc->e[i].tokens, pc->e[i].n, tokens, n) == n) {
             touch(pc, i); /* an entry already holds these tokens, maybe with more after them */
-            kv_free(kv);
+            discard(pc, kv);
             return;
         }
     int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
     if (!t) {
-        kv_free(kv);
+        discard(pc, kv);
         return;
     }
     memcpy(t, tokens, sizeof(int32_t) * (size_t)n);
     kv_truncate(kv, n);
-    kv_compact(kv);
-    for (int i = pc->n - 1; i >= 0; i--) /* entries this one extends are no longer needed */
-        if (common_prefix(pc->e[i].tokens, pc->e[i].n, tokens, n) == pc->e[i].n) drop(pc, i);
+    /* a cache with room for a follow-up turn is kept as it is; mostly unused ones shrink */
+    if (kv_capacity(kv) - n > n && kv_capacity(kv) - n > PREFIX_CAP_STEP) kv_compact(kv);
+    for (int i = pc->n - 1; i >= 0; i--) /* entries this one extends (its own among them) go */
+        if (pc->e[i].kv == kv ||
+            common_prefix(pc->e[i].tokens, pc->e[i].n, tokens, n) == pc->e[i].n)
+            drop(pc, i);
     if (pc->n == pc->max_entries) evict(pc, 0);
-    pc->e[pc->n++] = (struct entry){t, n, kv};
+    pc->e[pc->n++] = (struct entry){t, n, kv, 0};
     pc->st.bytes += kv_bytes(kv);
     while (pc->max_bytes && pc->st.bytes > pc->max_bytes && pc->n > 1) evict(pc, 0);
 }

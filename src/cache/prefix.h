@@ -1,9 +1,11 @@
 /* cache/prefix.h: the prefix cache. Each entry is a token sequence and the KV rows of those
  * tokens. A new request gets a cache whose first positions are copied from the entry sharing
  * the longest prefix with its prompt (at least PREFIX_MIN_TOKENS), and prefills only the rest.
- * Entries stay in the cache while sequences use their copies, so concurrent requests over the
- * same prefix share it, and a client that goes away never takes an entry with it. A finished
- * sequence's entry replaces the entries it extends (a conversation's earlier turns). The least
+ * Entries stay in the cache while sequences use them, so concurrent requests over the same
+ * prefix share it, and a client that goes away never takes an entry with it. A sequence's
+ * cache must come back through prefix_cache_put() (with n = 0 when its contents are unknown),
+ * and before prefix_cache_free(). A finished sequence's entry replaces the entries it extends
+ * (a conversation's earlier turns). The least
  * recently used entries leave RAM beyond max_entries or max_bytes; with a spill folder they
  * are saved there first (cache/spill.h) and found again, also after a restart, when RAM holds
  * no prefix as long. Because every kernel is batch-invariant, a reused prefix gives results
@@ -17,6 +19,7 @@
 #include <stdint.h>
 
 #define PREFIX_MIN_TOKENS 16
+#define PREFIX_CAP_STEP   256 /* sequences' cache capacities are rounded up to this */
 
 struct kv_cache;
 struct model;
@@ -50,7 +53,8 @@ void prefix_cache_free(struct prefix_cache *pc);
  * owns the returned cache. */
 struct kv_cache *prefix_cache_take(struct prefix_cache *pc, const int32_t *prompt, int n, int cap,
                                    int *n_reused);
-/* Gives kv (holding tokens[0..n)) to the cache; it may be freed at once. */
+/* Gives kv (holding tokens[0..n)) to the cache; it may be freed at once. Every cache that
+ * prefix_cache_take() returned must come back here, with n = 0 if it cannot be trusted. */
 void prefix_cache_put(struct prefix_cache *pc, const int32_t *tokens, int n, struct kv_cache *kv);
 struct prefix_stats prefix_cache_stats(const struct prefix_cache *pc);
 

@@ -219,8 +219,9 @@ static int uses_cache(const struct gen_seq *r) {
  * prompt as far as it was prefilled, then everything but the pending token): it goes to the
  * prefix cache, also when the sequence was abandoned. */
 static void seq_release(struct gen_seq *r) {
-    if (r->kv && uses_cache(r) && !r->failed && kv_len(r->kv) <= r->n_seq) {
-        prefix_cache_put(r->e->cache, r->seq, kv_len(r->kv), r->kv);
+    if (r->kv && uses_cache(r)) {
+        int ok = !r->failed && kv_len(r->kv) <= r->n_seq;
+        prefix_cache_put(r->e->cache, r->seq, ok ? kv_len(r->kv) : 0, r->kv);
         r->kv = NULL;
     }
     /* the target's taps stay set: other sequences of the same engine may still read them */
@@ -321,6 +322,10 @@ int gen_seq_start(const struct gen_engine *e, const int32_t *prompt, int n_promp
                           p->tune->seen[src]);
     }
     r->cap = (long)n_prompt + p->max_tokens + max_draft + 1;
+    /* with some room to spare, a follow-up turn often fits in this cache: it is then lent to
+     * that turn's sequence as it is, without a copy (cache/prefix.c) */
+    if (uses_cache(r))
+        r->cap = (r->cap + PREFIX_CAP_STEP - 1) / PREFIX_CAP_STEP * PREFIX_CAP_STEP;
     if (r->cap > c->max_pos) r->cap = c->max_pos;
     for (int i = 0; i < p->n_stop; i++)
         if (strlen(p->stop[i]) > r->max_stop) r->max_stop = strlen(p->stop[i]);
