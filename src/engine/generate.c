@@ -383,7 +383,8 @@ static int propose(struct gen_seq *r, int n_seqs) {
     double td = timer_now();
     int rc = OK;
     if (kmax > 0 && r->lookup.ops) {
-        int k = r->tuned ? tune_ctl_cap(&r->ctl[TUNE_SRC_LOOKUP], n_seqs) : 6;
+        /* alone, lookup drafts up to --max-draft; ahead of a drafter, up to 6 */
+        int k = r->tuned ? tune_ctl_cap(&r->ctl[TUNE_SRC_LOOKUP], n_seqs) : r->dm.ops ? 6 : kmax;
         r->round_cap = k;
         rc = r->lookup.ops->propose(&r->lookup, r->seq, r->n_seq, kmax < k ? kmax : k, &r->d);
         r->from_lookup = r->d.n > 0;
