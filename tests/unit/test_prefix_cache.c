@@ -96,6 +96,33 @@ TEST(fingerprint_tells_models_apart) {
     model_free(a), model_free(b), model_free(c);
 }
 
+/* Copying, exporting, importing and shrinking a cache keep its rows bit for bit. */
+TEST(kv_rows_move_exactly) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *m = load(TARGET);
+    REQUIRE(m);
+    int32_t ids[90];
+    tokens(ids, 90, 5);
+    struct kv_cache *a = prefilled(m, ids, 90), *b = NULL, *c = NULL;
+    REQUIRE(a && kv_new(m, 100, &b) == 0 && kv_new(m, 0, &c) == 0);
+    REQUIRE(kv_copy_prefix(b, a, 60) == 0);
+    CHECK(kv_len(b) == 60 && same_rows(a, b, 60));
+    CHECK(kv_copy_prefix(b, a, 91) != 0); /* more rows than the source holds */
+    float *rows = malloc(sizeof(float) * kv_row_floats(a) * 90);
+    REQUIRE(rows && kv_export(a, 90, rows) == 0);
+    REQUIRE(kv_import(c, rows, 90, 75) == 0);
+    CHECK(kv_len(c) == 75 && same_rows(a, c, 75));
+    size_t before = kv_bytes(c);
+    kv_compact(c);
+    CHECK(kv_capacity(c) == 75 && kv_bytes(c) < before && same_rows(a, c, 75));
+    /* the shrunk cache still extends exactly: the next rows equal a's */
+    REQUIRE(kv_reserve(c, 90) == 0 && model_forward(m, c, ids + 75, 15, NULL, 0) == 0);
+    CHECK(same_rows(a, c, 90));
+    free(rows);
+    kv_free(a), kv_free(b), kv_free(c);
+    model_free(m);
+}
+
 TEST(spill_round_trip_survives_restart) {
     if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
     struct model *m = load(TARGET);
@@ -428,6 +455,7 @@ TEST(chunked_prefill_and_abandoned_sequences) {
 int main(void) {
     log_set_quiet(1);
     RUN(fingerprint_tells_models_apart);
+    RUN(kv_rows_move_exactly);
     RUN(spill_round_trip_survives_restart);
     RUN(corrupt_files_are_deleted_never_used);
     RUN(another_models_files_are_not_used);
