@@ -117,26 +117,28 @@ static struct kv_cache *from_ram(struct prefix_cache *pc, int i, int len, int ca
     return kv;
 }
 
-static struct kv_cache *from_disk(struct prefix_cache *pc, int file, int len, int cap) {
+static struct kv_cache *from_disk(struct prefix_cache *pc, const struct spill_hit *hit,
+                                  const int32_t *prompt, int cap) {
     struct kv_cache *kv = NULL;
     if (kv_new(pc->m, cap, &kv)) return NULL;
-    if (spill_load(pc->spill, file, len, kv)) kv_free(kv), kv = NULL;
+    if (spill_load(pc->spill, hit, prompt, kv)) kv_free(kv), kv = NULL;
     return kv;
 }
 
 struct kv_cache *prefix_cache_take(struct prefix_cache *pc, const int32_t *prompt, int n, int cap,
                                    int *n_reused) {
-    int best = -1, best_len = 0, file = -1, file_len = 0;
+    int best = -1, best_len = 0;
+    struct spill_hit hit = {.n = 0};
     for (int i = 0; i < pc->n; i++) {
         int l = common_prefix(pc->e[i].tokens, pc->e[i].n, prompt, n - 1);
         if (l > best_len) best = i, best_len = l;
     }
-    if (pc->spill) file_len = spill_match(pc->spill, prompt, n, n - 1, &file);
+    if (pc->spill) spill_match(pc->spill, prompt, n, n - 1, &hit);
     struct kv_cache *kv = NULL;
     *n_reused = 0;
-    if (file_len >= PREFIX_MIN_TOKENS && file_len >= best_len + SPILL_MIN_GAIN &&
-        (kv = from_disk(pc, file, file_len, cap)))
-        *n_reused = file_len;
+    if (hit.n >= PREFIX_MIN_TOKENS && hit.n >= best_len + SPILL_MIN_GAIN &&
+        (kv = from_disk(pc, &hit, prompt, cap)))
+        *n_reused = hit.n;
     if (!kv && best_len >= PREFIX_MIN_TOKENS && (kv = from_ram(pc, best, best_len, cap)))
         *n_reused = best_len;
     if (!kv) {
@@ -195,7 +197,12 @@ struct prefix_stats prefix_cache_stats(const struct prefix_cache *pc) {
     if (pc->spill) {
         struct spill_stats ss = spill_stats(pc->spill);
         s.spill_writes = ss.writes, s.spill_reads = ss.reads, s.spill_rejects = ss.rejects;
+        s.spill_dropped = ss.dropped;
         s.spill_files = ss.files, s.spill_bytes = ss.bytes;
     }
     return s;
+}
+
+void prefix_cache_flush(struct prefix_cache *pc) {
+    if (pc->spill) spill_flush(pc->spill);
 }

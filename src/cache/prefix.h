@@ -38,7 +38,7 @@ struct prefix_stats {
     int entries;
     size_t bytes;
     /* the spill folder */
-    long spill_writes, spill_reads, spill_rejects;
+    long spill_writes, spill_reads, spill_rejects, spill_dropped;
     int spill_files;
     size_t spill_bytes;
 };
@@ -57,5 +57,8 @@ struct kv_cache *prefix_cache_take(struct prefix_cache *pc, const int32_t *promp
  * prefix_cache_take() returned must come back here, with n = 0 if it cannot be trusted. */
 void prefix_cache_put(struct prefix_cache *pc, const int32_t *tokens, int n, struct kv_cache *kv);
 struct prefix_stats prefix_cache_stats(const struct prefix_cache *pc);
+/* Waits until the entries given to the spill folder are written (they are written by a thread
+ * of their own). */
+void prefix_cache_flush(struct prefix_cache *pc);
 
 #endif

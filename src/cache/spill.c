@@ -3,7 +3,10 @@
  * The payload is zstd(byte planes of float rows[2][n_layers][n_kv_heads][n_tokens][D]): byte 0
  * of every float, then byte 1, ... (the sign/exponent plane compresses well, the low mantissa
  * bytes hardly at all). header_hash covers the header's bytes before it, tokens_hash the ids,
- * payload_hash the compressed payload as stored. */
+ * payload_hash the compressed payload as stored.
+ * Threads: spill_save() copies the rows into a job; the writer thread turns jobs into files.
+ * `mu` guards the index, the statistics and the queue; files are read and written outside it
+ * (each thread has its own path buffer and zstd context). */
 #include "cache/spill.h"
 
 #include "base/err.h"
@@ -11,6 +14,7 @@
 #include "model/model.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -57,18 +61,33 @@ struct file {
     struct timespec mtime; /* last write or hit: eviction order */
 };
 
+struct job {
+    int32_t *tokens;
+    int n;
+    unsigned char *rows; /* n rows as kv_export() writes them */
+    size_t raw;
+    struct job *next;
+};
+
 struct spill {
-    char *dir; /* DIR/<fingerprint> */
-    char *path;
+    char *dir;          /* DIR/<fingerprint> */
+    char *path, *wpath; /* scratch paths of the calling thread and of the writer */
     size_t path_cap;
     uint64_t fingerprint;
     struct spill_geometry g;
     size_t max_bytes;
-    struct file *f;
+    ZSTD_CCtx *cctx; /* the writer's */
+    ZSTD_DCtx *dctx; /* the caller's */
+    pthread_t writer;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* a job was queued, or the queue drained */
+    struct file *f;    /* the index */
     int n, cap;
     struct spill_stats st;
-    ZSTD_CCtx *cctx;
-    ZSTD_DCtx *dctx;
+    struct job *head, *tail;
+    size_t pending; /* bytes of rows queued or being written */
+    int stopping;
 };
 
 static size_t row_bytes(const struct spill *sp) {
@@ -76,13 +95,17 @@ static size_t row_bytes(const struct spill *sp) {
            (size_t)sp->g.head_dim;
 }
 
-static const char *path_of(struct spill *sp, const char *name) {
-    snprintf(sp->path, sp->path_cap, "%s/%s", sp->dir, name);
-    return sp->path;
+static const char *path_of(const struct spill *sp, char *buf, const char *name) {
+    snprintf(buf, sp->path_cap, "%s/%s", sp->dir, name);
+    return buf;
 }
 
-const char *spill_path(const struct spill *sp, int i) {
-    return path_of((struct spill *)sp, sp->f[i].name);
+int spill_file_path(struct spill *sp, int i, char *buf, size_t cap) {
+    pthread_mutex_lock(&sp->mu);
+    int ok = i >= 0 && i < sp->n;
+    if (ok) snprintf(buf, cap, "%s/%s", sp->dir, sp->f[i].name);
+    pthread_mutex_unlock(&sp->mu);
+    return ok ? OK : ERR_ARG;
 }
 
 static int mkdir_p(const char *path) {
@@ -126,12 +149,24 @@ static const char *header_problem(const struct spill *sp, const struct file_head
     return NULL;
 }
 
-static void drop_file(struct spill *sp, int i) {
-    unlink(path_of(sp, sp->f[i].name));
+static int find(const struct spill *sp, const char *name) {
+    for (int i = 0; i < sp->n; i++)
+        if (!strcmp(sp->f[i].name, name)) return i;
+    return -1;
+}
+
+/* Under mu: removes file i from the index. */
+static void forget(struct spill *sp, int i) {
     sp->st.bytes -= sp->f[i].bytes;
     free(sp->f[i].tokens);
     memmove(sp->f + i, sp->f + i + 1, sizeof *sp->f * (size_t)(sp->n - i - 1));
     sp->n--;
+}
+
+/* Under mu: removes file i from the index and the disk; buf is the calling thread's path. */
+static void drop_file(struct spill *sp, int i, char *buf) {
+    unlink(path_of(sp, buf, sp->f[i].name));
+    forget(sp, i);
 }
 
 static void reject(struct spill *sp, const char *path, const char *why) {
@@ -161,9 +196,10 @@ static int read_all(int fd, void *buf, size_t n, off_t off) {
     return OK;
 }
 
-/* Indexes one file found in the folder: header and tokens are checked, the payload later. */
+/* Indexes one file found in the folder (before the writer starts): header and tokens are
+ * checked, the payload when it is loaded. */
 static int index_file(struct spill *sp, const char *name) {
-    const char *path = path_of(sp, name);
+    const char *path = path_of(sp, sp->path, name);
     int fd = open(path, O_RDONLY);
     if (fd < 0) return OK; /* gone meanwhile */
     struct stat stt;
@@ -204,14 +240,140 @@ static int older(const struct timespec *a, const struct timespec *b) {
     return a->tv_sec != b->tv_sec ? a->tv_sec < b->tv_sec : a->tv_nsec < b->tv_nsec;
 }
 
-static void enforce_budget(struct spill *sp) {
+/* Under mu. */
+static void enforce_budget(struct spill *sp, char *buf) {
     while (sp->max_bytes && sp->st.bytes > sp->max_bytes && sp->n) {
         int old = 0;
         for (int i = 1; i < sp->n; i++)
             if (older(&sp->f[i].mtime, &sp->f[old].mtime)) old = i;
-        drop_file(sp, old);
+        drop_file(sp, old, buf);
         sp->st.evicted++;
     }
+}
+
+static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
+    int m = na < nb ? na : nb, l = 0;
+    while (l < m && a[l] == b[l]) l++;
+    return l;
+}
+
+/* Under mu. */
+static void touch(struct spill *sp, int i, char *buf) {
+    utimensat(AT_FDCWD, path_of(sp, buf, sp->f[i].name), NULL, 0);
+    clock_gettime(CLOCK_REALTIME, &sp->f[i].mtime);
+}
+
+/* Byte planes: plane b holds byte b of every 4-byte value. */
+static void to_planes(const unsigned char *in, unsigned char *out, size_t n_values) {
+    for (int b = 0; b < 4; b++) {
+        unsigned char *o = out + (size_t)b * n_values;
+        for (size_t i = 0; i < n_values; i++) o[i] = in[i * 4 + (size_t)b];
+    }
+}
+
+static void from_planes(const unsigned char *in, unsigned char *out, size_t n_values) {
+    for (int b = 0; b < 4; b++) {
+        const unsigned char *p = in + (size_t)b * n_values;
+        for (size_t i = 0; i < n_values; i++) out[i * 4 + (size_t)b] = p[i];
+    }
+}
+
+static int write_all(int fd, const void *buf, size_t n) {
+    for (size_t put = 0; put < n;) {
+        ssize_t w = write(fd, (const char *)buf + put, n - put);
+        if (w <= 0) return ERR_IO;
+        put += (size_t)w;
+    }
+    return OK;
+}
+
+/* On the writer thread: turns a job into a file and indexes it. */
+static int write_job(struct spill *sp, struct job *j) {
+    size_t bound = ZSTD_compressBound(j->raw);
+    struct file f = {.n = j->n};
+    struct file_header h = {.version = SPILL_VERSION,
+                            .header_bytes = sizeof h,
+                            .fingerprint = sp->fingerprint,
+                            .n_tokens = (uint32_t)j->n,
+                            .n_layers = (uint32_t)sp->g.n_layers,
+                            .n_kv_heads = (uint32_t)sp->g.n_kv_heads,
+                            .head_dim = (uint32_t)sp->g.head_dim,
+                            .raw_bytes = j->raw};
+    memcpy(h.magic, SPILL_MAGIC, 8);
+    char tmp[40], *final = NULL;
+    unsigned char *planes = malloc(j->raw), *comp = malloc(bound);
+    int rc = ERR_NOMEM, fd = -1;
+    if (!planes || !comp) goto out;
+    to_planes(j->rows, planes, j->raw / 4);
+    size_t c = ZSTD_compress2(sp->cctx, comp, bound, planes, j->raw);
+    if (ZSTD_isError(c)) {
+        log_error("compressing a prefix cache entry failed: %s", ZSTD_getErrorName(c));
+        rc = ERR_FORMAT;
+        goto out;
+    }
+    h.comp_bytes = c;
+    h.tokens_hash = XXH64(j->tokens, sizeof(int32_t) * (size_t)j->n, 0);
+    h.payload_hash = XXH64(comp, c, 0);
+    h.header_hash = header_hash(&h);
+    snprintf(f.name, sizeof f.name, "%016llx.kv", (unsigned long long)h.tokens_hash);
+    snprintf(tmp, sizeof tmp, "%s.tmp", f.name);
+    if (!(final = strdup(path_of(sp, sp->wpath, f.name)))) goto out;
+    fd = open(path_of(sp, sp->wpath, tmp), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    rc = fd < 0 ? ERR_IO : OK;
+    if (!rc) rc = write_all(fd, &h, sizeof h);
+    if (!rc) rc = write_all(fd, j->tokens, sizeof(int32_t) * (size_t)j->n);
+    if (!rc) rc = write_all(fd, comp, c);
+    if (fd >= 0 && close(fd)) rc = ERR_IO;
+    fd = -1;
+    if (!rc && rename(path_of(sp, sp->wpath, tmp), final)) rc = ERR_IO;
+    if (rc) {
+        log_error("cannot write a prefix cache file in %s: %s", sp->dir, strerror(errno));
+        log_hint("check the free space of --prefix-cache-dir, or lower --prefix-cache-dir-mb");
+        unlink(path_of(sp, sp->wpath, tmp));
+        goto out;
+    }
+    f.bytes = sizeof h + sizeof(int32_t) * (size_t)j->n + c;
+    clock_gettime(CLOCK_REALTIME, &f.mtime);
+    f.tokens = j->tokens;
+    pthread_mutex_lock(&sp->mu);
+    /* files holding a prefix of these tokens (or, on a hash collision, the same name) go */
+    for (int i = sp->n - 1; i >= 0; i--) {
+        if (!strcmp(sp->f[i].name, f.name))
+            forget(sp, i); /* the new file has taken its name */
+        else if (common_prefix(sp->f[i].tokens, sp->f[i].n, f.tokens, f.n) == sp->f[i].n)
+            drop_file(sp, i, sp->wpath);
+    }
+    if (!(rc = add_file(sp, &f))) {
+        j->tokens = NULL; /* the index has them */
+        sp->st.writes++;
+        enforce_budget(sp, sp->wpath);
+    }
+    pthread_mutex_unlock(&sp->mu);
+out:
+    if (fd >= 0) close(fd);
+    free(final), free(planes), free(comp);
+    return rc;
+}
+
+static void *writer_main(void *arg) {
+    struct spill *sp = arg;
+    pthread_mutex_lock(&sp->mu);
+    for (;;) {
+        while (!sp->head && !sp->stopping) pthread_cond_wait(&sp->cv, &sp->mu);
+        struct job *j = sp->head;
+        if (!j) break; /* stopping, and nothing left to write */
+        pthread_mutex_unlock(&sp->mu);
+        int rc = write_job(sp, j);
+        pthread_mutex_lock(&sp->mu);
+        if (rc) sp->st.dropped++;
+        sp->head = j->next; /* popped only now: spill_flush() waits for the write itself */
+        if (!sp->head) sp->tail = NULL;
+        sp->pending -= j->raw;
+        free(j->tokens), free(j->rows), free(j);
+        pthread_cond_broadcast(&sp->cv);
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return NULL;
 }
 
 int spill_open(const char *dir, uint64_t fingerprint, const struct spill_geometry *g,
@@ -222,14 +384,17 @@ int spill_open(const char *dir, uint64_t fingerprint, const struct spill_geometr
     sp->fingerprint = fingerprint;
     sp->g = *g;
     sp->max_bytes = max_bytes;
+    pthread_mutex_init(&sp->mu, NULL);
+    pthread_cond_init(&sp->cv, NULL);
     size_t n = strlen(dir) + 18;
     sp->path_cap = n + 32;
     sp->dir = malloc(n);
     sp->path = malloc(sp->path_cap);
+    sp->wpath = malloc(sp->path_cap);
     sp->cctx = ZSTD_createCCtx();
     sp->dctx = ZSTD_createDCtx();
     int rc = ERR_NOMEM;
-    if (!sp->dir || !sp->path || !sp->cctx || !sp->dctx) goto fail;
+    if (!sp->dir || !sp->path || !sp->wpath || !sp->cctx || !sp->dctx) goto fail;
     snprintf(sp->dir, n, "%s/%016llx", dir, (unsigned long long)fingerprint);
     ZSTD_CCtx_setParameter(sp->cctx, ZSTD_c_compressionLevel, SPILL_LEVEL);
     ZSTD_CCtx_setParameter(sp->cctx, ZSTD_c_checksumFlag, 1);
@@ -244,13 +409,18 @@ int spill_open(const char *dir, uint64_t fingerprint, const struct spill_geometr
     while (!rc && (e = readdir(d))) {
         size_t len = strlen(e->d_name);
         if (len > 4 && !strcmp(e->d_name + len - 4, ".tmp"))
-            unlink(path_of(sp, e->d_name)); /* a write that never finished */
+            unlink(path_of(sp, sp->path, e->d_name)); /* a write that never finished */
         else if (len > 3 && !strcmp(e->d_name + len - 3, ".kv"))
             rc = index_file(sp, e->d_name);
     }
     closedir(d);
     if (rc) goto fail;
-    enforce_budget(sp);
+    enforce_budget(sp, sp->path);
+    if (pthread_create(&sp->writer, NULL, writer_main, sp)) {
+        rc = ERR_NOMEM;
+        goto fail;
+    }
+    sp->started = 1;
     *out = sp;
     return OK;
 fail:
@@ -260,146 +430,100 @@ fail:
 
 void spill_close(struct spill *sp) {
     if (!sp) return;
+    if (sp->started) {
+        pthread_mutex_lock(&sp->mu);
+        sp->stopping = 1;
+        pthread_cond_broadcast(&sp->cv);
+        pthread_mutex_unlock(&sp->mu);
+        pthread_join(sp->writer, NULL);
+    }
     for (int i = 0; i < sp->n; i++) free(sp->f[i].tokens);
     free(sp->f);
     ZSTD_freeCCtx(sp->cctx);
     ZSTD_freeDCtx(sp->dctx);
-    free(sp->dir);
-    free(sp->path);
+    pthread_mutex_destroy(&sp->mu);
+    pthread_cond_destroy(&sp->cv);
+    free(sp->dir), free(sp->path), free(sp->wpath);
     free(sp);
-}
-
-static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
-    int m = na < nb ? na : nb, l = 0;
-    while (l < m && a[l] == b[l]) l++;
-    return l;
-}
-
-static void touch(struct spill *sp, int i) {
-    utimensat(AT_FDCWD, path_of(sp, sp->f[i].name), NULL, 0);
-    clock_gettime(CLOCK_REALTIME, &sp->f[i].mtime);
-}
-
-/* Byte planes: plane b holds byte b of every 4-byte value. */
-static void to_planes(const unsigned char *in, unsigned char *out, size_t n_values) {
-    for (size_t i = 0; i < n_values; i++)
-        for (int b = 0; b < 4; b++) out[(size_t)b * n_values + i] = in[i * 4 + (size_t)b];
-}
-
-static void from_planes(const unsigned char *in, unsigned char *out, size_t n_values) {
-    for (int b = 0; b < 4; b++)
-        for (size_t i = 0; i < n_values; i++) out[i * 4 + (size_t)b] = in[(size_t)b * n_values + i];
-}
-
-static int write_all(int fd, const void *buf, size_t n) {
-    for (size_t put = 0; put < n;) {
-        ssize_t w = write(fd, (const char *)buf + put, n - put);
-        if (w <= 0) return ERR_IO;
-        put += (size_t)w;
-    }
-    return OK;
 }
 
 int spill_save(struct spill *sp, const int32_t *tokens, int n, const struct kv_cache *kv) {
     if (n <= 0 || n > MAX_TOKENS || n > kv_len(kv)) return ERR_ARG;
+    size_t raw = (size_t)n * row_bytes(sp);
+    pthread_mutex_lock(&sp->mu);
+    int rc = OK;
     for (int i = 0; i < sp->n; i++)
         if (sp->f[i].n >= n && common_prefix(sp->f[i].tokens, sp->f[i].n, tokens, n) == n) {
-            touch(sp, i); /* already saved, maybe with more after it */
-            return OK;
+            touch(sp, i, sp->path); /* already saved, maybe with more after it */
+            rc = 1;
+            break;
         }
-    size_t raw = (size_t)n * row_bytes(sp), bound = ZSTD_compressBound(raw);
-    struct file f = {.n = n};
-    struct file_header h = {.version = SPILL_VERSION,
-                            .header_bytes = sizeof h,
-                            .fingerprint = sp->fingerprint,
-                            .n_tokens = (uint32_t)n,
-                            .n_layers = (uint32_t)sp->g.n_layers,
-                            .n_kv_heads = (uint32_t)sp->g.n_kv_heads,
-                            .head_dim = (uint32_t)sp->g.head_dim,
-                            .raw_bytes = raw};
-    memcpy(h.magic, SPILL_MAGIC, 8);
-    char tmp[40];
-    unsigned char *rows = malloc(raw), *planes = malloc(raw), *comp = malloc(bound);
-    f.tokens = malloc(sizeof(int32_t) * (size_t)n);
-    int rc = ERR_NOMEM, fd = -1;
-    if (!rows || !planes || !comp || !f.tokens) goto out;
-    if ((rc = kv_export(kv, n, (float *)rows))) goto out;
-    to_planes(rows, planes, raw / 4);
-    size_t c = ZSTD_compress2(sp->cctx, comp, bound, planes, raw);
-    if (ZSTD_isError(c)) {
-        log_error("compressing a prefix cache entry failed: %s", ZSTD_getErrorName(c));
-        rc = ERR_FORMAT;
-        goto out;
+    if (!rc && sp->pending && sp->pending + raw > SPILL_MAX_PENDING) {
+        sp->st.dropped++;
+        rc = ERR_FULL;
     }
-    memcpy(f.tokens, tokens, sizeof(int32_t) * (size_t)n);
-    h.comp_bytes = c;
-    h.tokens_hash = XXH64(tokens, sizeof(int32_t) * (size_t)n, 0);
-    h.payload_hash = XXH64(comp, c, 0);
-    h.header_hash = header_hash(&h);
-    snprintf(f.name, sizeof f.name, "%016llx.kv", (unsigned long long)h.tokens_hash);
-    snprintf(tmp, sizeof tmp, "%s.tmp", f.name);
-    char *final = strdup(path_of(sp, f.name));
-    if (!final) goto out;
-    fd = open(path_of(sp, tmp), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    rc = fd < 0 ? ERR_IO : OK;
-    if (!rc) rc = write_all(fd, &h, sizeof h);
-    if (!rc) rc = write_all(fd, tokens, sizeof(int32_t) * (size_t)n);
-    if (!rc) rc = write_all(fd, comp, c);
-    if (fd >= 0 && close(fd)) rc = ERR_IO;
-    fd = -1;
-    if (!rc && rename(path_of(sp, tmp), final)) rc = ERR_IO;
-    free(final);
+    if (!rc) sp->pending += raw; /* reserved while the rows are copied */
+    pthread_mutex_unlock(&sp->mu);
+    if (rc) return rc > 0 ? OK : rc;
+    struct job *j = calloc(1, sizeof *j);
+    if (j) {
+        j->n = n, j->raw = raw;
+        j->tokens = malloc(sizeof(int32_t) * (size_t)n);
+        j->rows = malloc(raw);
+    }
+    rc = !j || !j->tokens || !j->rows ? ERR_NOMEM : kv_export(kv, n, (float *)j->rows);
+    pthread_mutex_lock(&sp->mu);
     if (rc) {
-        log_error("cannot write a prefix cache file in %s: %s", sp->dir, strerror(errno));
-        log_hint("check the free space of --prefix-cache-dir, or lower --prefix-cache-dir-mb");
-        unlink(path_of(sp, tmp));
-        goto out;
+        sp->pending -= raw;
+        sp->st.dropped++;
+    } else {
+        memcpy(j->tokens, tokens, sizeof(int32_t) * (size_t)n);
+        if (sp->tail)
+            sp->tail->next = j;
+        else
+            sp->head = j;
+        sp->tail = j;
+        pthread_cond_broadcast(&sp->cv);
     }
-    /* files holding a prefix of these tokens (or, on a hash collision, the same name) go */
-    for (int i = sp->n - 1; i >= 0; i--)
-        if (!strcmp(sp->f[i].name, f.name) ||
-            common_prefix(sp->f[i].tokens, sp->f[i].n, tokens, n) == sp->f[i].n) {
-            if (strcmp(sp->f[i].name, f.name)) unlink(path_of(sp, sp->f[i].name));
-            sp->st.bytes -= sp->f[i].bytes;
-            free(sp->f[i].tokens);
-            memmove(sp->f + i, sp->f + i + 1, sizeof *sp->f * (size_t)(sp->n - i - 1));
-            sp->n--;
-        }
-    f.bytes = sizeof h + sizeof(int32_t) * (size_t)n + c;
-    clock_gettime(CLOCK_REALTIME, &f.mtime);
-    if ((rc = add_file(sp, &f))) goto out;
-    f.tokens = NULL;
-    sp->st.writes++;
-    enforce_budget(sp);
-out:
-    if (fd >= 0) close(fd);
-    free(f.tokens);
-    free(rows), free(planes), free(comp);
+    pthread_mutex_unlock(&sp->mu);
+    if (rc && j) free(j->tokens), free(j->rows), free(j);
     return rc;
 }
 
-int spill_match(const struct spill *sp, const int32_t *prompt, int n, int max_len, int *file) {
-    int best = 0;
-    *file = -1;
-    if (max_len > n) max_len = n;
-    for (int i = 0; i < sp->n; i++) {
-        int l = common_prefix(sp->f[i].tokens, sp->f[i].n, prompt, max_len);
-        if (l > best) best = l, *file = i;
-    }
-    return best;
+void spill_flush(struct spill *sp) {
+    pthread_mutex_lock(&sp->mu);
+    while (sp->head) pthread_cond_wait(&sp->cv, &sp->mu);
+    pthread_mutex_unlock(&sp->mu);
 }
 
-int spill_load(struct spill *sp, int i, int n, struct kv_cache *kv) {
-    if (i < 0 || i >= sp->n || n <= 0 || n > sp->f[i].n) return ERR_ARG;
-    struct file *f = &sp->f[i];
-    const char *path = path_of(sp, f->name);
+void spill_match(struct spill *sp, const int32_t *prompt, int n, int max_len,
+                 struct spill_hit *hit) {
+    hit->n = 0;
+    hit->name[0] = 0;
+    if (max_len > n) max_len = n;
+    pthread_mutex_lock(&sp->mu);
+    for (int i = 0; i < sp->n; i++) {
+        int l = common_prefix(sp->f[i].tokens, sp->f[i].n, prompt, max_len);
+        if (l > hit->n) {
+            hit->n = l;
+            snprintf(hit->name, sizeof hit->name, "%s", sp->f[i].name);
+        }
+    }
+    pthread_mutex_unlock(&sp->mu);
+}
+
+int spill_load(struct spill *sp, const struct spill_hit *hit, const int32_t *prompt,
+               struct kv_cache *kv) {
+    if (hit->n <= 0) return ERR_ARG;
+    const char *path = path_of(sp, sp->path, hit->name);
     const char *why = NULL;
     struct file_header h;
     struct stat stt;
     unsigned char *buf = NULL, *planes = NULL, *rows = NULL;
     int rc = OK, fd = open(path, O_RDONLY);
-    if (fd < 0 || fstat(fd, &stt) || read_all(fd, &h, sizeof h, 0)) {
-        why = fd < 0 ? "cannot be opened" : "shorter than a header";
+    if (fd < 0) return ERR_IO; /* replaced or evicted since it was matched */
+    if (fstat(fd, &stt) || read_all(fd, &h, sizeof h, 0)) {
+        why = "shorter than a header";
     } else if (!(why = header_problem(sp, &h, (size_t)stt.st_size))) {
         size_t body = (size_t)stt.st_size - sizeof h, tok = sizeof(int32_t) * h.n_tokens;
         buf = malloc(body);
@@ -409,8 +533,8 @@ int spill_load(struct spill *sp, int i, int n, struct kv_cache *kv) {
             rc = ERR_NOMEM;
         } else if (read_all(fd, buf, body, sizeof h)) {
             why = "cannot be read";
-        } else if (h.n_tokens != (uint32_t)f->n || memcmp(buf, f->tokens, tok) ||
-                   XXH64(buf, tok, 0) != h.tokens_hash) {
+        } else if (h.n_tokens < (uint32_t)hit->n || XXH64(buf, tok, 0) != h.tokens_hash ||
+                   memcmp(buf, prompt, sizeof(int32_t) * (size_t)hit->n)) {
             why = "token ids changed";
         } else if (XXH64(buf + tok, h.comp_bytes, 0) != h.payload_hash) {
             why = "payload checksum mismatch";
@@ -419,27 +543,34 @@ int spill_load(struct spill *sp, int i, int n, struct kv_cache *kv) {
             if (ZSTD_isError(d) || d != h.raw_bytes) why = "payload does not decompress";
         }
     }
-    if (fd >= 0) close(fd);
+    close(fd);
     if (!rc && !why) {
         from_planes(planes, rows, h.raw_bytes / 4);
-        rc = kv_import(kv, (const float *)rows, f->n, n);
-        if (!rc) {
-            sp->st.reads++;
-            touch(sp, i);
-        }
+        rc = kv_import(kv, (const float *)rows, (int)h.n_tokens, hit->n);
     }
     free(buf), free(planes), free(rows);
+    pthread_mutex_lock(&sp->mu);
+    int i = find(sp, hit->name);
     if (why) {
         log_error("prefix cache file %s is unusable (%s): deleted", path, why);
         sp->st.rejects++;
-        drop_file(sp, i);
-        return ERR_FORMAT;
+        if (i >= 0)
+            drop_file(sp, i, sp->path);
+        else
+            unlink(path);
+        rc = ERR_FORMAT;
+    } else if (!rc) {
+        sp->st.reads++;
+        if (i >= 0) touch(sp, i, sp->path);
     }
+    pthread_mutex_unlock(&sp->mu);
     return rc;
 }
 
-struct spill_stats spill_stats(const struct spill *sp) {
+struct spill_stats spill_stats(struct spill *sp) {
+    pthread_mutex_lock(&sp->mu);
     struct spill_stats s = sp->st;
     s.files = sp->n;
+    pthread_mutex_unlock(&sp->mu);
     return s;
 }

@@ -4,11 +4,13 @@
  * files again. A file is a fixed header (magic, version, fingerprint, geometry, sizes,
  * checksums), the token ids, and the rows as float32 split into byte planes and
  * zstd-compressed. The header and the tokens are verified when the folder is scanned, the
- * payload's xxhash64 and size before any row is used; a file that fails a check is logged,
- * deleted and never used. The folder is kept under a byte budget by deleting the least
- * recently used files (by modification time, which a hit refreshes). Files are written to a
- * temporary name and renamed, so a crash never leaves a partial .kv file.
- * One thread uses a struct spill; it owns its index (token prefixes of the files). */
+ * payload's xxhash64, the tokens and the sizes again before any row is used; a file that fails
+ * a check is logged, deleted and never used. The folder is kept under a byte budget by
+ * deleting the least recently used files (by modification time, which a hit refreshes).
+ * Files are written to a temporary name and renamed, so a crash never leaves a partial file.
+ * Saving copies the rows and returns; a writer thread compresses and writes them, so the
+ * caller (the engine thread) never waits for the disk. One thread calls these functions; the
+ * struct spill owns its index (the token prefixes of the files) and its writer thread. */
 #ifndef DSPARK_CACHE_SPILL_H
 #define DSPARK_CACHE_SPILL_H
 
@@ -27,29 +29,44 @@ struct spill_stats {
     long reads;   /* files loaded into a cache */
     long rejects; /* files deleted because a check failed */
     long evicted; /* files deleted to stay under the budget */
+    long dropped; /* saves given up: too much was waiting for the writer, or writing failed */
     int files;
     size_t bytes; /* on disk */
 };
 
-/* Opens (creating when needed) dir's folder for this fingerprint and indexes the files in it.
- * max_bytes bounds the folder (0: no bound). ERR_IO with a message when it cannot be made. */
+/* A file found by spill_match(): its name and the tokens it shares with the prompt. */
+struct spill_hit {
+    char name[24];
+    int n;
+};
+
+/* Opens (creating when needed) dir's folder for this fingerprint, indexes the files in it and
+ * starts the writer. max_bytes bounds the folder (0: no bound). ERR_IO with a message when
+ * the folder cannot be made. */
 int spill_open(const char *dir, uint64_t fingerprint, const struct spill_geometry *g,
                size_t max_bytes, struct spill **out);
-void spill_close(struct spill *sp); /* NULL is a no-op */
+/* Finishes the pending writes, then frees. NULL is a no-op. */
+void spill_close(struct spill *sp);
 
-/* Saves tokens[0..n) with kv's first n rows. Nothing is written when a file already holds
- * these tokens or a longer sequence starting with them; files holding a shorter prefix of
- * them are replaced. */
+/* Queues tokens[0..n) with a copy of kv's first n rows for writing. Nothing is written when a
+ * file already holds these tokens or a longer sequence starting with them; files holding a
+ * shorter prefix of them are replaced. ERR_FULL (counted as dropped) when the rows waiting
+ * for the writer already take SPILL_MAX_PENDING bytes. */
+#define SPILL_MAX_PENDING ((size_t)256 << 20)
 int spill_save(struct spill *sp, const int32_t *tokens, int n, const struct kv_cache *kv);
-/* The longest prefix of prompt[0..n), at most max_len tokens, that a file holds; its index
- * goes to *file (-1 when no file shares a token). */
-int spill_match(const struct spill *sp, const int32_t *prompt, int n, int max_len, int *file);
-/* Verifies file and puts its first n rows into kv (capacity >= n). ERR_FORMAT when the file
- * is corrupt: it is then deleted, and the index changes (earlier indices are void). */
-int spill_load(struct spill *sp, int file, int n, struct kv_cache *kv);
+void spill_flush(struct spill *sp); /* waits until every queued save is on disk */
+/* The longest prefix of prompt[0..n), at most max_len tokens, that a file holds (hit->n is 0
+ * when no file shares a token). */
+void spill_match(struct spill *sp, const int32_t *prompt, int n, int max_len,
+                 struct spill_hit *hit);
+/* Verifies the file of hit (it must hold prompt[0..hit->n)) and puts those rows into kv
+ * (capacity >= hit->n). ERR_FORMAT when the file is corrupt (it is then deleted), ERR_IO when
+ * it has gone meanwhile. */
+int spill_load(struct spill *sp, const struct spill_hit *hit, const int32_t *prompt,
+               struct kv_cache *kv);
 
-struct spill_stats spill_stats(const struct spill *sp);
-/* The path of file i (for messages and tests). */
-const char *spill_path(const struct spill *sp, int file);
+struct spill_stats spill_stats(struct spill *sp);
+/* The path of the i-th indexed file, into buf (tests use it to damage files). */
+int spill_file_path(struct spill *sp, int i, char *buf, size_t cap);
 
 #endif

@@ -63,6 +63,12 @@ static int same_rows(const struct kv_cache *a, const struct kv_cache *b, int n) 
     return same;
 }
 
+/* The tokens of prompt[0..n) (at most max) that a file holds; the file goes to *hit. */
+static int match(struct spill *sp, const int32_t *prompt, int n, int max, struct spill_hit *hit) {
+    spill_match(sp, prompt, n, max, hit);
+    return hit->n;
+}
+
 static struct spill_geometry geometry(struct model *m) {
     const struct hf_config *c = model_config(m);
     return (struct spill_geometry){c->n_layers, c->n_kv_heads, c->head_dim};
@@ -138,27 +144,29 @@ TEST(spill_round_trip_survives_restart) {
     struct spill *sp = NULL;
     REQUIRE(spill_open(dir, fp, &g, 0, &sp) == 0);
     REQUIRE(spill_save(sp, ids, 150, kv) == 0);
+    spill_flush(sp);
     REQUIRE(spill_save(sp, ids, 120, kv) == 0); /* a prefix of a saved file: nothing new */
+    spill_flush(sp);
     struct spill_stats st = spill_stats(sp);
     CHECK(st.writes == 1 && st.files == 1);
     CHECK(st.bytes < 150 * kv_row_floats(kv) * sizeof(float)); /* compressed */
     spill_close(sp);
     /* a restart: the file is found again, and gives the same rows */
     REQUIRE(spill_open(dir, fp, &g, 0, &sp) == 0);
-    int file;
+    struct spill_hit hit;
     int32_t prompt[180];
     memcpy(prompt, ids, sizeof(int32_t) * 140);
     tokens(prompt + 140, 40, 2);
-    CHECK(spill_match(sp, prompt, 180, 179, &file) == 140);
-    REQUIRE(file == 0);
+    REQUIRE(match(sp, prompt, 180, 179, &hit) == 140);
     struct kv_cache *back = NULL;
     REQUIRE(kv_new(m, 0, &back) == 0);
-    REQUIRE(spill_load(sp, file, 140, back) == 0);
+    REQUIRE(spill_load(sp, &hit, prompt, back) == 0);
     CHECK(kv_len(back) == 140);
     CHECK(same_rows(kv, back, 140));
     CHECK(spill_stats(sp).reads == 1);
     /* a longer sequence over the same prefix replaces the file */
     REQUIRE(spill_save(sp, ids, 200, kv) == 0);
+    spill_flush(sp);
     st = spill_stats(sp);
     CHECK(st.files == 1 && st.writes == 1);
     spill_close(sp);
@@ -179,16 +187,17 @@ static long damaged(struct model *m, const char *dir, void (*fn)(const char *pat
     if (!kv || spill_open(dir, model_fingerprint(m), &g, 0, &sp)) return -1;
     char path[512];
     if (spill_save(sp, ids, 100, kv)) return -1;
-    snprintf(path, sizeof path, "%s", spill_path(sp, 0));
+    spill_flush(sp);
+    if (spill_file_path(sp, 0, path, sizeof path)) return -1;
     spill_close(sp);
     fn(path, dir);
     long rejects = -1;
     if (!spill_open(dir, model_fingerprint(m), &g, 0, &sp)) {
-        int file;
+        struct spill_hit hit;
         struct kv_cache *back = NULL;
         *used = 0;
-        if (spill_match(sp, ids, 100, 99, &file) > 0 && !kv_new(m, 0, &back))
-            *used = spill_load(sp, file, 99, back) == 0;
+        if (match(sp, ids, 100, 99, &hit) > 0 && !kv_new(m, 0, &back))
+            *used = spill_load(sp, &hit, ids, back) == 0;
         rejects = spill_stats(sp).rejects;
         kv_free(back);
         spill_close(sp);
@@ -272,13 +281,14 @@ TEST(another_models_files_are_not_used) {
     struct spill *sp = NULL, *so = NULL;
     REQUIRE(spill_open(dir, model_fingerprint(m), &g, 0, &sp) == 0);
     REQUIRE(spill_save(sp, ids, 64, kv) == 0);
+    spill_flush(sp);
     char path[512], moved[600];
-    snprintf(path, sizeof path, "%s", spill_path(sp, 0));
+    REQUIRE(spill_file_path(sp, 0, path, sizeof path) == 0);
     spill_close(sp);
     /* the other model has its own folder: it does not see, use or delete the file */
     REQUIRE(spill_open(dir, model_fingerprint(o), &g, 0, &so) == 0);
-    int file;
-    CHECK(spill_match(so, ids, 64, 63, &file) == 0 && file == -1);
+    struct spill_hit hit;
+    CHECK(match(so, ids, 64, 63, &hit) == 0);
     CHECK(spill_stats(so).rejects == 0 && fs_exists(path));
     /* a file moved into the other model's folder is refused there */
     snprintf(moved, sizeof moved, "%s/%016llx/%s", dir, (unsigned long long)model_fingerprint(o),
@@ -310,29 +320,31 @@ TEST(folder_stays_under_budget_and_drops_partial_writes) {
         tokens(ids[i], 100, 10 + i);
         struct kv_cache *kv = prefilled(m, ids[i], 100);
         REQUIRE(kv && spill_save(sp, ids[i], 100, kv) == 0);
+        spill_flush(sp);
         kv_free(kv);
         usleep(2000); /* distinct modification times */
     }
     one = (long)spill_stats(sp).bytes / 4;
-    snprintf(tmp, sizeof tmp, "%s.tmp", spill_path(sp, 0)); /* as a crash mid-write leaves */
+    REQUIRE(spill_file_path(sp, 0, tmp, sizeof tmp - 4) == 0);
+    strcat(tmp, ".tmp"); /* as a crash mid-write leaves */
     FILE *f = fopen(tmp, "w");
     REQUIRE(f);
     fputs("partial", f);
     fclose(f);
     /* touch the oldest by using it: it becomes the most recent */
-    int file;
+    struct spill_hit hit;
     struct kv_cache *back = NULL;
     REQUIRE(kv_new(m, 0, &back) == 0);
-    REQUIRE(spill_match(sp, ids[0], 100, 99, &file) == 99 && spill_load(sp, file, 99, back) == 0);
+    REQUIRE(match(sp, ids[0], 100, 99, &hit) == 99 && spill_load(sp, &hit, ids[0], back) == 0);
     kv_free(back);
     spill_close(sp);
     /* reopen with room for two files: the two least recently used go */
     REQUIRE(spill_open(dir, model_fingerprint(m), &g, (size_t)(2 * one + one / 2), &sp) == 0);
     struct spill_stats st = spill_stats(sp);
     CHECK(st.files == 2 && st.evicted == 2 && st.bytes <= (size_t)(2 * one + one / 2));
-    CHECK(spill_match(sp, ids[0], 100, 99, &file) == 99); /* used last: kept */
-    CHECK(spill_match(sp, ids[3], 100, 99, &file) == 99); /* written last: kept */
-    CHECK(spill_match(sp, ids[1], 100, 99, &file) < 16);
+    CHECK(match(sp, ids[0], 100, 99, &hit) == 99); /* used last: kept */
+    CHECK(match(sp, ids[3], 100, 99, &hit) == 99); /* written last: kept */
+    CHECK(match(sp, ids[1], 100, 99, &hit) < 16);
     CHECK(!fs_exists(tmp));
     spill_close(sp);
     rm_rf(dir);
@@ -370,6 +382,7 @@ TEST(follow_up_over_a_spilled_prefix) {
     struct gen_result a, b, c, d, e;
     REQUIRE(gen_run(&cached, p1, 120, &gp, NULL, NULL, &a) == 0);
     REQUIRE(gen_run(&cached, other, 40, &gp, NULL, NULL, &b) == 0); /* evicts turn 1 */
+    prefix_cache_flush(pc);
     struct prefix_stats ps = prefix_cache_stats(pc);
     CHECK(ps.spill_writes == 1 && ps.entries == 1);
     memcpy(p2, p1, sizeof p1);
