@@ -119,6 +119,9 @@ char *metrics_render(struct server *s) {
             "Prefix cache entries loaded from --prefix-cache-dir.", m.spill_reads);
     counter(&o, "dspark_prefix_cache_spill_rejects_total",
             "Files in --prefix-cache-dir deleted because a check failed.", m.spill_rejects);
+    counter(&o, "dspark_prefix_cache_spill_dropped_total",
+            "Entries not saved: too much was waiting for the disk, or writing failed.",
+            m.spill_dropped);
     gauge(&o, "dspark_prefix_cache_spill_bytes", "Disk held by the prefix cache's files.",
           (double)m.spill_bytes);
     counter(&o, "dspark_prefill_chunks_total", "Prefill passes run by the engine.",
