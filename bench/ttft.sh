@@ -2,29 +2,38 @@
 # bench/ttft.sh: time to first token of a follow-up turn over a ~2,000-token cached prefix
 # against a cold prompt of the same length, on `dspark serve` with 2 threads.
 #
-#   sh bench/ttft.sh [--model DIR] [--threads N] [--prefix N] [--trials N] [-- SERVE FLAGS]
+#   sh bench/ttft.sh [--model DIR] [--threads N] [--prefix N] [--trials N] [--from-disk]
+#                    [-- SERVE FLAGS]
 #
+# --from-disk keeps one entry in RAM and spills to a temporary folder: the follow-up turn then
+# reads the first turn's KV from its file.
 # Writes build/bench/ttft.json. Needs Node.js and tests/js/node_modules (npm ci --prefix tests/js).
 set -eu
 cd "$(dirname "$0")/.."
-MODEL=models/pycoder THREADS=2 PREFIX=2000 TRIALS=7
+MODEL=models/pycoder THREADS=2 PREFIX=2000 TRIALS=7 DISK=""
 while [ $# -gt 0 ]; do
     case $1 in
     --model) MODEL=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --prefix) PREFIX=$2; shift 2 ;;
     --trials) TRIALS=$2; shift 2 ;;
+    --from-disk) DISK=$(mktemp -d); shift ;;
     --) shift; break ;;
-    *) echo "usage: sh bench/ttft.sh [--model DIR] [--threads N] [--prefix N] [--trials N] [-- SERVE FLAGS]" >&2; exit 2 ;;
+    *) echo "usage: sh bench/ttft.sh [--model DIR] [--threads N] [--prefix N] [--trials N] [--from-disk] [-- SERVE FLAGS]" >&2; exit 2 ;;
     esac
 done
 [ -x build/dspark ] || { echo "build/dspark is missing: run make" >&2; exit 1; }
 [ -d tests/js/node_modules/openai ] || { echo "run: npm ci --prefix tests/js" >&2; exit 1; }
 mkdir -p build/bench
 out=$(mktemp)
+json=build/bench/ttft.json
+if [ -n "$DISK" ]; then
+    set -- --prefix-cache-entries 1 --prefix-cache-dir "$DISK" "$@"
+    json=build/bench/ttft-disk.json
+fi
 build/dspark serve --model "$MODEL" --port 0 --threads "$THREADS" "$@" >"$out" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; rm -f "$out"' EXIT
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$out"; [ -z "$DISK" ] || rm -rf "$DISK"' EXIT
 url=""
 for _ in $(seq 1 200); do
     url=$(sed -n "s/.* on \(http:[^ ]*\) .*/\1/p" "$out")
@@ -33,4 +42,5 @@ for _ in $(seq 1 200); do
     sleep 0.1
 done
 [ -n "$url" ] || { echo "the server did not start" >&2; exit 1; }
-node tests/js/ttft.mjs --url "$url" --prefix "$PREFIX" --trials "$TRIALS" --json build/bench/ttft.json
+node tests/js/ttft.mjs --url "$url" --prefix "$PREFIX" --trials "$TRIALS" --json "$json" \
+    ${DISK:+--from-disk}

@@ -197,7 +197,7 @@ struct prefix_stats prefix_cache_stats(const struct prefix_cache *pc) {
     if (pc->spill) {
         struct spill_stats ss = spill_stats(pc->spill);
         s.spill_writes = ss.writes, s.spill_reads = ss.reads, s.spill_rejects = ss.rejects;
-        s.spill_dropped = ss.dropped;
+        s.spill_dropped = ss.dropped, s.spill_pending = ss.pending;
         s.spill_files = ss.files, s.spill_bytes = ss.bytes;
     }
     return s;

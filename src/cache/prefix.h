@@ -40,7 +40,7 @@ struct prefix_stats {
     /* the spill folder */
     long spill_writes, spill_reads, spill_rejects, spill_dropped;
     int spill_files;
-    size_t spill_bytes;
+    size_t spill_bytes, spill_pending;
 };
 
 /* A cache for model m's sequences. ERR_IO when the spill folder cannot be used. */

@@ -62,6 +62,7 @@ struct file {
 };
 
 struct job {
+    char name[24]; /* of the file it becomes */
     int32_t *tokens;
     int n;
     unsigned char *rows; /* n rows as kv_export() writes them */
@@ -312,7 +313,7 @@ static int write_job(struct spill *sp, struct job *j) {
         goto out;
     }
     h.comp_bytes = c;
-    h.tokens_hash = XXH64(j->tokens, sizeof(int32_t) * (size_t)j->n, 0);
+    h.tokens_hash = XXH64(j->tokens, sizeof(int32_t) * (size_t)j->n, 0); /* j->name's */
     h.payload_hash = XXH64(comp, c, 0);
     h.header_hash = header_hash(&h);
     snprintf(f.name, sizeof f.name, "%016llx.kv", (unsigned long long)h.tokens_hash);
@@ -478,6 +479,8 @@ int spill_save(struct spill *sp, const int32_t *tokens, int n, const struct kv_c
         sp->st.dropped++;
     } else {
         memcpy(j->tokens, tokens, sizeof(int32_t) * (size_t)n);
+        snprintf(j->name, sizeof j->name, "%016llx.kv",
+                 (unsigned long long)XXH64(tokens, sizeof(int32_t) * (size_t)n, 0));
         if (sp->tail)
             sp->tail->next = j;
         else
@@ -509,18 +512,43 @@ void spill_match(struct spill *sp, const int32_t *prompt, int n, int max_len,
             snprintf(hit->name, sizeof hit->name, "%s", sp->f[i].name);
         }
     }
+    for (const struct job *j = sp->head; j; j = j->next) { /* entries still on their way */
+        int l = common_prefix(j->tokens, j->n, prompt, max_len);
+        if (l > hit->n) {
+            hit->n = l;
+            snprintf(hit->name, sizeof hit->name, "%s", j->name);
+        }
+    }
     pthread_mutex_unlock(&sp->mu);
+}
+
+/* Under mu: a queued entry's rows go straight into kv. 1 when hit named one, else 0. */
+static int load_queued(struct spill *sp, const struct spill_hit *hit, const int32_t *prompt,
+                       struct kv_cache *kv, int *rc) {
+    for (const struct job *j = sp->head; j; j = j->next) {
+        if (strcmp(j->name, hit->name) || j->n < hit->n ||
+            memcmp(j->tokens, prompt, sizeof(int32_t) * (size_t)hit->n))
+            continue;
+        if (!(*rc = kv_import(kv, (const float *)j->rows, j->n, hit->n))) sp->st.reads++;
+        return 1;
+    }
+    return 0;
 }
 
 int spill_load(struct spill *sp, const struct spill_hit *hit, const int32_t *prompt,
                struct kv_cache *kv) {
     if (hit->n <= 0) return ERR_ARG;
+    int rc = OK;
+    pthread_mutex_lock(&sp->mu);
+    int queued = load_queued(sp, hit, prompt, kv, &rc);
+    pthread_mutex_unlock(&sp->mu);
+    if (queued) return rc;
     const char *path = path_of(sp, sp->path, hit->name);
     const char *why = NULL;
     struct file_header h;
     struct stat stt;
     unsigned char *buf = NULL, *planes = NULL, *rows = NULL;
-    int rc = OK, fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY);
     if (fd < 0) return ERR_IO; /* replaced or evicted since it was matched */
     if (fstat(fd, &stt) || read_all(fd, &h, sizeof h, 0)) {
         why = "shorter than a header";
@@ -571,6 +599,7 @@ struct spill_stats spill_stats(struct spill *sp) {
     pthread_mutex_lock(&sp->mu);
     struct spill_stats s = sp->st;
     s.files = sp->n;
+    s.pending = sp->pending;
     pthread_mutex_unlock(&sp->mu);
     return s;
 }

@@ -9,8 +9,9 @@
  * deleting the least recently used files (by modification time, which a hit refreshes).
  * Files are written to a temporary name and renamed, so a crash never leaves a partial file.
  * Saving copies the rows and returns; a writer thread compresses and writes them, so the
- * caller (the engine thread) never waits for the disk. One thread calls these functions; the
- * struct spill owns its index (the token prefixes of the files) and its writer thread. */
+ * caller (the engine thread) never waits for the disk; until then the copy itself serves hits. One
+ * thread calls these functions; the struct spill owns its index (the token prefixes of the files)
+ * and its writer thread. */
 #ifndef DSPARK_CACHE_SPILL_H
 #define DSPARK_CACHE_SPILL_H
 
@@ -31,7 +32,8 @@ struct spill_stats {
     long evicted; /* files deleted to stay under the budget */
     long dropped; /* saves given up: too much was waiting for the writer, or writing failed */
     int files;
-    size_t bytes; /* on disk */
+    size_t bytes;   /* on disk */
+    size_t pending; /* rows waiting for the writer */
 };
 
 /* A file found by spill_match(): its name and the tokens it shares with the prompt. */

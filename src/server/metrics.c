@@ -124,6 +124,8 @@ char *metrics_render(struct server *s) {
             m.spill_dropped);
     gauge(&o, "dspark_prefix_cache_spill_bytes", "Disk held by the prefix cache's files.",
           (double)m.spill_bytes);
+    gauge(&o, "dspark_prefix_cache_spill_pending_bytes",
+          "KV rows of evicted entries waiting to be written.", (double)m.spill_pending);
     counter(&o, "dspark_prefill_chunks_total", "Prefill passes run by the engine.",
             m.prefill_chunks);
     put(&o, "# HELP dspark_batch_size Sequences stepped together per engine round.\n"

@@ -25,7 +25,8 @@ struct metrics {
     long accept_hist[METRICS_ACCEPT_BUCKETS]; /* rounds by drafts accepted: 0..8, 9+ */
     double decode_seconds;
     long cache_hits, cache_misses, cache_reused_tokens, cache_bytes;
-    long spill_writes, spill_reads, spill_rejects, spill_dropped, spill_bytes; /* its folder */
+    long spill_writes, spill_reads, spill_rejects, spill_dropped; /* its folder */
+    long spill_bytes, spill_pending;
     long prefill_chunks;                    /* prefill passes of the engine */
     long batch_hist[METRICS_BATCH_BUCKETS]; /* rounds by sequences stepped: 1,2,4,..,64 */
     double queue_seconds;                   /* total time jobs waited for the engine */

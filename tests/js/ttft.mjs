@@ -1,10 +1,13 @@
 // Time to first token of a follow-up turn over a long shared prefix, against a cold prompt of
 // the same length, through the OpenAI API (streamed /v1/completions, so the prompt's tokens are
 // exactly the text sent). Run by bench/ttft.sh, which starts the server:
-//   node tests/js/ttft.mjs --url URL [--prefix 2000] [--trials 7] [--json FILE]
+//   node tests/js/ttft.mjs --url URL [--prefix 2000] [--trials 7] [--from-disk] [--json FILE]
 // Each trial uses prompts never sent before: a cold prompt of about --prefix tokens (its
 // answer's first token is the cold time), then that prompt + its answer + a new question (the
 // follow-up's first token). Medians over the trials; the first trial is a warm-up and dropped.
+// --from-disk (for a server with --prefix-cache-entries 1 --prefix-cache-dir DIR): an
+// unrelated request between the turns moves the first turn to the spill folder, and the
+// follow-up reads it from there.
 import OpenAI from 'openai';
 import fs from 'node:fs';
 
@@ -16,6 +19,7 @@ const url = arg('url', process.env.DSPARK_URL);
 const target = Number(arg('prefix', 2000));
 const trials = Number(arg('trials', 7));
 const jsonOut = arg('json', null);
+const fromDisk = process.argv.includes('--from-disk');
 const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
 const model = (await client.models.list()).data[0].id;
 
@@ -49,6 +53,19 @@ async function timed(prompt, maxTokens) {
   return { ms: first, text, usage };
 }
 
+async function metric(name) {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const m = text.match(new RegExp(`^${name} (\\S+)$`, 'm'));
+  return m ? Number(m[1]) : NaN;
+}
+
+// Evicts the last entry with an unrelated request, then waits until its file is written.
+async function evict(i) {
+  await tokens(`print(${i})\n`.repeat(8));
+  for (let k = 0; k < 500 && (await metric('dspark_prefix_cache_spill_pending_bytes')) > 0; k++)
+    await new Promise((r) => setTimeout(r, 10));
+}
+
 const median = (a) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
 
 // functions per prompt for about `target` tokens (the follow-up adds about 35), by secant
@@ -66,6 +83,7 @@ const cold = [], follow = [], rows = [];
 for (let i = 0; i <= trials; i++) {
   const p = source(100 + i, n);
   const c = await timed(p, 16);
+  if (fromDisk) await evict(i);
   const f = await timed(p + c.text + '\n\ndef main():\n    print(f_1_2(3, 4))\n', 4);
   const row = {
     cold_ms: c.ms, cold_prompt_tokens: c.usage.prompt_tokens,
@@ -80,6 +98,7 @@ for (let i = 0; i <= trials; i++) {
     `${f.ms.toFixed(1)} ms (${row.followup_prompt_tokens} tokens, ${row.followup_cached_tokens} cached)`);
 }
 const out = {
+  from_disk: fromDisk,
   prefix_tokens: rows[0].followup_cached_tokens,
   cold_ms: median(cold),
   followup_ms: median(follow),
@@ -87,6 +106,7 @@ const out = {
   trials: rows,
 };
 console.log(`median: cold ${out.cold_ms.toFixed(1)} ms, follow-up over ${out.prefix_tokens} cached ` +
+  `${fromDisk ? 'on disk ' : ''}` +
   `tokens ${out.followup_ms.toFixed(1)} ms: ${out.speedup.toFixed(1)}x`);
 if (jsonOut) fs.writeFileSync(jsonOut, JSON.stringify(out, null, 2) + '\n');
 const bad = rows.filter((r) => r.followup_cached_tokens < r.cold_prompt_tokens);
