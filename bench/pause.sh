@@ -1,0 +1,39 @@
+#!/bin/sh
+# bench/pause.sh: a running stream's longest pause while a ~2,000-token prompt is prefilled next
+# to it, for several --prefill-chunk values (tests/js/pause.mjs), on `dspark serve` with 2
+# threads in baseline mode (one token per event).
+#
+#   sh bench/pause.sh [--chunks 2048,512,256,64] [--trials N] [-- SERVE FLAGS]
+set -eu
+cd "$(dirname "$0")/.."
+CHUNKS=2048,512,256,64 TRIALS=5
+while [ $# -gt 0 ]; do
+    case $1 in
+    --chunks) CHUNKS=$2; shift 2 ;;
+    --trials) TRIALS=$2; shift 2 ;;
+    --) shift; break ;;
+    *) echo "usage: sh bench/pause.sh [--chunks LIST] [--trials N] [-- SERVE FLAGS]" >&2; exit 2 ;;
+    esac
+done
+[ -x build/dspark ] || { echo "build/dspark is missing: run make" >&2; exit 1; }
+[ -d tests/js/node_modules/openai ] || { echo "run: npm ci --prefix tests/js" >&2; exit 1; }
+out=$(mktemp)
+pid=""
+trap '[ -z "$pid" ] || kill $pid 2>/dev/null; rm -f "$out"' EXIT
+for c in $(echo "$CHUNKS" | tr , ' '); do
+    build/dspark serve --port 0 --threads 2 --mode baseline --max-batch 4 --no-prefix-cache \
+        --prefill-chunk "$c" "$@" >"$out" 2>&1 &
+    pid=$!
+    url=""
+    for _ in $(seq 1 200); do
+        url=$(sed -n "s/.* on \(http:[^ ]*\) .*/\1/p" "$out")
+        [ -n "$url" ] && break
+        sleep 0.1
+    done
+    [ -n "$url" ] || { cat "$out" >&2; exit 1; }
+    printf 'prefill chunk %s: ' "$c"
+    node tests/js/pause.mjs --url "$url" --trials "$TRIALS"
+    kill $pid
+    wait $pid || true
+    pid=""
+done
