@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -469,6 +470,66 @@ TEST(chunked_prefill_and_abandoned_sequences) {
     model_free(m);
 }
 
+/* A sliding-window model (the Mistral golden model with a 24-token window): the cache keeps
+ * every position and attention masks by position, so a follow-up over a cached prefix gives
+ * what a cold run gives. The window is checked to matter for these prompts. */
+TEST(sliding_window_prefix_is_exact) {
+    const char *src = "tests/data/golden/mistral_f32";
+    if (!fs_exists(src)) SKIP("tests/data/golden is absent");
+    char dir[] = "/tmp/dspark-window-XXXXXX", path[600], from[PATH_MAX + 32];
+    REQUIRE(mkdtemp(dir));
+    char *cfg = NULL;
+    size_t n_cfg;
+    snprintf(path, sizeof path, "%s/config.json", src);
+    REQUIRE(fs_read_file(path, &cfg, &n_cfg, 1 << 20) == 0);
+    const char *key = "\"sliding_window\": null";
+    char *at = strstr(cfg, key);
+    REQUIRE(at);
+    *at = 0;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fprintf(f, "%s\"sliding_window\": 24%s", cfg, at + strlen(key));
+    fclose(f);
+    free(cfg);
+    char real[PATH_MAX];
+    REQUIRE(realpath(src, real));
+    snprintf(from, sizeof from, "%s/model.safetensors", real);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    REQUIRE(symlink(from, path) == 0);
+    struct model *w = load(dir), *full = load(src);
+    REQUIRE(w && full);
+    CHECK(model_config(w)->sliding_window == 24);
+    struct prefix_cache *pc = NULL;
+    REQUIRE(prefix_cache_new(w, &(struct prefix_cache_opts){.max_entries = 2}, &pc) == 0);
+    struct gen_engine cached = {.target = w, .cache = pc}, plain = {.target = w};
+    struct gen_params gp = greedy(24);
+    int32_t p1[60], p2[100];
+    tokens(p1, 60, 40);
+    struct gen_result a, b, c;
+    REQUIRE(gen_run(&cached, p1, 60, &gp, NULL, NULL, &a) == 0);
+    memcpy(p2, p1, sizeof p1);
+    memcpy(p2 + 60, a.ids, sizeof(int32_t) * 24);
+    tokens(p2 + 84, 16, 41);
+    REQUIRE(gen_run(&cached, p2, 100, &gp, NULL, NULL, &b) == 0);
+    REQUIRE(gen_run(&plain, p2, 100, &gp, NULL, NULL, &c) == 0);
+    CHECK(b.stats.cached_tokens == 83);
+    CHECK(same_ids(&b, &c));
+    /* the window matters for these prompts: the last row's logits differ without it */
+    int V = model_config(w)->vocab_size;
+    float *lw = malloc(sizeof(float) * (size_t)V), *lf = malloc(sizeof(float) * (size_t)V);
+    struct kv_cache *kw = NULL, *kf = NULL;
+    REQUIRE(lw && lf && kv_new(w, 0, &kw) == 0 && kv_new(full, 0, &kf) == 0);
+    REQUIRE(model_forward(w, kw, p2, 100, lw, 0) == 0 &&
+            model_forward(full, kf, p2, 100, lf, 0) == 0);
+    CHECK(memcmp(lw, lf, sizeof(float) * (size_t)V) != 0);
+    free(lw), free(lf), kv_free(kw), kv_free(kf);
+    gen_result_free(&a), gen_result_free(&b), gen_result_free(&c);
+    prefix_cache_free(pc);
+    model_free(w), model_free(full);
+    rm_rf(dir);
+}
+
 int main(void) {
     log_set_quiet(1);
     RUN(fingerprint_tells_models_apart);
@@ -479,5 +540,6 @@ int main(void) {
     RUN(folder_stays_under_budget_and_drops_partial_writes);
     RUN(follow_up_over_a_spilled_prefix);
     RUN(chunked_prefill_and_abandoned_sequences);
+    RUN(sliding_window_prefix_is_exact);
     return test_report();
 }
