@@ -52,8 +52,8 @@ static void usage(FILE *f) {
         "  --categories LIST       only these categories (e.g. chat,copy)\n"
         "  --limit N               prompts per file, evenly spaced through it (default 10)\n"
         "  --max-new-tokens N      new tokens per prompt at most (default 128)\n"
-        "  --max-draft N           drafts per round (default: 6 lookup, 4 draft, the whole\n"
-        "                          block for dspark and dflash)\n"
+        "  --max-draft N           drafts per round (default: 15 lookup, 3 draft and dspark,\n"
+        "                          the whole block for dflash)\n"
         "  --trials N              timed passes over the prompts; medians reported (default 3)\n"
         "  --threads N             CPU threads (default: all cores)\n"
         "  --temperature T         0 = greedy (default 0); > 0 samples with seed = prompt\n"
@@ -401,11 +401,9 @@ void bench_params(const struct bench *b, const struct run_spec *r, int prompt_in
                   struct gen_params *gp) {
     const struct hf_config *c = model_config(b->e.target);
     *gp = (struct gen_params){.max_tokens = b->o.max_new, .top_logprobs = -1, .mode = r->mode};
-    gp->max_draft = r->max_draft > 0        ? r->max_draft
-                    : b->o.max_draft > 0    ? b->o.max_draft
-                    : r->mode == GEN_LOOKUP ? 6
-                    : r->mode == GEN_DRAFT  ? 4
-                                            : 0; /* 0: the block drafter's whole block */
+    gp->max_draft = r->max_draft > 0     ? r->max_draft
+                    : b->o.max_draft > 0 ? b->o.max_draft
+                                         : gen_default_max_draft(r->mode);
     if (r->mode == GEN_BASELINE) gp->max_draft = 0;
     struct tune_auto *ta = b->o.tune[r - b->o.runs];
     if (ta && r->mode != GEN_BASELINE) { /* --max-draft auto, up to the widest cap */

@@ -43,7 +43,7 @@ static void usage(FILE *f) {
                "                         model, see `dspark models`)\n"
                "  --drafter DIR          drafter folder for draft, dspark and dflash modes\n"
                "                         (default: DIR-draft, DIR-dspark, DIR-dflash)\n"
-               "  --max-draft N|auto     drafts verified per round at most (default 6 lookup,\n"
+               "  --max-draft N|auto     drafts verified per round at most (default 15 lookup,\n"
                "                         3 draft and dspark, the whole block for dflash; 0:\n"
                "                         the whole block); auto: chosen every few rounds from\n"
                "                         this machine's measured costs and the acceptance so far\n"
@@ -286,11 +286,7 @@ int cmd_generate(int argc, char **argv) {
         snprintf(draft_default, sizeof draft_default, "%s%s", o.model_dir, suffix[o.gp.mode]);
         o.drafter_dir = draft_default;
     }
-    o.gp.max_draft = o.max_draft >= 0          ? o.max_draft
-                     : o.gp.mode == GEN_LOOKUP ? 6
-                     : o.gp.mode == GEN_DRAFT || o.gp.mode == GEN_DSPARK
-                         ? 3
-                         : 0; /* 0: the drafter's whole block */
+    o.gp.max_draft = o.max_draft >= 0 ? o.max_draft : gen_default_max_draft(o.gp.mode);
     o.gp.stop = o.stop;
     o.gp.n_stop = o.n_stop;
     o.gp.trace = o.json;

@@ -20,7 +20,7 @@ static void usage(FILE *f) {
                "  --mode M                 baseline | lookup | draft | dspark | dflash | auto\n"
                "                           (default lookup; auto: the best drafter found for\n"
                "                           the model, see `dspark models`)\n"
-               "  --max-draft N|auto       drafts verified per round at most (default 6 lookup,\n"
+               "  --max-draft N|auto       drafts verified per round at most (default 15 lookup,\n"
                "                           3 draft and dspark, whole block dflash); auto: chosen\n"
                "                           per sequence every few rounds from this machine's\n"
                "                           measured costs (at start, once) and its acceptance\n"
@@ -157,11 +157,7 @@ int cmd_serve(int argc, char **argv) {
                        : 0;
     if (rc) return rc;
     static const char *suffix[] = {"", "", "-draft", "-dspark", "-dflash"};
-    /* 3 drafts: a verify of 4 rows still fits the matmul's 4-row tile (docs/perf.md) */
-    if (o.max_draft < 0)
-        o.max_draft = o.mode == GEN_LOOKUP                          ? 6
-                      : o.mode == GEN_DRAFT || o.mode == GEN_DSPARK ? 3
-                                                                    : 0;
+    if (o.max_draft < 0) o.max_draft = gen_default_max_draft(o.mode);
     if (o.mode >= GEN_DRAFT && !o.drafter_dir) {
         snprintf(draft_default, sizeof draft_default, "%s%s", o.model_dir, suffix[o.mode]);
         o.drafter_dir = draft_default;

@@ -178,7 +178,8 @@ static int record_round(struct gen_seq *r, const struct draft *d, int acc, int f
 static int setup_drafters(const struct gen_params *p, const struct gen_engine *e, int max_draft,
                           int cap, struct drafter *lookup, struct drafter *dm) {
     int rc = OK;
-    if (p->mode == GEN_LOOKUP) rc = lookup_drafter_new(3, 4, lookup);
+    /* alone: n-grams from 1 token, scaled drafts; ahead of a drafter: 4-5-grams, as found */
+    if (p->mode == GEN_LOOKUP) rc = lookup_drafter_new(1, 4, 1, lookup);
     if (p->mode == GEN_DSPARK || p->mode == GEN_DFLASH) {
         enum arch want = p->mode == GEN_DSPARK ? ARCH_DSPARK : ARCH_DFLASH;
         if (!e->block || block_model_config(e->block)->arch != want) {
@@ -191,7 +192,7 @@ static int setup_drafters(const struct gen_params *p, const struct gen_engine *e
                                        .cap = cap,
                                        .confidence_threshold = p->confidence_threshold,
                                        .per_slot = p->confidence_per_slot};
-        if (p->lookup_drafts) rc = lookup_drafter_new(4, 5, lookup);
+        if (p->lookup_drafts) rc = lookup_drafter_new(4, 5, 0, lookup);
         if (!rc) rc = block_drafter_new(e->block, &p->sp, &o, dm);
     }
     if (p->mode == GEN_DRAFT) {
@@ -205,7 +206,7 @@ static int setup_drafters(const struct gen_params *p, const struct gen_engine *e
             log_hint("the draft model must share the target's tokenizer");
             return ERR_ARG;
         }
-        if (p->lookup_drafts) rc = lookup_drafter_new(4, 5, lookup);
+        if (p->lookup_drafts) rc = lookup_drafter_new(4, 5, 0, lookup);
         if (!rc) rc = draft_model_drafter_new(e->draft, &p->sp, p->max_draft, dm);
     }
     return rc;
@@ -324,8 +325,7 @@ int gen_seq_start(const struct gen_engine *e, const int32_t *prompt, int n_promp
     r->cap = (long)n_prompt + p->max_tokens + max_draft + 1;
     /* with some room to spare, a follow-up turn often fits in this cache: it is then lent to
      * that turn's sequence as it is, without a copy (cache/prefix.c) */
-    if (uses_cache(r))
-        r->cap = (r->cap + PREFIX_CAP_STEP - 1) / PREFIX_CAP_STEP * PREFIX_CAP_STEP;
+    if (uses_cache(r)) r->cap = (r->cap + PREFIX_CAP_STEP - 1) / PREFIX_CAP_STEP * PREFIX_CAP_STEP;
     if (r->cap > c->max_pos) r->cap = c->max_pos;
     for (int i = 0; i < p->n_stop; i++)
         if (strlen(p->stop[i]) > r->max_stop) r->max_stop = strlen(p->stop[i]);
@@ -504,6 +504,10 @@ static const char *const mode_names[] = {"baseline", "lookup", "draft", "dspark"
 
 const char *gen_mode_name(enum gen_mode m) {
     return (unsigned)m < sizeof mode_names / sizeof mode_names[0] ? mode_names[m] : "?";
+}
+
+int gen_default_max_draft(enum gen_mode m) {
+    return m == GEN_LOOKUP ? 15 : m == GEN_DRAFT || m == GEN_DSPARK ? 3 : 0;
 }
 
 int gen_mode_parse(const char *name, enum gen_mode *out) {

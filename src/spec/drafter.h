@@ -49,8 +49,9 @@ static inline void drafter_free(struct drafter *d) {
 struct model;
 struct sample_params;
 
-/* lookup.c: n-gram prompt lookup over the sequence, n-grams of min_n..max_n tokens. */
-int lookup_drafter_new(int min_n, int max_n, struct drafter *out);
+/* lookup.c: n-gram prompt lookup over the sequence, n-grams of min_n..max_n tokens; scaled:
+ * drafts no longer than the matched stretch behind them. */
+int lookup_drafter_new(int min_n, int max_n, int scaled, struct drafter *out);
 /* draft_model.c: a small model sharing the target's tokenizer. The drafter does not own dm.
  * With temperature > 0 it samples drafts from its own truncated distribution (sp's
  * temperature, top_k, top_p) and reports it in draft.q; otherwise drafts are greedy. */

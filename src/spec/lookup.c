@@ -3,7 +3,13 @@
  * Indexing is incremental (each new token adds max_n - min_n + 1 entries) and a proposal costs
  * O(max_n - min_n + 1) lookups, so the whole generation stays O(n). A proposal tries the
  * longest n first, skips the occurrence that is the current suffix itself, and copies the
- * tokens that followed the latest earlier occurrence. */
+ * tokens that followed the latest earlier occurrence.
+ *
+ * Scaled drafts (lookup mode): a proposal is no longer than the stretch, counted back from the
+ * suffix, over which the text matches the earlier occurrence (up to MATCH_MAX tokens). A short
+ * match, likely a coincidence, risks a short draft; inside a copied passage the drafts grow
+ * with it. With verify rows that cost a small part of a step, this lets lookup fire on
+ * n-grams down to a single token without slowing text that does not repeat. */
 #include "spec/drafter.h"
 
 #include "base/err.h"
@@ -17,8 +23,11 @@ struct slot {
     int32_t prev; /* end of the one before, or -1 */
 };
 
+#define MATCH_MAX 64
+
 struct lookup {
     int min_n, max_n;
+    int scaled;    /* drafts no longer than the match behind them */
     int n_indexed; /* seq[0..n_indexed) has been added to the index */
     uint64_t head; /* hash of the indexed sequence's first tokens, to detect a new sequence */
     struct slot *slots;
@@ -107,6 +116,13 @@ static int lookup_propose(struct drafter *d, const int32_t *seq, int n_seq, int 
         if (end < n || end >= n_seq) continue; /* nothing follows it yet */
         if (memcmp(seq + end - n, suffix, sizeof(int32_t) * (size_t)n) != 0) continue;
         int k = n_seq - end < n_max ? n_seq - end : n_max;
+        if (L->scaled) {
+            int ml = n; /* tokens matching before the two positions */
+            while (ml < MATCH_MAX && ml < k && end - ml - 1 >= 0 &&
+                   seq[end - ml - 1] == seq[n_seq - ml - 1])
+                ml++;
+            if (k > ml) k = ml;
+        }
         for (int i = 0; i < k; i++) {
             out->ids[i] = seq[end + i];
             out->q[i] = NULL;
@@ -131,12 +147,13 @@ static const struct drafter_ops lookup_ops = {
     .free = lookup_free,
 };
 
-int lookup_drafter_new(int min_n, int max_n, struct drafter *out) {
+int lookup_drafter_new(int min_n, int max_n, int scaled, struct drafter *out) {
     if (min_n < 1 || max_n < min_n || max_n > 64) return ERR_ARG;
     struct lookup *L = calloc(1, sizeof *L);
     if (!L) return ERR_NOMEM;
     L->min_n = min_n;
     L->max_n = max_n;
+    L->scaled = scaled;
     if (grow(L)) {
         free(L);
         return ERR_NOMEM;
