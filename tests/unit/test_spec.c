@@ -317,7 +317,43 @@ TEST(prefix_cache_reuses_and_stays_exact) {
     model_free(t);
 }
 
+/* The n-gram index on its own: the longest n-gram wins, the suffix's own occurrence is skipped,
+ * drafts stop at the end of the sequence and at n_max, and scaled drafts are no longer than
+ * the stretch that matches behind them. */
+TEST(lookup_proposals) {
+    /* 10 11 12 13 14 15 16 17 | 50 | 10 11 12 13 14 15 16 17 | 60 61 | 15 */
+    const int32_t seq[] = {10, 11, 12, 13, 14, 15, 16, 17, 50, 10,
+                           11, 12, 13, 14, 15, 16, 17, 60, 61, 15};
+    const int n_seq = (int)(sizeof seq / sizeof *seq);
+    int32_t ids[32];
+    struct draft d = {.ids = ids, .q = (const struct sample_dist *[32]){0}, .cap = 32};
+    struct drafter plain, scaled;
+    REQUIRE(!lookup_drafter_new(1, 4, 0, &plain) && !lookup_drafter_new(1, 4, 1, &scaled));
+    /* the first 14 tokens end in "11 12 13 14", seen before at 1..4 and followed by
+     * 15 16 17 50 10 11 12 13 14: 9 tokens up to the end of the sequence */
+    REQUIRE(!plain.ops->propose(&plain, seq, 14, 10, &d));
+    CHECK(d.n == 9 && ids[0] == 15 && ids[3] == 50 && ids[8] == 14);
+    REQUIRE(!plain.ops->propose(&plain, seq, 14, 3, &d));
+    CHECK(d.n == 3 && ids[2] == 17); /* n_max */
+    /* scaled: the match behind is 10 11 12 13 14 (5 tokens), so at most 5 drafts */
+    REQUIRE(!scaled.ops->propose(&scaled, seq, 14, 10, &d));
+    CHECK(d.n == 5 && ids[0] == 15 && ids[4] == 10);
+    /* the whole sequence ends in "61 15": only the 1-gram "15" matches (at 5, followed by 16 17
+     * 50 ...); plain drafts copy up to n_max, scaled ones risk a single token */
+    REQUIRE(!plain.ops->propose(&plain, seq, n_seq, 4, &d));
+    CHECK(d.n == 4 && ids[0] == 16 && ids[1] == 17);
+    REQUIRE(!scaled.ops->propose(&scaled, seq, n_seq, 4, &d));
+    CHECK(d.n == 1 && ids[0] == 16);
+    /* nothing repeats: no proposal */
+    const int32_t fresh[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    REQUIRE(!scaled.ops->propose(&scaled, fresh, 9, 4, &d));
+    CHECK(d.n == 0);
+    plain.ops->free(&plain);
+    scaled.ops->free(&scaled);
+}
+
 int main(void) {
+    RUN(lookup_proposals);
     RUN(prefix_cache_reuses_and_stays_exact);
     RUN(batched_sequences_equal_single_runs);
     RUN(greedy_identical_in_every_mode);
