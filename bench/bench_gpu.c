@@ -1,58 +1,217 @@
 /* bench/bench_gpu.c: the CUDA forward's speed on one model folder: prefill tokens/s, B=1
- * decode tokens/s against the weight-read roofline, and the cost of a pass over k new tokens
- * (a verify round) relative to one. Build with `make CUDA=1 build/cuda/bench_gpu`; run on the
- * GPU machine: bench_gpu MODEL_DIR [bandwidth_GBps]. Minimum of several runs per point. */
+ * decode tokens/s against the weight-read roofline (greedy: one id back; and with the logits
+ * copied back), the cost of a pass over k new tokens (a verify round) relative to one for
+ * k = 1..32, each kind of kernel's time and bandwidth, and optionally the GPU's greedy
+ * tokens against the CPU's on the same weights. Build with `make CUDA=1 build/cuda/bench_gpu`;
+ * run on the GPU machine:
+ *   bench_gpu MODEL_DIR [--bw GBps] [--ctx N,N..] [--long N] [--cpu-check N] [--quick]
+ *             [--decode-only]
+ * Times are the median of repeated runs (minimum in brackets). */
 #include "backend/gpu.h"
 #include "base/timer.h"
 #include "model/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-static double best_of(struct model *m, struct kv_cache *kv, int base, const int32_t *ids, int n,
-                      float *logits, int reps) {
-    double best = 1e9;
-    for (int r = 0; r < reps; r++) {
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+struct stat2 {
+    double med, min;
+};
+
+/* n rows after a context of base tokens, greedy ids of every row (or logits when lg) */
+static struct stat2 time_pass(struct model *m, struct kv_cache *kv, int base, const int32_t *ids,
+                              int n, float *lg, int reps) {
+    double t[64];
+    int32_t out[64];
+    if (reps > 64) reps = 64;
+    for (int r = -1; r < reps; r++) { /* r = -1: warm-up (graph capture) */
         kv_truncate(kv, base);
         double t0 = timer_now();
-        if (model_forward(m, kv, ids, n, logits, 1)) return -1;
-        double t = timer_now() - t0;
-        if (t < best) best = t;
+        int rc =
+            lg ? model_forward(m, kv, ids, n, lg, 1) : model_forward_greedy(m, kv, ids, n, out, 1);
+        if (rc) return (struct stat2){-1, -1};
+        if (r >= 0) t[r] = timer_now() - t0;
     }
-    return best;
+    qsort(t, (size_t)reps, sizeof t[0], cmp_d);
+    return (struct stat2){t[reps / 2], t[0]};
+}
+
+static int parse_list(const char *s, int *v, int max) {
+    int n = 0;
+    while (*s && n < max) {
+        v[n++] = atoi(s);
+        const char *c = strchr(s, ',');
+        if (!c) break;
+        s = c + 1;
+    }
+    return n;
+}
+
+/* greedy continuation of n tokens after prompt on model m */
+static int greedy_run(struct model *m, const int32_t *prompt, int np, int n, int32_t *out) {
+    struct kv_cache *kv;
+    if (kv_new(m, np + n + 1, &kv)) return -1;
+    int32_t tok;
+    int rc = model_forward_greedy(m, kv, prompt, np, &tok, 0);
+    for (int i = 0; !rc && i < n; i++) {
+        out[i] = tok;
+        rc = model_forward_greedy(m, kv, &tok, 1, &tok, 0);
+    }
+    kv_free(kv);
+    return rc;
+}
+
+/* GPU greedy tokens against the CPU's on the same weights; on the first divergence, the CPU's
+ * top-2 logit gap there (an fp near-tie is a gap of a few 1e-5 relative). */
+static void cpu_check(const char *dir, struct model *gm, int n_tok) {
+    struct model *cm;
+    if (model_load(dir, &(struct model_opts){.n_threads = 0}, &cm)) {
+        printf("cpu check: cannot load the model on the CPU\n");
+        return;
+    }
+    int V = model_config(cm)->vocab_size, prompts = 4, same_all = 0;
+    int32_t prompt[24], a[256], b[256];
+    if (n_tok > 256) n_tok = 256;
+    for (int p = 0; p < prompts; p++) {
+        for (int i = 0; i < 24; i++) prompt[i] = (int32_t)((p * 7919 + i * 104729 + 11) % V);
+        if (greedy_run(gm, prompt, 24, n_tok, a) || greedy_run(cm, prompt, 24, n_tok, b)) {
+            printf("cpu check: forward failed\n");
+            break;
+        }
+        int same = 0;
+        while (same < n_tok && a[same] == b[same]) same++;
+        same_all += same == n_tok;
+        printf("cpu check prompt %d: GPU greedy equals CPU for %d of %d tokens", p, same, n_tok);
+        if (same < n_tok) { /* the CPU's logits at the divergence */
+            struct kv_cache *kv;
+            float *lg = malloc(sizeof(float) * (size_t)V);
+            int32_t ctx[24 + 256];
+            memcpy(ctx, prompt, sizeof prompt);
+            memcpy(ctx + 24, b, sizeof(int32_t) * (size_t)same);
+            if (lg && !kv_new(cm, 24 + same + 1, &kv)) {
+                if (!model_forward(cm, kv, ctx, 24 + same, lg, 0)) {
+                    float amax = fabsf(lg[0]);
+                    for (int i = 1; i < V; i++)
+                        if (fabsf(lg[i]) > amax) amax = fabsf(lg[i]);
+                    printf(" (CPU logits there: GPU's %d = %.6f, CPU's %d = %.6f, gap %.2e of max)",
+                           a[same], lg[a[same]], b[same], lg[b[same]],
+                           (lg[b[same]] - lg[a[same]]) / amax);
+                }
+                kv_free(kv);
+            }
+            free(lg);
+        }
+        printf("\n");
+    }
+    printf("cpu check: %d of %d prompts token-identical\n", same_all, prompts);
+    model_free(cm);
 }
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s MODEL_DIR [bandwidth_GBps, default 4300]\n", argv[0]);
+        fprintf(stderr,
+                "usage: %s MODEL_DIR [--bw GBps] [--ctx N,N..] [--long N] "
+                "[--cpu-check N] [--quick]\n",
+                argv[0]);
         return 2;
     }
-    double bw = argc > 2 ? atof(argv[2]) : 4300;
+    double bw = 4300;
+    int ctxs[8] = {512}, n_ctx = 1, longp = 0, check = 0, quick = 0, decode_only = 0;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--bw") && i + 1 < argc)
+            bw = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--ctx") && i + 1 < argc)
+            n_ctx = parse_list(argv[++i], ctxs, 8);
+        else if (!strcmp(argv[i], "--long") && i + 1 < argc)
+            longp = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--cpu-check") && i + 1 < argc)
+            check = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else if (!strcmp(argv[i], "--decode-only"))
+            decode_only = 1, quick = 1;
+    }
+    double t_load = timer_now();
     struct model *m;
     if (model_load(argv[1], &(struct model_opts){.n_threads = 1, .gpu = 1}, &m)) return 1;
+    t_load = timer_now() - t_load;
     const struct hf_config *c = model_config(m);
-    int V = c->vocab_size, P = 512;
+    int V = c->vocab_size, maxctx = 512;
+    for (int i = 0; i < n_ctx; i++)
+        if (ctxs[i] > maxctx) maxctx = ctxs[i];
+    if (longp > maxctx) maxctx = longp;
     struct kv_cache *kv;
-    if (kv_new(m, P + 256, &kv)) return 1;
-    int32_t *ids = malloc(sizeof(int32_t) * (P + 256));
+    if (kv_new(m, maxctx + 64, &kv)) return 1;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(maxctx + 64));
     float *logits = malloc(sizeof(float) * (size_t)V * 32);
-    for (int i = 0; i < P + 256; i++) ids[i] = (int32_t)((i * 7919 + 13) % V);
+    for (int i = 0; i < maxctx + 64; i++) ids[i] = (int32_t)((i * 7919 + 13) % V);
+    double wb = (double)model_weight_bytes(m), roof = wb / (bw * 1e9);
+    printf("%s on %s: %.2f GB of weights per step, loaded in %.1f s; roofline %.3f ms at %.0f "
+           "GB/s (%.1f tok/s)\n",
+           argv[1], gpu_device_name(), wb / 1e9, t_load, roof * 1e3, bw, 1 / roof);
+
     model_forward(m, kv, ids, 64, NULL, 0); /* warm-up */
-    kv_truncate(kv, 0);
-    double t0 = timer_now();
-    model_forward(m, kv, ids, P, NULL, 0);
-    double pre = timer_now() - t0;
-    double one = best_of(m, kv, P, ids + P, 1, logits, 20);
-    double wb = (double)model_weight_bytes(m);
-    printf("%s on %s: %.2f GB of weights per step\n", argv[1], gpu_device_name(), wb / 1e9);
-    printf("prefill %d tokens: %.1f ms, %.0f tok/s\n", P, pre * 1e3, P / pre);
-    printf("decode (B=1, context %d): %.3f ms/token, %.1f tok/s; roofline %.3f ms at %.0f GB/s: "
-           "%.0f%%\n",
-           P, one * 1e3, 1 / one, wb / (bw * 1e9) * 1e3, bw, 100 * (wb / (bw * 1e9)) / one);
-    printf("verify cost by width (x one token):");
-    for (int k = 2; k <= 32; k *= 2)
-        printf("  %d: %.2fx", k, best_of(m, kv, P, ids + P, k, logits, 10) / one);
-    printf("\n");
+    int pre[2] = {512, longp};
+    for (int i = 0; i < 2; i++) {
+        if (pre[i] <= 0 || decode_only) continue;
+        double best = 1e9;
+        for (int r = 0; r < (quick ? 1 : 3); r++) {
+            kv_truncate(kv, 0);
+            double t0 = timer_now();
+            if (model_forward(m, kv, ids, pre[i], NULL, 0)) return 1;
+            double t = timer_now() - t0;
+            if (t < best) best = t;
+        }
+        printf("prefill %d tokens: %.1f ms, %.0f tok/s\n", pre[i], best * 1e3, pre[i] / best);
+    }
+
+    int reps = quick ? 10 : 40;
+    for (int ci = 0; ci < n_ctx; ci++) {
+        int P = ctxs[ci];
+        kv_truncate(kv, 0);
+        if (model_forward(m, kv, ids, P, NULL, 0)) return 1;
+        struct stat2 g1 = time_pass(m, kv, P, ids + P, 1, NULL, reps);
+        struct stat2 l1 = time_pass(m, kv, P, ids + P, 1, logits, reps);
+        printf("decode B=1 at context %d: greedy %.3f ms [%.3f] = %.1f tok/s, %.0f%% of roofline; "
+               "with logits copied back %.3f ms [%.3f]\n",
+               P, g1.med * 1e3, g1.min * 1e3, 1 / g1.med, 100 * roof / g1.med, l1.med * 1e3,
+               l1.min * 1e3);
+        if (ci || decode_only) continue;
+        printf("verify cost by width (x one token, greedy ids of every row):\n");
+        for (int k = 1; k <= 32; k++) {
+            if (quick && k != 1 && k != 2 && k != 4 && k != 8 && k != 16 && k != 32) continue;
+            struct stat2 s = time_pass(m, kv, P, ids + P, k, NULL, quick ? 5 : 15);
+            printf("  %2d: %.3f ms %.2fx%s", k, s.med * 1e3, s.med / g1.med,
+                   k % 4 == 0 ? "\n" : "");
+        }
+        printf("\n");
+        struct stat2 l16 = time_pass(m, kv, P, ids + P, 16, logits, quick ? 5 : 15);
+        printf("  16 rows with all logits copied back: %.3f ms %.2fx\n", l16.med * 1e3,
+               l16.med / g1.med);
+        int widths[2] = {1, 16};
+        for (int w = 0; w < 2; w++) {
+            struct gpu_op_time ops[16];
+            kv_truncate(kv, P);
+            int n = model_gpu_profile(m, kv, widths[w], ops, 16);
+            printf("kernels alone, %d row%s at context %d (all layers):\n", widths[w],
+                   widths[w] > 1 ? "s" : "", P);
+            double sum = 0;
+            for (int i = 0; i < n; i++) {
+                printf("  %-10s %8.1f us  %7.1f MB  %6.0f GB/s\n", ops[i].name, ops[i].us,
+                       ops[i].bytes / 1e6, ops[i].bytes / (ops[i].us * 1e3));
+                if (strcmp(ops[i].name, "hbm read")) sum += ops[i].us;
+            }
+            printf("  sum %.1f us\n", sum);
+        }
+    }
+    if (check) cpu_check(argv[1], m, check);
     kv_free(kv);
     model_free(m);
     free(ids), free(logits);

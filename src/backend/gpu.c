@@ -47,6 +47,18 @@ int gpu_forward(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t 
     (void)g, (void)kv, (void)pos0, (void)ids, (void)n, (void)logits, (void)all_rows;
     return ERR_UNSUPPORTED;
 }
+
+int gpu_forward_greedy(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids,
+                       int n, int32_t *out_ids, int all_rows) {
+    (void)g, (void)kv, (void)pos0, (void)ids, (void)n, (void)out_ids, (void)all_rows;
+    return ERR_UNSUPPORTED;
+}
+
+int gpu_profile(struct gpu_model *g, struct gpu_kv *kv, int pos0, int n, struct gpu_op_time *out,
+                int max) {
+    (void)g, (void)kv, (void)pos0, (void)n, (void)out, (void)max;
+    return ERR_UNSUPPORTED;
+}
 #else
 /* From cuda_runtime_api.h, which this C file is compiled without; cudaError_t is an enum whose
  * value 0 is cudaSuccess. */

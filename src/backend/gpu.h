@@ -1,7 +1,9 @@
 /* backend/gpu.h: the GPU backend's C interface, used by model/ when a model is loaded with
- * device "cuda". A struct gpu_model holds the weights in device memory (uploaded once, as
- * stored: BF16, F16 or F32) and runs the same layer loop as the CPU forward, with float32
- * activations and a per-sequence KV cache in device memory; logits come back to the host.
+ * device "cuda". A struct gpu_model holds the weights in device memory (uploaded once; BF16
+ * matmul weights in tensor-core fragment order, F16/F32 as stored) and runs the same layer
+ * loop as the CPU forward, with float32 activations and a per-sequence KV cache in device
+ * memory; logits, or only the greedy tokens, come back to the host. Every row's result is
+ * the same bits whatever the number of rows in the pass.
  * Without a CUDA build every function returns ERR_UNSUPPORTED and gpu_available() is 0.
  * One thread uses a gpu_model at a time. */
 #ifndef DSPARK_BACKEND_GPU_H
@@ -50,5 +52,19 @@ void gpu_kv_free(struct gpu_kv *kv);
  * row (all_rows) or of the last one go to the host buffer logits. */
 int gpu_forward(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids, int n,
                 float *logits, int all_rows);
+/* gpu_forward() that copies back only the greedy token of every row (all_rows) or of the last
+ * one: the first index of the largest logit, as sample_greedy() picks it. */
+int gpu_forward_greedy(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids,
+                       int n, int32_t *out_ids, int all_rows);
+
+/* For benchmarks: each kind of step work timed alone (each matmul over all layers, attention
+ * over the cache as it is, a plain HBM read), passes of n rows at position pos0. */
+struct gpu_op_time {
+    char name[16];
+    double us;    /* per pass, best of several graph replays */
+    double bytes; /* bytes the op must read per pass */
+};
+int gpu_profile(struct gpu_model *g, struct gpu_kv *kv, int pos0, int n, struct gpu_op_time *out,
+                int max);
 
 #endif

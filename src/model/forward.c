@@ -245,3 +245,42 @@ int model_forward_taps(struct model *m, struct kv_cache *kv, const int32_t *ids,
     }
     return OK;
 }
+
+/* first index of the largest value; NaN never wins; 0 when nothing beats -inf */
+static int32_t first_max(const float *x, int n) {
+    float best = -INFINITY;
+    int32_t at = 0;
+    for (int i = 0; i < n; i++)
+        if (x[i] > best) best = x[i], at = i;
+    return at;
+}
+
+int model_forward_greedy(struct model *m, struct kv_cache *kv, const int32_t *ids, int n,
+                         int32_t *out, int all_rows) {
+    int rc = check_ids(m, kv, ids, n);
+    if (rc) return rc;
+    if (m->gpu) {
+        if ((rc = gpu_forward_greedy(m->gpu, kv->gpu, kv->len, ids, n, out, all_rows))) return rc;
+        kv->len += n;
+        return OK;
+    }
+    int V = m->cfg.vocab_size;
+    for (int done = 0; done < n; done += MODEL_CHUNK) {
+        int T = n - done < MODEL_CHUNK ? n - done : MODEL_CHUNK;
+        struct seg sg = {kv, 0, T, kv->len};
+        embed_rows(m, ids + done, T, m->x);
+        layers_pass(m, &sg, 1, T, NULL);
+        kv->len += T;
+        for (int t = all_rows ? 0 : T - 1; t < T && (all_rows || done + T == n); t++) {
+            head_rows(m, t, 1, m->last_logits);
+            out[all_rows ? done + t : 0] = first_max(m->last_logits, V);
+        }
+    }
+    return OK;
+}
+
+int model_gpu_profile(struct model *m, struct kv_cache *kv, int n, struct gpu_op_time *out,
+                      int max) {
+    if (!m->gpu || !kv->gpu) return ERR_UNSUPPORTED;
+    return gpu_profile(m->gpu, kv->gpu, kv->len, n, out, max);
+}

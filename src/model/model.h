@@ -68,6 +68,16 @@ uint64_t model_fingerprint(struct model *m);
  * Returns ERR_FULL, leaving the cache as it was, when n positions do not fit. */
 int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int n, float *logits,
                   int all_rows);
+/* model_forward() that reports only the greedy token of every row (all_rows) or of the last
+ * one in out[n] / out[1]: the first index of the largest logit, as sample_greedy() picks it.
+ * On the GPU only those ids come back to the host. */
+int model_forward_greedy(struct model *m, struct kv_cache *kv, const int32_t *ids, int n,
+                         int32_t *out, int all_rows);
+/* For benchmarks of a model on the GPU: gpu_profile() of passes of n rows after the cache's
+ * contents. ERR_UNSUPPORTED on the CPU. */
+struct gpu_op_time;
+int model_gpu_profile(struct model *m, struct kv_cache *kv, int n, struct gpu_op_time *out,
+                      int max);
 
 /* Several sequences in one pass, so each weight is read once for all of them (continuous
  * batching). Item i runs ids[0..n) after its cache's contents, like model_forward_taps()

@@ -1,7 +1,8 @@
 /* tests/unit/test_gpu.c: the CUDA forward against transformers' golden data and against the
- * CPU: logits within fp32 tolerance, greedy continuations equal, verify rows equal single
- * steps bit for bit, speculative modes equal to baseline. Skips without a CUDA build and a
- * device (CI has neither; results are recorded in docs/perf.md). */
+ * CPU: logits within fp32 tolerance, greedy continuations equal, passes of every width 1..40
+ * equal single steps bit for bit (graphs and direct launches alike), device greedy ids equal
+ * the argmax of the logits, speculative modes equal to baseline. Skips without a CUDA build
+ * and a device (CI has neither; results are recorded in docs/perf.md). */
 #include "test.h"
 
 #include "backend/gpu.h"
@@ -79,13 +80,66 @@ static void golden(const char *name) {
 
 TEST(gpu_golden) {
     if (!gpu_available()) SKIP("no CUDA build or no GPU");
-    static const char *names[] = {"qwen3_f32",   "qwen2_f32",  "llama3_f32",
-                                  "mistral_f32", "qwen3_bf16", "qwen3_f16"};
+    static const char *names[] = {"qwen3_f32",  "qwen2_f32",  "llama3_f32",  "mistral_f32",
+                                  "qwen3_bf16", "qwen2_bf16", "llama3_bf16", "qwen3_f16"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) golden(names[i]);
 }
 
-/* On the GPU too, a verify pass over 8 rows gives the rows of 8 single steps bit for bit, and
- * every speculative mode keeps the baseline's greedy tokens on models/pycoder. */
+/* A pass of w rows gives the rows of w single steps bit for bit, for every w up to 40 (over
+ * GPU_GROUP rows the matmuls run in two launches, outside graphs); device greedy ids are the
+ * argmax of the same logits; graphs off gives the same bits. */
+TEST(gpu_batch_invariance) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m, *m2;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m) == 0);
+    setenv("DSPARK_GPU_GRAPHS", "0", 1);
+    int rc2 = model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m2);
+    unsetenv("DSPARK_GPU_GRAPHS");
+    REQUIRE(rc2 == 0);
+    int V = model_config(m)->vocab_size, W = 40, P = 37;
+    int32_t ids[128], gid[64];
+    for (int i = 0; i < 128; i++) ids[i] = 20 + (i * 131) % 8000;
+    struct kv_cache *a, *b;
+    REQUIRE(kv_new(m, 160, &a) == 0 && kv_new(m, 160, &b) == 0);
+    float *la = malloc(sizeof(float) * V * (P + W)), *lb = malloc(sizeof(float) * V * W);
+    REQUIRE(la && lb);
+    CHECK(model_forward(m, b, ids, P, NULL, 0) == 0);
+    for (int i = 0; i < W; i++)
+        CHECK(model_forward(m, b, ids + P + i, 1, lb + (size_t)i * V, 0) == 0);
+    int bad = 0, bad_ids = 0;
+    for (int w = 1; w <= W; w++) {
+        kv_truncate(a, 0);
+        CHECK(model_forward(m, a, ids, P, NULL, 0) == 0);
+        CHECK(model_forward(m, a, ids + P, w, la, 1) == 0);
+        if (memcmp(la, lb, sizeof(float) * V * w)) {
+            printf("  width %d differs from single steps\n", w);
+            bad++;
+        }
+        kv_truncate(a, P);
+        CHECK(model_forward_greedy(m, a, ids + P, w, gid, 1) == 0);
+        for (int i = 0; i < w; i++) bad_ids += gid[i] != argmax(lb + (size_t)i * V, V);
+    }
+    CHECK(bad == 0 && bad_ids == 0);
+    /* the prefix itself: one pass of P rows against P single steps, and graphs off */
+    kv_truncate(a, 0);
+    CHECK(model_forward(m, a, ids, P + W, la, 1) == 0);
+    CHECK(memcmp(la + (size_t)P * V, lb, sizeof(float) * V * W) == 0);
+    struct kv_cache *c;
+    REQUIRE(kv_new(m2, 160, &c) == 0);
+    CHECK(model_forward(m2, c, ids, P, NULL, 0) == 0);
+    CHECK(model_forward(m2, c, ids + P, 16, la, 1) == 0);
+    CHECK(memcmp(la, lb, sizeof(float) * V * 16) == 0);
+    printf("  widths 1..%d equal single steps: %s; device greedy ids equal argmax: %s; graphs "
+           "off equal\n",
+           W, bad ? "NO" : "yes", bad_ids ? "NO" : "yes");
+    free(la), free(lb);
+    kv_free(a), kv_free(b), kv_free(c);
+    model_free(m), model_free(m2);
+}
+
+/* Every speculative mode keeps the GPU baseline's greedy tokens on models/pycoder, and the
+ * GPU baseline equals the CPU's. */
 TEST(gpu_exact_modes) {
     if (!gpu_available()) SKIP("no CUDA build or no GPU");
     if (!fs_exists("models/pycoder")) SKIP("models/ absent");
@@ -93,17 +147,6 @@ TEST(gpu_exact_modes) {
     REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2, .gpu = 1}, &m) == 0);
     REQUIRE(model_load("models/pycoder-draft", &(struct model_opts){.n_threads = 2}, &dm) == 0);
     REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2}, &cpu) == 0);
-    int V = model_config(m)->vocab_size;
-    int32_t ids[40];
-    for (int i = 0; i < 40; i++) ids[i] = 20 + (i * 131) % 8000;
-    struct kv_cache *a, *b;
-    REQUIRE(kv_new(m, 128, &a) == 0 && kv_new(m, 128, &b) == 0);
-    float *la = malloc(sizeof(float) * V * 8), *lb = malloc(sizeof(float) * V * 8);
-    CHECK(model_forward(m, a, ids, 32, NULL, 0) == 0 && model_forward(m, b, ids, 32, NULL, 0) == 0);
-    CHECK(model_forward(m, a, ids + 32, 8, la, 1) == 0);
-    for (int i = 0; i < 8; i++)
-        CHECK(model_forward(m, b, ids + 32 + i, 1, lb + (size_t)i * V, 0) == 0);
-    CHECK(memcmp(la, lb, sizeof(float) * V * 8) == 0);
     int runs = 0, equal = 0, cpu_equal = 0;
     for (int p = 0; p < 20; p++) {
         int n = 8 + p % 17;
@@ -131,13 +174,20 @@ TEST(gpu_exact_modes) {
            "CPU on %d of 20 prompts\n",
            equal, runs, cpu_equal);
     CHECK(equal == runs);
-    free(la), free(lb);
-    kv_free(a), kv_free(b);
     model_free(m), model_free(dm), model_free(cpu);
 }
 
-int main(void) {
-    RUN(gpu_golden);
-    RUN(gpu_exact_modes);
+/* test_gpu [NAME...]: only the named tests (e.g. under compute-sanitizer) */
+static int wanted(int argc, char **argv, const char *name) {
+    if (argc < 2) return 1;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], name)) return 1;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (wanted(argc, argv, "gpu_golden")) RUN(gpu_golden);
+    if (wanted(argc, argv, "gpu_batch_invariance")) RUN(gpu_batch_invariance);
+    if (wanted(argc, argv, "gpu_exact_modes")) RUN(gpu_exact_modes);
     return test_report();
 }

@@ -1,0 +1,76 @@
+#!/bin/sh
+# bench/run_gpu.sh: the CUDA backend's checks and benchmarks in one go, on the GPU machine.
+# Expects test_gpu, bench_gpu (built with `make CUDA=1`) and the shared libraries they need
+# in $BIN (default .gpu); writes logs to $OUT (default /tmp/dspark-gpu). STEPS picks what runs
+# (default all): info test sanitize pycoder 8b cpucheck variants torch (ncu on request); variants reruns the 8B
+# decode with each VARIANTS entry (VAR=value, comma-separated settings) in the environment.
+# The Qwen3-8B-shaped random
+# model is generated there by bench/mkmodel.c into $M8B (default /tmp/m8b).
+set -u
+BIN=${BIN:-.gpu}
+OUT=${OUT:-/tmp/dspark-gpu}
+M8B=${M8B:-/tmp/m8b}
+STEPS=${STEPS:-"info test sanitize pycoder 8b cpucheck torch"}
+BENCH_ARGS=${BENCH_ARGS:-"--ctx 512,4096 --long 4096"}
+export LD_LIBRARY_PATH=$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+mkdir -p "$OUT"
+has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
+t0=$(date +%s)
+stamp() { echo "== $1 ($(($(date +%s) - t0)) s)"; }
+
+if { has 8b || has variants || has ncu || has torch; } && [ ! -f "$M8B/model.safetensors" ]; then
+    # in the background while the tests run
+    (gcc -O2 -o /tmp/mkmodel bench/mkmodel.c -lm &&
+        /tmp/mkmodel "$M8B" --layers 36 --hidden 4096 --heads 32 --kv-heads 8 --head-dim 128 \
+            --ffn 12288 --vocab 151936 --untied) >"$OUT/mkmodel.log" 2>&1 &
+    MK=$!
+fi
+if has info; then
+    stamp info
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+    git log -1 --format='commit %h %s' 2>/dev/null || true
+fi
+if has test; then
+    stamp test_gpu
+    timeout 180 "$BIN/test_gpu" 2>&1 | tee "$OUT/test_gpu.log"
+fi
+if has sanitize && command -v compute-sanitizer >/dev/null; then
+    stamp compute-sanitizer
+    timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$BIN/test_gpu" gpu_golden \
+        >"$OUT/memcheck.log" 2>&1
+    tail -4 "$OUT/memcheck.log"
+fi
+if has pycoder; then
+    stamp "bench pycoder"
+    timeout 60 "$BIN/bench_gpu" models/pycoder --quick 2>&1 | tee "$OUT/bench_pycoder.log"
+fi
+[ -n "${MK:-}" ] && { stamp "waiting for the 8B model"; wait "$MK"; cat "$OUT/mkmodel.log"; }
+if has 8b; then
+    stamp "bench 8B"
+    CHECK=""
+    has cpucheck && CHECK="--cpu-check 16"
+    # shellcheck disable=SC2086
+    timeout 300 "$BIN/bench_gpu" "$M8B" $BENCH_ARGS $CHECK 2>&1 | tee "$OUT/bench_8b.log"
+fi
+if has variants; then
+    for v in ${VARIANTS:-DSPARK_GPU_PDL=0 DSPARK_GPU_GRAPHS=0}; do
+        stamp "variant $v"
+        # shellcheck disable=SC2046
+        env $(echo "$v" | tr , ' ') timeout 120 "$BIN/bench_gpu" "$M8B" --decode-only 2>&1 |
+            grep decode | tee -a "$OUT/variants.log"
+    done
+fi
+if has ncu && command -v ncu >/dev/null; then # a few decode kernels of one layer
+    stamp ncu
+    timeout 200 ncu --clock-control none --launch-skip ${NCU_SKIP:-1500} --launch-count 12 \
+        --section SpeedOfLight --section WarpStateStats --section Occupancy \
+        --section MemoryWorkloadAnalysis "$BIN/bench_gpu" "$M8B" --decode-only \
+        >"$OUT/ncu.log" 2>&1
+    grep -E "k_mm|k_attn|k_norm|k_embed|k_argmax|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|One or More|Block Limit" "$OUT/ncu.log" | head -150
+fi
+if has torch; then
+    stamp "transformers anchor"
+    PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-300} python3 bench/torch_anchor.py "$M8B" --ctx 512 --new 48 \
+        2>&1 | grep -v Warning | tee "$OUT/torch.log"
+fi
+stamp done

@@ -1,0 +1,312 @@
+/* backend/cuda/cuda.cuh: what the CUDA backend's files share (not for use outside
+ * src/backend/cuda): the model and cache as they live on the device, the layout of matmul
+ * inputs ("xb", below), the per-pass parameters that captured graphs read from device memory,
+ * and launch helpers. Kernels are static in their files; each file exports host launchers.
+ * Shapes: T rows, H hidden, D head_dim, QD = n_heads*D, KD = n_kv*D, I ffn, V vocab. */
+#ifndef DSPARK_BACKEND_CUDA_CUH
+#define DSPARK_BACKEND_CUDA_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend/gpu.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "tensor/dtype.h"
+}
+
+#define GPU_ROWS    256 /* rows per chunk (MODEL_CHUNK_ROWS) */
+#define GPU_GROUP   32  /* rows per matmul launch; graphs are captured for 1..GPU_GROUP rows */
+#define GPU_NT_MAX  12  /* n-tiles of a full group: ceil(3 * GPU_GROUP / 8) */
+#define ATT_SPLITS  32  /* key ranges per (row, kv head) in attention */
+#define ATT_THREADS 256 /* threads per attention block */
+#define ATT_PAIRS   4   /* (head, dim) pairs per attention thread: G * D <= 1024 */
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            log_error("CUDA: %s (%s:%d)", cudaGetErrorString(e_), __FILE__, __LINE__);             \
+            return ERR_UNSUPPORTED;                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* ---- the B operand of a matmul ("xb") ----
+ * A matmul input x[T, K] (float32) is stored as three bfloat16 terms per value, hi + mid + lo,
+ * whose sum is x exactly, so tensor-core products of bf16 weights with them are exact float32
+ * products. The rows of a chunk come in groups of GPU_GROUP; a group of n rows has
+ * NT = ceil(3n / 8) n-tiles of 8 columns, column c = 3r + s holding term s of row r. For each
+ * 16-wide k-tile and n-tile, 32 lanes hold two 32-bit words in mma.m16n8k16's B-fragment
+ * order (lane = 4 * column + (k % 8) / 2, word = k / 8 within the tile, low half = even k).
+ * A row's result never depends on which column it occupies, so it is the same whatever n is. */
+__host__ __device__ inline int xb_ntiles(int rows) {
+    return (3 * rows + 7) / 8;
+}
+/* uint2 units per group: the stride between groups of a chunk */
+__host__ __device__ inline size_t xb_group_stride(int KT) {
+    return (size_t)KT * GPU_NT_MAX * 32;
+}
+
+__device__ inline size_t xb_index(int T, int KT, int t, int k, int s) { /* in bf16 units */
+    int grp = t / GPU_GROUP, r = t % GPU_GROUP;
+    int rows = T - grp * GPU_GROUP < GPU_GROUP ? T - grp * GPU_GROUP : GPU_GROUP;
+    int NT = xb_ntiles(rows), c = 3 * r + s, kk = k & 15;
+    size_t u2 = grp * xb_group_stride(KT) + ((size_t)(k >> 4) * NT + (c >> 3)) * 32 + (c & 7) * 4 +
+                ((kk & 7) >> 1);
+    return (u2 * 2 + (kk >> 3)) * 2 + (kk & 1);
+}
+
+__device__ inline void xb_put(uint16_t *xb, int T, int KT, int t, int k, float x) {
+    __nv_bfloat16 h = __float2bfloat16_rn(x);
+    float r = x - __bfloat162float(h);
+    __nv_bfloat16 m = __float2bfloat16_rn(r);
+    __nv_bfloat16 l = __float2bfloat16_rn(r - __bfloat162float(m));
+    xb[xb_index(T, KT, t, k, 0)] = __bfloat16_as_ushort(h);
+    xb[xb_index(T, KT, t, k, 1)] = __bfloat16_as_ushort(m);
+    xb[xb_index(T, KT, t, k, 2)] = __bfloat16_as_ushort(l);
+}
+
+/* x[t, k..k+3], k % 4 == 0: per term, two 32-bit words (pairs k, k+1 and k+2, k+3 sit in
+ * adjacent lanes of the same register) */
+__device__ inline void xb_put4(uint16_t *xb, int T, int KT, int t, int k, float4 x) {
+    float v[4] = {x.x, x.y, x.z, x.w};
+    uint32_t w[3][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        __nv_bfloat16 h = __float2bfloat16_rn(v[i]);
+        float r = v[i] - __bfloat162float(h);
+        __nv_bfloat16 m = __float2bfloat16_rn(r);
+        __nv_bfloat16 l = __float2bfloat16_rn(r - __bfloat162float(m));
+        w[0][i] = __bfloat16_as_ushort(h), w[1][i] = __bfloat16_as_ushort(m);
+        w[2][i] = __bfloat16_as_ushort(l);
+    }
+    uint32_t *xw = (uint32_t *)xb;
+#pragma unroll
+    for (int s = 0; s < 3; s++) {
+        size_t i0 = xb_index(T, KT, t, k, s) / 2;
+        xw[i0] = w[s][0] | w[s][1] << 16;
+        xw[i0 + 2] = w[s][2] | w[s][3] << 16;
+    }
+}
+
+__device__ inline float xb_get(const uint16_t *xb, int T, int KT, int t, int k) {
+    float h = __bfloat162float(__ushort_as_bfloat16(__ldcg(xb + xb_index(T, KT, t, k, 0))));
+    float m = __bfloat162float(__ushort_as_bfloat16(__ldcg(xb + xb_index(T, KT, t, k, 1))));
+    float l = __bfloat162float(__ushort_as_bfloat16(__ldcg(xb + xb_index(T, KT, t, k, 2))));
+    return (h + m) + l;
+}
+
+/* element i of a row-major weight in its stored type */
+__device__ __forceinline__ float load_w(const void *p, int dt, size_t i) {
+    if (dt == DTYPE_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == DTYPE_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+/* RMSNorm of one row by a block of 256 threads into xb row t (of a T-row chunk): the sum of
+ * squares in double, as on the CPU, in a fixed tree; the row's loads are issued together
+ * (H <= 8192). The standalone kernel and the fused matmul epilogue share it, so both give the
+ * same bits. */
+#define NORM_V4 8
+__device__ inline void norm_row(const float *x, const float *w, int H, float eps, uint16_t *xb,
+                                int T, int KT, int t, double *red) {
+    const float4 *xr = (const float4 *)x;
+    const int n4 = H / 4;
+    float4 v[NORM_V4];
+    double ss = 0;
+#pragma unroll
+    for (int j = 0; j < NORM_V4; j++) {
+        int i = threadIdx.x + 256 * j;
+        if (i < n4) v[j] = __ldcg(xr + i);
+    }
+#pragma unroll
+    for (int j = 0; j < NORM_V4; j++) {
+        int i = threadIdx.x + 256 * j;
+        if (i < n4)
+            ss += (double)v[j].x * v[j].x + (double)v[j].y * v[j].y + (double)v[j].z * v[j].z +
+                  (double)v[j].w * v[j].w;
+    }
+    red[threadIdx.x] = ss;
+    __syncthreads();
+    for (int o = 128; o; o >>= 1) {
+        if ((int)threadIdx.x < o) red[threadIdx.x] += red[threadIdx.x + o];
+        __syncthreads();
+    }
+    float inv = (float)(1.0 / sqrt(red[0] / H + (double)eps));
+    __syncthreads(); /* red is reused by the next row */
+    const float4 *w4 = (const float4 *)w;
+#pragma unroll
+    for (int j = 0; j < NORM_V4; j++) {
+        int i = threadIdx.x + 256 * j;
+        if (i < n4) {
+            float4 g = w4[i], y;
+            y.x = g.x * (v[j].x * inv), y.y = g.y * (v[j].y * inv);
+            y.z = g.z * (v[j].z * inv), y.w = g.w * (v[j].w * inv);
+            xb_put4(xb, T, KT, t, 4 * i, y);
+        }
+    }
+}
+
+/* ---- programmatic dependent launch ----
+ * Every kernel waits for its predecessor before touching activations and only then lets its
+ * successor start; work before the wait may read weights only. */
+__device__ __forceinline__ void pdl_wait(void) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void pdl_launch(void) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/* Parameters of one pass, in device memory: copied in before each pass, so one captured graph
+ * serves every position and every sequence's cache. */
+struct step_params {
+    int pos0;       /* positions the cache held before this pass */
+    int cap;        /* positions per head in the cache */
+    float *kc, *vc; /* the sequence's cache, [n_layers][n_kv][cap][D] each */
+    int32_t ids[GPU_ROWS];
+};
+
+/* A weight matrix y = x · W^T with W [M, K]. On the tensor-core path (BF16 weights) W is stored
+ * in fragments: [MS strips of 16 rows][KT tiles of 16 columns][32 lanes] x 16 bytes, each
+ * lane's 8 values in mma.m16n8k16's A-fragment order, zero-padded past M and K. Otherwise W
+ * stays row-major in its stored type (F32, F16, BF16 with odd shapes). */
+struct dmat {
+    const void *w;
+    int dtype; /* enum dtype of the row-major form */
+    int mma;   /* 1: fragment layout, tensor cores */
+    int M, K, MS, KT;
+    int ks;          /* blocks splitting K (fixed per matrix: results never depend on T) */
+    int interleaved; /* gate/up strips alternate (fused SwiGLU); M counts both halves */
+};
+
+struct dlayer {
+    dmat qkv, o, gu, down;       /* qkv [QD + 2KD, H], o [H, QD], gu [2I, H], down [H, I] */
+    float *bqkv;                 /* [QD + 2KD] or NULL */
+    float *attn_norm, *ffn_norm; /* [H] */
+    float *q_norm, *k_norm;      /* [D] or NULL */
+};
+
+struct gpu_graph {
+    cudaGraphExec_t exec; /* NULL until captured */
+};
+
+#define GPU_MODES 5 /* no logits, last row, all rows, greedy last, greedy all */
+
+struct gpu_model {
+    gpu_model_desc d;
+    int H, D, QD, KD, I, V, QKV, G;
+    int KT_H, KT_QD, KT_I; /* k-tiles of the matmul inputs */
+    const void *embed;     /* row-major [V, H], stored type */
+    int embed_dtype;
+    dmat lm_head;
+    float *final_norm, *inv_freq;
+    dlayer *layers;
+    /* activations, sized for GPU_ROWS rows */
+    float *x;       /* [T, H] the residual stream */
+    float *qkv;     /* [T, QD + 2KD] */
+    float *q;       /* [T, QD] after norm and RoPE */
+    float *gu;      /* [T, 2I] (matmuls without the fused SwiGLU) */
+    uint16_t *xa;   /* xb of the attention input (K = H), also the final norm's */
+    uint16_t *xo;   /* xb of the attention output (K = QD) */
+    uint16_t *xf;   /* xb of the FFN input (K = H) */
+    uint16_t *xh;   /* xb of the FFN hidden (K = I) */
+    float *logits;  /* [T, V] */
+    float *part;    /* matmul partial sums [ks][GPU_GROUP][Mpad] */
+    unsigned *cnt;  /* matmul and attention arrival counters, left at 0 */
+    float *att_acc; /* [T][n_heads][ATT_SPLITS][D] */
+    float *att_ml;  /* [T][n_heads][ATT_SPLITS][2] */
+    float *amax_v;  /* argmax partials [T][ARGMAX_BLOCKS] */
+    int *amax_i;
+    int32_t *out_ids; /* [T] greedy tokens */
+    step_params *dsp; /* device copy */
+    step_params *hsp; /* pinned host copy */
+    int32_t *hids;    /* pinned [GPU_ROWS] */
+    cudaStream_t stream;
+    gpu_graph graphs[GPU_GROUP + 1][GPU_MODES];
+    int use_graphs, use_pdl, prefetch, layout, slots;
+    int launch_err; /* first launch error since the last check */
+    void **allocs;
+    int n_allocs, cap_allocs;
+};
+
+struct gpu_kv {
+    float *k, *v; /* [n_layers][n_kv][cap][D] */
+    int cap;
+};
+
+#define ARGMAX_BLOCKS 32
+#define CNT_MM        0     /* matmul counters: [0, CNT_GRID) */
+#define CNT_GRID      65000 /* matmul grid counter (fused RMSNorm) */
+#define CNT_ATT       65536 /* attention counters: [CNT_ATT, +GPU_ROWS * n_kv) */
+
+/* ---- launching ---- */
+extern int gpu_pdl_on; /* programmatic dependent launch for every kernel */
+
+template <typename... KArgs, typename... Args>
+static inline cudaError_t launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t st, Args... args) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = gpu_pdl_on;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
+}
+
+static inline unsigned cdiv(size_t n, size_t per) {
+    return (unsigned)((n + per - 1) / per);
+}
+
+/* ---- host side ---- */
+int dev_alloc(gpu_model *g, void **p, size_t bytes); /* freed with the model (forward.cu) */
+enum { EPI_STORE, EPI_RESID, EPI_SWIGLU, EPI_QKV };
+
+/* What the fused q|k|v epilogue needs: per-head RMSNorm, RoPE, q out, k/v into the cache. */
+struct qkv_epi {
+    const step_params *sp;
+    float *q; /* [T, nh, D] */
+    const float *q_norm, *k_norm, *inv_freq;
+    int nh, nkv, D, layer;
+    float eps;
+};
+
+/* Rows [row0, row0 + n) of a chunk of T rows (n <= GPU_GROUP, row0 % GPU_GROUP == 0):
+ * STORE y[row, m] = x·W^T (+ bias); RESID y[row, m] += x·W^T (and with norm_w, fragments
+ * only, the RMSNorm of those rows into norm_out by the grid's last block); SWIGLU (interleaved
+ * gate/up fragments only) writes silu(gate) * up into the xb out (K = M / 2); QKV (fragments,
+ * head_dim dividing 128) finishes q/k/v as k_rope does. */
+struct mm_call {
+    const dmat *w;
+    const uint16_t *xb; /* the chunk's B operand (K = w->K) */
+    int T, row0, n;
+    int epi;
+    float *y;
+    int ldy;
+    const float *bias;
+    uint16_t *xb_out;
+    const qkv_epi *qe;
+    const float *norm_w; /* RESID: then RMSNorm of the new rows into norm_out, or NULL */
+    uint16_t *norm_out;
+};
+cudaError_t mm_launch(gpu_model *g, const mm_call *c);
+int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, int interleave);
+int mm_init(void); /* shared-memory limits of the matmul kernels */
+
+cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T);
+cudaError_t attn_launch(gpu_model *g, int layer, int T);
+int attn_init(int G, int D);
+
+cudaError_t embed_launch(gpu_model *g, int T);
+cudaError_t norm_launch(gpu_model *g, uint16_t *xb, const float *w, int row0, int n);
+cudaError_t swiglu_launch(gpu_model *g, int T);
+cudaError_t argmax_launch(gpu_model *g, int n);
+
+#endif

@@ -1,0 +1,472 @@
+/* backend/cuda/gemv.cu: the matmuls of decode and verify passes (1 to GPU_GROUP rows per
+ * launch). BF16 weights run on the tensor cores (mma.m16n8k16) against the three-term bf16
+ * split of the float32 input (cuda.cuh), so every product is exact and each result is the
+ * float32-accumulated dot product, summed in an order fixed per matrix: k-tiles in order
+ * within a block, then the K-split blocks in order. Nothing depends on the number of rows.
+ *
+ * Work: a block of 8 warps owns 8 strips of 16 output rows and one of the matrix's ks
+ * K-ranges. Each warp streams its strip's weight fragments (16-byte loads, a batch of U
+ * k-tiles in flight, later batches prefetched into L2; the first batch is loaded before the
+ * wait on the previous kernel), while the block stages the shared input in shared memory
+ * (cp.async, two buffers). With ks > 1 every block writes its sums to a partial buffer and
+ * the last block of each strip group adds them in order and runs the epilogue.
+ * Other weight types take a plain warp-per-row kernel with the same epilogues. */
+#include "backend/cuda/cuda.cuh"
+
+/* ---- device helpers ---- */
+
+__device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait0(void) {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
+__device__ __forceinline__ void mma_bf16(float c[4], uint4 a, uint2 b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b.x), "r"(b.y));
+}
+
+__device__ __forceinline__ float silu_mul(float gv, float uv) {
+    return gv / (1.0f + expf(-gv)) * uv;
+}
+
+struct mm_args {
+    const uint4 *w;    /* fragments [MS][KT][32] */
+    const uint2 *xb;   /* this group's B operand [KT][NT][32] */
+    int KT, MS, M, ks; /* M: real rows (both halves when interleaved) */
+    int T, T_chunk, row0, prefetch, layout;
+    int epi;
+    float *y;
+    int ldy;
+    const float *bias;
+    uint16_t *xb_out;
+    int KT_out;
+    float *part; /* [ks][GPU_GROUP][gridDim.x * 128] */
+    unsigned *cnt;
+    qkv_epi qe;          /* EPI_QKV */
+    const float *norm_w; /* EPI_RESID: then the RMSNorm of the rows into norm_out */
+    uint16_t *norm_out;
+    int H_norm, KT_norm;
+    float eps;
+};
+
+/* rows of a group whose three terms fit in NT n-tiles */
+__host__ __device__ constexpr int mm_rows(int NT) {
+    return 8 * NT / 3 < GPU_GROUP ? 8 * NT / 3 : GPU_GROUP;
+}
+__host__ __device__ constexpr int mm_unroll(int NT) { /* k-tiles per register batch */
+    return NT <= 6 ? 8 : 4;
+}
+__host__ __device__ constexpr int mm_chunk(int NT) { /* k-tiles of input staged at a time */
+    return NT <= 2 ? 64 : NT <= 4 ? 32 : 16;
+}
+static size_t mm_smem(int NT) { /* max(two input chunks, per-warp tiles + final values) */
+    size_t b = (size_t)2 * mm_chunk(NT) * NT * 256, f = (size_t)4096 * NT + 512 * mm_rows(NT);
+    return b > f ? b : f;
+}
+
+/* The last block of a strip group has rows [128 b, 128 b + 128) of q|k|v for every row t in
+ * val[t * 128 + i]: whole heads (D divides 128), normed, rotated and stored here. */
+__device__ void qkv_epilogue(const qkv_epi &e, const float *val, int T, int row0, int M) {
+    const int D = e.D, half = D / 2, QD = e.nh * D, KD = e.nkv * D;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hpb = 128 / D;
+    const int pos0 = e.sp->pos0 + row0;
+    for (int task = warp; task < T * hpb; task += 8) { /* a warp per (row, head) */
+        int t = task / hpb, hh = task % hpb, m0 = blockIdx.x * 128 + hh * D;
+        if (m0 >= M) continue;
+        const float *x = val + t * 128 + hh * D;
+        int kind = m0 < QD        ? 0
+                   : m0 < QD + KD ? 1
+                                  : 2,
+            h = kind == 0 ? m0 / D : (m0 - QD - (kind - 1) * KD) / D;
+        size_t cache = (((size_t)e.layer * e.nkv + h) * e.sp->cap + pos0 + t) * D;
+        if (kind == 2) {
+            for (int d = lane; d < D; d += 32) e.sp->vc[cache + d] = x[d];
+            continue;
+        }
+        const float *nw = kind == 0 ? e.q_norm : e.k_norm;
+        float inv = 1.f;
+        if (nw) {
+            double ss = 0;
+            for (int d = lane; d < D; d += 32) ss += (double)x[d] * x[d];
+            for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            inv = (float)(1.0 / sqrt(ss / D + (double)e.eps));
+        }
+        for (int i = lane; i < half; i += 32) {
+            float a = x[i], b = x[i + half];
+            if (nw) a = nw[i] * (a * inv), b = nw[i + half] * (b * inv);
+            float ang = (float)(pos0 + t) * e.inv_freq[i];
+            float c = (float)cos((double)ang), sn = (float)sin((double)ang);
+            float ra = a * c - b * sn, rb = b * c + a * sn;
+            if (kind == 0) {
+                float *o = e.q + ((size_t)(row0 + t) * e.nh + h) * D;
+                o[i] = ra, o[i + half] = rb;
+            } else {
+                e.sp->kc[cache + i] = ra, e.sp->kc[cache + i + half] = rb;
+            }
+        }
+    }
+}
+
+/* r = the U fragments of k-tiles [b0, b0 + U) that exist */
+template <int U>
+__device__ __forceinline__ void mm_fetch(uint4 (&r)[U], const uint4 *wp, int ws, int b0, int nk) {
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (b0 + u < nk) r[u] = ld_stream(wp + (b0 + u) * ws);
+}
+
+/* acc[n] += fragments r (left k-tiles in the batch) x staged inputs b (this lane's, per
+ * k-tile NT n-tiles of 32 lanes), k-tiles in order */
+template <int NT, int U>
+__device__ __forceinline__ void mm_compute(float (&acc)[NT][4], const uint4 (&r)[U], const uint2 *b,
+                                           int left) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (u < left) {
+#pragma unroll
+            for (int n = 0; n < NT; n++) mma_bf16(acc[n], r[u], b[(u * NT + n) * 32]);
+        }
+    }
+}
+
+template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
+    constexpr int U = mm_unroll(NT), KC = mm_chunk(NT), CH = KC * NT * 32; /* uint2 per chunk */
+    extern __shared__ __align__(16) unsigned char smem[];
+    uint2 *bbuf = (uint2 *)smem; /* [2][CH]: input chunks during the loop */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int strip = blockIdx.x * 8 + warp, kp = blockIdx.y;
+    const int kb = (int)((long)a.KT * kp / a.ks), nk = (int)((long)a.KT * (kp + 1) / a.ks) - kb;
+    const bool active = strip < a.MS;
+    /* a warp's fragments are ws uint4 apart from one k-tile to the next */
+    const int ws = a.layout ? 256 : 32, sa = active ? strip : 0;
+    const uint4 *wp = a.w + lane +
+                      (a.layout ? (((size_t)(sa >> 3) * a.KT + kb) * 8 + (sa & 7)) * 32
+                                : ((size_t)sa * a.KT + kb) * 32);
+
+    float acc[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    /* two register batches in turn, both in flight while the older one is consumed */
+    uint4 ra[U], rb[U];
+    if (active) { /* weights never change: fetch before waiting on the previous kernel */
+        mm_fetch<U>(ra, wp, ws, 0, nk);
+        mm_fetch<U>(rb, wp, ws, U, nk);
+        if (!(lane & 7))
+            for (int kt = 2 * U; kt < min(nk, U * (2 + a.prefetch)); kt++) prefetch_l2(wp + kt * ws);
+    }
+    pdl_wait();
+    pdl_launch();
+
+    const uint2 *xg = a.xb + (size_t)kb * NT * 32;
+    const int nchunks = (nk + KC - 1) / KC;
+    for (int i = threadIdx.x; i < min(KC, nk) * NT * 16; i += 256)
+        cp_async16((uint4 *)bbuf + i, (const uint4 *)xg + i);
+    cp_async_commit();
+    cp_async_wait0();
+    __syncthreads();
+    if (nchunks > 1) {
+        for (int i = threadIdx.x; i < min(KC, nk - KC) * NT * 16; i += 256)
+            cp_async16((uint4 *)(bbuf + CH) + i, (const uint4 *)(xg + (size_t)KC * NT * 32) + i);
+        cp_async_commit();
+    }
+    /* at the first batch of input chunk c (c > 0): it has landed and chunk c - 1 is free */
+    auto next_chunk = [&](int b0) {
+        if (b0 == 0 || b0 % KC) return;
+        int c = b0 / KC;
+        cp_async_wait0();
+        __syncthreads();
+        if (c + 1 < nchunks) {
+            const uint4 *src = (const uint4 *)(xg + (size_t)(c + 1) * KC * NT * 32);
+            uint4 *dst = (uint4 *)(bbuf + ((c + 1) & 1) * CH);
+            for (int i = threadIdx.x; i < min(KC, nk - (c + 1) * KC) * NT * 16; i += 256)
+                cp_async16(dst + i, src + i);
+            cp_async_commit();
+        }
+    };
+    auto prefetch_ahead = [&](int b0) { /* one lane per 128-byte line */
+        int pf = b0 + U * (2 + a.prefetch);
+        if (a.prefetch > 0 && active && !(lane & 7))
+            for (int kt = pf; kt < min(nk, pf + U); kt++) prefetch_l2(wp + kt * ws);
+    };
+    for (int b0 = 0; b0 < nk; b0 += 2 * U) {
+        next_chunk(b0);
+        if (active) {
+            mm_compute<NT, U>(acc, ra, bbuf + ((b0 / KC) & 1) * CH + (b0 % KC) * NT * 32 + lane,
+                              nk - b0);
+            mm_fetch<U>(ra, wp, ws, b0 + 2 * U, nk);
+        }
+        prefetch_ahead(b0);
+        if (b0 + U >= nk) break;
+        next_chunk(b0 + U);
+        if (active) {
+            int b1 = b0 + U;
+            mm_compute<NT, U>(acc, rb, bbuf + ((b1 / KC) & 1) * CH + (b1 % KC) * NT * 32 + lane,
+                              nk - b1);
+            mm_fetch<U>(rb, wp, ws, b0 + 3 * U, nk);
+        }
+        prefetch_ahead(b0 + U);
+    }
+    cp_async_wait0();
+    __syncthreads(); /* the tiles below reuse the input buffers */
+
+    /* each warp's 16 x 8NT tile of sums; a row's value adds its three columns in order */
+    float *fin = (float *)smem, *val = fin + 8 * 128 * NT;
+    {
+        float *f = fin + warp * 128 * NT;
+        int gq = lane >> 2, c = 2 * (lane & 3);
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            f[gq * 8 * NT + n * 8 + c] = acc[n][0];
+            f[gq * 8 * NT + n * 8 + c + 1] = acc[n][1];
+            f[(gq + 8) * 8 * NT + n * 8 + c] = acc[n][2];
+            f[(gq + 8) * 8 * NT + n * 8 + c + 1] = acc[n][3];
+        }
+    }
+    __syncthreads();
+    const int nitems = 128 * a.T; /* (t, warp, row): m contiguous within t */
+    const size_t ldp = (size_t)gridDim.x * 128;
+    for (int i = threadIdx.x; i < nitems; i += 256) {
+        int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
+        const float *f = fin + w * 128 * NT + r * 8 * NT + 3 * t;
+        float v = (f[0] + f[1]) + f[2];
+        if (a.ks > 1)
+            a.part[((size_t)kp * GPU_GROUP + t) * ldp + blockIdx.x * 128 + (i & 127)] = v;
+        else
+            val[i] = v;
+    }
+    if (a.ks > 1) {
+        __shared__ int last;
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(&a.cnt[blockIdx.x], 1u) == (unsigned)a.ks - 1;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        for (int i = threadIdx.x; i < nitems; i += 256) {
+            const float *p = a.part + (size_t)(i >> 7) * ldp + blockIdx.x * 128 + (i & 127);
+            float v = __ldcg(p);
+            for (int s = 1; s < a.ks; s++) v += __ldcg(p + (size_t)s * GPU_GROUP * ldp);
+            val[i] = v;
+        }
+        if (threadIdx.x == 0) a.cnt[blockIdx.x] = 0;
+    }
+    __syncthreads();
+
+    if (a.epi == EPI_SWIGLU) { /* strips 2p and 2p+1 are gate and up of the same 16 features */
+        for (int i = threadIdx.x; i < 64 * a.T; i += 256) {
+            int t = i >> 6, p = (i >> 4) & 3, r = i & 15;
+            int j = (blockIdx.x * 4 + p) * 16 + r;
+            if (blockIdx.x * 8 + 2 * p >= a.MS || j >= a.M / 2) continue;
+            float h = silu_mul(val[t * 128 + 2 * p * 16 + r], val[t * 128 + (2 * p + 1) * 16 + r]);
+            xb_put(a.xb_out, a.T_chunk, a.KT_out, a.row0 + t, j, h);
+        }
+        return;
+    }
+    if (a.epi == EPI_QKV) {
+        if (a.bias) {
+            for (int i = threadIdx.x; i < nitems; i += 256) {
+                int m = blockIdx.x * 128 + (i & 127);
+                if (m < a.M) val[i] += a.bias[m];
+            }
+            __syncthreads();
+        }
+        qkv_epilogue(a.qe, val, a.T, a.row0, a.M);
+        return;
+    }
+    for (int i = threadIdx.x; i < nitems; i += 256) {
+        int t = i >> 7, m = blockIdx.x * 128 + (i & 127);
+        if (m >= a.M) continue;
+        float *dst = a.y + (size_t)(a.row0 + t) * a.ldy + m;
+        if (a.epi == EPI_RESID)
+            *dst = __ldcg(dst) + val[i];
+        else
+            *dst = val[i] + (a.bias ? a.bias[m] : 0.f);
+    }
+    if (a.epi == EPI_RESID && a.norm_w) { /* the last block normalises the finished rows */
+        __shared__ int glast;
+        __shared__ double red[256];
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) glast = atomicAdd(a.cnt + CNT_GRID, 1u) == gridDim.x - 1;
+        __syncthreads();
+        if (!glast) return;
+        __threadfence();
+        if (threadIdx.x == 0) a.cnt[CNT_GRID] = 0;
+        for (int t = 0; t < a.T; t++)
+            norm_row(a.y + (size_t)(a.row0 + t) * a.ldy, a.norm_w, a.H_norm, a.eps, a.norm_out,
+                     a.T_chunk, a.KT_norm, a.row0 + t, red);
+    }
+}
+
+/* ---- other weight types: one warp per output row ---- */
+
+#define RB 8 /* rows per register block */
+
+__global__ void k_mm_rows(const void *w, int dt, const uint16_t *xb, int T_chunk, int KT, int row0,
+                          int n, int K, int M, int epi, float *y, int ldy, const float *bias) {
+    pdl_wait();
+    pdl_launch();
+    int m = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (m >= M) return;
+    size_t row = (size_t)m * K;
+    for (int r0 = 0; r0 < n; r0 += RB) {
+        float acc[RB];
+#pragma unroll
+        for (int r = 0; r < RB; r++) acc[r] = 0.f;
+        for (int i = lane; i < K; i += 32) {
+            float wi = load_w(w, dt, row + i);
+#pragma unroll
+            for (int r = 0; r < RB; r++)
+                if (r0 + r < n)
+                    acc[r] = fmaf(wi, xb_get(xb, T_chunk, KT, row0 + r0 + r, i), acc[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < RB; r++) {
+            float s = acc[r];
+            for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0 && r0 + r < n) {
+                float *dst = y + (size_t)(row0 + r0 + r) * ldy + m;
+                if (epi == EPI_RESID)
+                    *dst = __ldcg(dst) + s;
+                else
+                    *dst = s + (bias ? bias[m] : 0.f);
+            }
+        }
+    }
+}
+
+/* ---- weight preparation ---- */
+
+/* Fragment order (see struct dmat). With interleave, src holds [gate; up] (rows/2 each) and
+ * strip s takes rows of gate (s even) or up (s odd) strip s / 2. Layout 1 stores the 8 strips
+ * of a group side by side per k-tile (a block's warps read 4 KB runs); layout 0 each strip
+ * whole. MS is a multiple of 8. */
+__global__ void k_relayout(uint4 *dst, const uint16_t *src, int M, int K, int MS, int KT,
+                           int interleave, int layout) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)MS * KT * 32) return;
+    int lane = (int)(i & 31), kt, s;
+    size_t f = i >> 5;
+    if (layout) {
+        size_t f2 = f >> 3;
+        kt = (int)(f2 % KT), s = (int)(f2 / KT) * 8 + (int)(f & 7);
+    } else {
+        kt = (int)(f % KT), s = (int)(f / KT);
+    }
+    int g = lane >> 2, k0 = kt * 16 + 2 * (lane & 3);
+    int half = M / 2;
+    uint32_t e[2][4];
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) { /* rows g and g + 8 */
+        int r = g + 8 * hi;
+        long m;
+        bool ok;
+        if (interleave) {
+            long j = (long)(s >> 1) * 16 + r;
+            ok = j < half;
+            m = (s & 1) * (long)half + j;
+        } else {
+            m = (long)s * 16 + r;
+            ok = m < M;
+        }
+        const int ks[4] = {k0, k0 + 1, k0 + 8, k0 + 9};
+#pragma unroll
+        for (int q = 0; q < 4; q++) e[hi][q] = ok && ks[q] < K ? src[m * K + ks[q]] : 0u;
+    }
+    dst[i] = make_uint4(e[0][0] | e[0][1] << 16, e[1][0] | e[1][1] << 16, e[0][2] | e[0][3] << 16,
+                        e[1][2] | e[1][3] << 16);
+}
+
+/* K-splits: about as many blocks as fit on the GPU at once (slots), at least 8 k-tiles each.
+ * Fixed per matrix and device, so a row's sums never depend on the pass. */
+static int pick_ks(int MS, int KT, int slots) {
+    int groups = (MS + 7) / 8, ks = slots / groups;
+    if (ks > KT / 8) ks = KT / 8;
+    if (ks > 32) ks = 32;
+    return ks < 1 ? 1 : ks;
+}
+
+/* Describes m for src (row-major [M, K] in device memory; [gate; up] when interleave). BF16
+ * weights are copied in fragment order into new device memory and src is no longer needed;
+ * other types keep reading src. */
+int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, int interleave) {
+    m->dtype = dtype, m->M = M, m->K = K, m->interleaved = 0;
+    m->KT = (K + 15) / 16;
+    if (dtype != DTYPE_BF16) {
+        m->mma = 0, m->w = src, m->MS = (M + 15) / 16, m->ks = 1;
+        return OK;
+    }
+    m->mma = 1;
+    m->interleaved = interleave;
+    m->MS = interleave ? 2 * ((M / 2 + 15) / 16) : (M + 15) / 16;
+    m->ks = pick_ks(m->MS, m->KT, g->slots);
+    size_t n = (size_t)cdiv(m->MS, 8) * 8 * m->KT * 32;
+    void *dst;
+    int rc = dev_alloc(g, &dst, n * sizeof(uint4));
+    if (rc) return rc;
+    k_relayout<<<cdiv(n, 256), 256>>>((uint4 *)dst, (const uint16_t *)src, M, K,
+                                      (int)cdiv(m->MS, 8) * 8, m->KT, interleave, g->layout);
+    CK(cudaGetLastError());
+    m->w = dst;
+    return OK;
+}
+
+/* ---- launching ---- */
+
+typedef void (*mm_kernel)(mm_args);
+static const mm_kernel mm_kernels[GPU_NT_MAX + 1] = {
+    NULL,    k_mm<1>, k_mm<2>, k_mm<3>,  k_mm<4>,  k_mm<5>,  k_mm<6>,
+    k_mm<7>, k_mm<8>, k_mm<9>, k_mm<10>, k_mm<11>, k_mm<12>,
+};
+
+int mm_init(void) {
+    for (int nt = 1; nt <= GPU_NT_MAX; nt++)
+        CK(cudaFuncSetAttribute(mm_kernels[nt], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)mm_smem(nt)));
+    return OK;
+}
+
+cudaError_t mm_launch(gpu_model *g, const mm_call *c) {
+    const dmat *w = c->w;
+    int KT = w->KT, grp = c->row0 / GPU_GROUP;
+    if (!w->mma) {
+        return launch(k_mm_rows, dim3(cdiv((size_t)w->M * 32, 256)), dim3(256), 0, g->stream, w->w,
+                      w->dtype, c->xb, c->T, KT, c->row0, c->n, w->K, w->M, c->epi, c->y, c->ldy,
+                      c->bias);
+    }
+    int NT = xb_ntiles(c->n);
+    mm_args a;
+    a.w = (const uint4 *)w->w;
+    a.xb = (const uint2 *)c->xb + grp * xb_group_stride(KT);
+    a.KT = KT, a.MS = w->MS, a.M = w->M, a.ks = w->ks;
+    a.T = c->n, a.T_chunk = c->T, a.row0 = c->row0, a.prefetch = g->prefetch;
+    a.layout = g->layout;
+    a.epi = c->epi, a.y = c->y, a.ldy = c->ldy, a.bias = c->bias;
+    a.xb_out = c->xb_out, a.KT_out = w->interleaved ? (w->M / 2 + 15) / 16 : 0;
+    a.part = g->part, a.cnt = g->cnt + CNT_MM;
+    if (c->epi == EPI_QKV) a.qe = *c->qe;
+    a.norm_w = c->epi == EPI_RESID ? c->norm_w : NULL, a.norm_out = c->norm_out;
+    a.H_norm = g->H, a.KT_norm = g->KT_H, a.eps = g->d.rms_eps;
+    return launch(mm_kernels[NT], dim3(cdiv(w->MS, 8), w->ks), dim3(256), mm_smem(NT), g->stream,
+                  a);
+}
