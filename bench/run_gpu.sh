@@ -70,7 +70,8 @@ if has ncu && command -v ncu >/dev/null; then # a few decode kernels of one laye
 fi
 if has torch; then
     stamp "transformers anchor"
-    PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-300} python3 bench/torch_anchor.py "$M8B" --ctx 512 --new 48 \
-        2>&1 | grep -v Warning | tee "$OUT/torch.log"
+    # shellcheck disable=SC2086
+    PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-300} python3 bench/torch_anchor.py "$M8B" \
+        --ctx 512 --new 48 ${TORCH_ARGS:-} 2>&1 | grep -v Warning | tee "$OUT/torch.log"
 fi
 stamp done

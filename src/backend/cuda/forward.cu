@@ -303,7 +303,7 @@ static cudaError_t mm_rows(gpu_model *g, const dmat *w, const uint16_t *xb, int 
 /* Passes of up to this many rows fuse each RMSNorm into the residual matmul before it (its
  * grid's last block normalises the rows); longer ones run the norm kernel. Both give the same
  * bits. */
-#define FUSE_NORM_ROWS 4
+#define FUSE_NORM_ROWS 2
 
 static int fuses_norm(const gpu_model *g, int li, int T) {
     const dlayer *l = &g->layers[li];

@@ -5,12 +5,13 @@
  * within a block, then the K-split blocks in order. Nothing depends on the number of rows.
  *
  * Work: a block of 8 warps owns 8 strips of 16 output rows and one of the matrix's ks
- * K-ranges. Each warp streams its strip's weight fragments (16-byte loads, a batch of U
- * k-tiles in flight, later batches prefetched into L2; the first batch is loaded before the
- * wait on the previous kernel), while the block stages the shared input in shared memory
- * (cp.async, two buffers). With ks > 1 every block writes its sums to a partial buffer and
- * the last block of each strip group adds them in order and runs the epilogue.
- * Other weight types take a plain warp-per-row kernel with the same epilogues. */
+ * K-ranges. Each warp streams its strip's weight fragments (16-byte loads, two batches of U
+ * k-tiles in flight in turn, the first two loaded before the wait on the previous kernel),
+ * while the block stages the shared input in shared memory (cp.async, two chunk buffers).
+ * With ks > 1 every block writes its sums to a partial buffer and the last block of each
+ * strip group adds them in order and runs the epilogue (store, residual add and optionally
+ * the next RMSNorm, SwiGLU into the next input, or q/k norm + RoPE + cache append).
+ * Other weight types take a plain warp-per-row kernel with the store and residual epilogues. */
 #include "backend/cuda/cuda.cuh"
 
 /* ---- device helpers ---- */
@@ -172,7 +173,8 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
         mm_fetch<U>(ra, wp, ws, 0, nk);
         mm_fetch<U>(rb, wp, ws, U, nk);
         if (!(lane & 7))
-            for (int kt = 2 * U; kt < min(nk, U * (2 + a.prefetch)); kt++) prefetch_l2(wp + kt * ws);
+            for (int kt = 2 * U; kt < min(nk, U * (2 + a.prefetch)); kt++)
+                prefetch_l2(wp + kt * ws);
     }
     pdl_wait();
     pdl_launch();
@@ -203,7 +205,8 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
             cp_async_commit();
         }
     };
-    auto prefetch_ahead = [&](int b0) { /* one lane per 128-byte line */
+    /* optional L2 prefetch further ahead (DSPARK_GPU_PREFETCH), one lane per 128-byte line */
+    auto prefetch_ahead = [&](int b0) {
         int pf = b0 + U * (2 + a.prefetch);
         if (a.prefetch > 0 && active && !(lane & 7))
             for (int kt = pf; kt < min(nk, pf + U); kt++) prefetch_l2(wp + kt * ws);
