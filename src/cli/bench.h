@@ -38,6 +38,7 @@ struct opts {
     const char *calib_file; /* --calibration-file */
     const char *svg_path;   /* --svg FILE (default: the JSON's name with .svg) */
     int recalibrate;
+    int gpu;                          /* --gpu: the target (and a draft model) on the GPU */
     struct tune_auto *tune[MAX_RUNS]; /* [run] --max-draft auto's costs and state, or NULL */
 };
 

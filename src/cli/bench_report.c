@@ -4,6 +4,7 @@
  * then the median), which cancels most of a slow drift of the machine's speed. */
 #include "cli/bench.h"
 
+#include "backend/gpu.h"
 #include "base/thread.h"
 #include "tune/controller.h"
 
@@ -249,6 +250,7 @@ int bench_write_json(const struct bench *b, const char *path, int threads) {
     git_commit(commit, sizeof commit);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "device", cpu);
+    if (b->o.gpu) cJSON_AddStringToObject(j, "gpu", gpu_device_name());
     cJSON_AddNumberToObject(j, "cores", cpu_count());
     cJSON_AddStringToObject(j, "model", o->model_dir);
     /* "drafter": the draft model's folder (null when no run used it); "drafters": every one */

@@ -11,6 +11,7 @@
 #include "cli/bench.h"
 #include "cli/commands.h"
 
+#include "backend/gpu.h"
 #include "base/fs.h"
 #include "base/thread.h"
 #include "base/timer.h"
@@ -58,6 +59,8 @@ static void usage(FILE *f) {
         "  --threads N             CPU threads (default: all cores)\n"
         "  --temperature T         0 = greedy (default 0); > 0 samples with seed = prompt\n"
         "                          index and skips the exactness check\n"
+        "  --gpu                   run the target and a draft model on the GPU (a `make\n"
+        "                          CUDA=1` build; dspark and dflash drafters need the CPU)\n"
         "  --no-chat               raw prompt text (default: a ChatML user turn when the\n"
         "                          tokenizer has <|im_start|> and <|im_end|>)\n"
         "  --widths N              first time one forward pass of widths 1..N (a verify round\n"
@@ -218,6 +221,8 @@ static int parse(int argc, char **argv, struct opts *o) {
             bad = !(o->svg_path = a.value);
         } else if (args_flag(&a, "--json")) {
             bad = !(o->json_path = a.value);
+        } else if (!strcmp(arg, "--gpu")) {
+            o->gpu = 1;
         } else if (!strcmp(arg, "--no-chat")) {
             o->chat = 0;
         } else {
@@ -536,7 +541,7 @@ static int load_models(struct bench *b, int threads) {
     int need[GEN_DFLASH + 1] = {0};
     for (int i = 0; i < o->n_runs; i++) need[o->runs[i].mode] = 1;
     if (tokenizer_load(o->model_dir, &b->e.tok)) return -1;
-    struct model_opts mo = {.n_threads = threads};
+    struct model_opts mo = {.n_threads = threads, .gpu = o->gpu};
     if (model_load(o->model_dir, &mo, &b->e.target)) return -1;
     mo.pool = model_pool(b->e.target); /* one set of threads for every model */
     if (need[GEN_DRAFT] && model_load(o->drafter_dir, &mo, &b->e.draft)) return -1;
@@ -590,7 +595,8 @@ static int calibrate_runs(struct bench *b, int threads) {
             .drafter_dir = dir,
             .max_cap = tune_default_max_cap(mode, bm ? block_model_config(bm)->block_size : 0),
             .max_batch = 1,
-            .n_threads = threads};
+            .n_threads = threads,
+            .gpu = o->gpu};
         struct tune_calib_opts co = {
             .cache_path = o->calib_file, .show_progress = isatty(2), .force = o->recalibrate};
         if (tune_calibrate(&ts, &co, &o->tune[i]->costs, NULL)) return -1;
@@ -648,6 +654,7 @@ int cmd_benchmark(int argc, char **argv) {
     char cpu[256];
     bench_cpu_name(cpu, sizeof cpu);
     printf("dspark benchmark: %s, %d cores, %d threads\n", cpu, cpu_count(), threads);
+    if (o->gpu) printf("target on the GPU: %s\n", gpu_device_name());
     printf("model %s", o->model_dir);
     if (b.e.draft) printf(", drafter %s", o->drafter_dir);
     if (b.dspark) printf(", DSpark drafter %s", o->dspark_dir);

@@ -228,6 +228,10 @@ void model_free(struct model *m) {
     free(m);
 }
 
+int model_on_gpu(const struct model *m) {
+    return m->gpu != NULL;
+}
+
 const struct hf_config *model_config(const struct model *m) {
     return &m->cfg;
 }

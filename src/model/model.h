@@ -73,6 +73,7 @@ int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int 
  * On the GPU only those ids come back to the host. */
 int model_forward_greedy(struct model *m, struct kv_cache *kv, const int32_t *ids, int n,
                          int32_t *out, int all_rows);
+int model_on_gpu(const struct model *m); /* 1 when the forward runs on the GPU */
 /* For benchmarks of a model on the GPU: gpu_profile() of passes of n rows after the cache's
  * contents. ERR_UNSUPPORTED on the CPU. */
 struct gpu_op_time;

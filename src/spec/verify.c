@@ -116,13 +116,33 @@ int verify_round(struct verify *v, int32_t pending, const struct draft *d, verif
     in[0] = pending;
     if (k) memcpy(in + 1, d->ids, sizeof(int32_t) * (size_t)k);
     int base = kv_len(v->kv);
+    struct draft dk = *d;
+    dk.n = k;
+    const struct sample_params *sp = sampler_params(v->s);
+    if (model_on_gpu(v->m) && sp->temperature <= 0 && sp->presence_penalty == 0 &&
+        sp->frequency_penalty == 0 && v->top_logprobs < 0 && !v->taps) {
+        /* plain greedy on the GPU: only the rows' argmax ids come back */
+        int32_t ids[1 + VERIFY_MAX_DRAFT];
+        int rc = model_forward_greedy(v->m, v->kv, in, k + 1, ids, 1);
+        *n_accepted = *stopped = 0;
+        for (int i = 0; !rc && i <= k; i++) {
+            if ((rc = sampler_accept(v->s, ids[i]))) break;
+            int accepted = i < k && dk.ids[i] == ids[i];
+            *n_accepted += accepted;
+            if (cb && cb(ctx, ids[i], NULL)) {
+                *stopped = 1;
+                break;
+            }
+            if (!accepted) break;
+        }
+        kv_truncate(v->kv, base + 1 + *n_accepted);
+        return rc;
+    }
     int rc = model_forward_taps(v->m, v->kv, in, k + 1, v->logits, 1, v->taps);
     if (rc) {
         *n_accepted = *stopped = 0;
         return rc;
     }
-    struct draft dk = *d;
-    dk.n = k;
     rc = verify_decide(v, &dk, cb, ctx, n_accepted, stopped);
     kv_truncate(v->kv, base + 1 + *n_accepted);
     return rc;
