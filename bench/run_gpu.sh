@@ -2,7 +2,9 @@
 # bench/run_gpu.sh: the CUDA backend's checks and benchmarks in one go, on the GPU machine.
 # Expects test_gpu, bench_gpu (built with `make CUDA=1`) and the shared libraries they need
 # in $BIN (default .gpu); writes logs to $OUT (default /tmp/dspark-gpu). STEPS picks what runs
-# (default all): info test sanitize pycoder 8b cpucheck variants torch (ncu on request); variants reruns the 8B
+# (default all): info test sanitize pycoder spec 8b cpucheck variants torch (ncu on request);
+# spec runs `dspark benchmark --gpu` (needs $BIN/dspark and the prompt sets in
+# ../shared/bench/prompts, copied there from $BIN/prompts when missing); variants reruns the 8B
 # decode with each VARIANTS entry (VAR=value, comma-separated settings) in the environment.
 # The Qwen3-8B-shaped random
 # model is generated there by bench/mkmodel.c into $M8B (default /tmp/m8b).
@@ -10,7 +12,7 @@ set -u
 BIN=${BIN:-.gpu}
 OUT=${OUT:-/tmp/dspark-gpu}
 M8B=${M8B:-/tmp/m8b}
-STEPS=${STEPS:-"info test sanitize pycoder 8b cpucheck torch"}
+STEPS=${STEPS:-"info test sanitize pycoder spec 8b cpucheck torch"}
 BENCH_ARGS=${BENCH_ARGS:-"--ctx 512,4096 --long 4096"}
 export LD_LIBRARY_PATH=$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$OUT"
@@ -43,6 +45,15 @@ fi
 if has pycoder; then
     stamp "bench pycoder"
     timeout 60 "$BIN/bench_gpu" models/pycoder --quick 2>&1 | tee "$OUT/bench_pycoder.log"
+fi
+if has spec; then
+    stamp "speculative modes on pycoder"
+    if [ ! -d ../shared/bench/prompts ] && [ -d "$BIN/prompts" ]; then
+        mkdir -p ../shared/bench && cp -r "$BIN/prompts" ../shared/bench/
+    fi
+    timeout 330 "$BIN/dspark" benchmark --gpu --modes baseline,lookup,lookup:6,draft --limit 10 \
+        --max-new-tokens 128 --trials 3 --threads 8 --widths 17 --json "$OUT/gpu-spec.json" \
+        2>&1 | grep -v '^progress' | tee "$OUT/gpu-spec.log"
 fi
 [ -n "${MK:-}" ] && { stamp "waiting for the 8B model"; wait "$MK"; cat "$OUT/mkmodel.log"; }
 if has 8b; then
