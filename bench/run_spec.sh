@@ -1,8 +1,8 @@
 #!/bin/sh
 # bench/run_spec.sh: the speculative-decoding benchmarks of docs/perf.md ("Speculative decoding
-# on the CPU"): baseline, n-gram lookup and draft-model decoding of models/pycoder over the chat,
-# code, math and copy-heavy prompt sets, greedy, 2 threads; then the no-fire check and the
-# max-draft sweeps of the same section.
+# on the CPU"): baseline, n-gram lookup, draft-model, DSpark and DFlash decoding of
+# models/pycoder over the chat, code, math and copy-heavy prompt sets, greedy, 2 threads; then
+# the no-fire check and the max-draft sweeps of the same section.
 #
 #   sh bench/run_spec.sh [main|nofire|sweeps|block|all]   (default: main)
 #
@@ -42,8 +42,8 @@ bench() { # name, flags...
 
 case $what in main | all)
     # the table of docs/perf.md: 20 prompts per file, 128 new tokens, 5 trials
-    bench main --modes baseline,lookup,draft --limit 20 --max-new-tokens 128 --trials 5 \
-        --widths 9 ;;
+    bench main --modes baseline,lookup,draft,dspark,dflash --limit 20 --max-new-tokens 128 \
+        --trials 5 --widths 17 ;;
 esac
 case $what in nofire | all)
     # short outputs, so that some prompts never give the n-gram index a match
@@ -53,10 +53,10 @@ esac
 case $what in sweeps | all)
     bench sweep-draft --modes baseline,draft:1,draft:2,draft:3,draft:4,draft:6,draft-nolookup:3 \
         --categories code --limit 10 --max-new-tokens 128 --trials 3
-    bench sweep-lookup --modes baseline,lookup:2,lookup:3,lookup:4,lookup:6 --categories copy \
+    bench sweep-lookup --modes baseline,lookup:3,lookup:6,lookup:10,lookup:15 --categories copy \
         --limit 30 --max-new-tokens 128 --trials 3 ;;
 esac
 case $what in block | all)
-    bench block --modes baseline,dspark,dflash,dspark-nolookup,dflash-nolookup,dspark:3 \
+    bench block --modes baseline,dspark,dspark:3,dspark:5,dspark-nolookup,dflash,dflash-nolookup \
         --limit 10 --max-new-tokens 128 --trials 3 ;;
 esac
