@@ -2,10 +2,9 @@
  * CTX synthetic tokens (a pass's cost does not depend on which tokens it runs): the target's
  * pass of w rows (with the drafter's hidden-state taps when it reads them), the drafter
  * proposing k tokens through its real propose(), and the acceptance decision of a round. Every
- * repetition sweeps all widths, so a disturbance of the machine spreads over them instead of
- * bending the curve; each point is the fastest of the timed repetitions. A run that
- * other processes disturbed is repeated (up to MAX_PASSES runs, keeping each point's least),
- * and the curves are made monotone (see monotone()). */
+ * repetition sweeps all widths and caps in a few milliseconds, and the curves come from the
+ * quietest sweeps (quiet_curves()). A run that other processes disturbed is repeated (up to
+ * MAX_PASSES runs, keeping the quietest), and the curves are made monotone (monotone()). */
 #include "tune/calib.h"
 
 #include "base/err.h"
@@ -26,7 +25,7 @@
 
 #define CTX        256
 #define WARMUP     3
-#define REPS       15
+#define REPS       24
 #define GRID_REPS  5
 #define MAX_PASSES 4 /* measurements while other processes disturb them */
 
@@ -48,13 +47,42 @@ static void tick(struct meter *m, int n) {
     if (m->done >= m->total) fprintf(stderr, "\n");
 }
 
-/* The fastest repetition: other processes on the machine only ever add time, and on a shared
- * machine most repetitions may be preempted, so the minimum is the steadiest figure (as in
- * docs/perf.md). */
-static double fastest(const double *v, int n) {
-    double m = v[0];
-    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
-    return m;
+/* Repetition r swept rows lo..hi of a (a[row * reps + r]) and of b (optional). Other processes
+ * only ever add time, and on a shared machine they come and go: each point taken at its own
+ * quietest moment would mix conditions (a cheap 1-row pass beside dear 2-row ones). So the
+ * curves come from the quietest sweeps, those with the least total time (a quarter of them, 3
+ * at least), as the median of each point over them. */
+static void quiet_curves(const double *a, int lo, int hi, const double *b, int lo2, int hi2,
+                         int reps, double *out_a, double *out_b) {
+    double total[64];
+    int order[64], q = reps / 4 > 3 ? reps / 4 : 3;
+    if (q > reps) q = reps;
+    for (int r = 0; r < reps; r++) {
+        total[r] = 0;
+        for (int i = lo; i <= hi; i++) total[r] += a[i * reps + r];
+        for (int i = lo2; b && i <= hi2; i++) total[r] += b[i * reps + r];
+        order[r] = r;
+    }
+    for (int i = 1; i < reps; i++) /* insertion sort of the reps by total */
+        for (int j = i; j > 0 && total[order[j]] < total[order[j - 1]]; j--) {
+            int x = order[j];
+            order[j] = order[j - 1], order[j - 1] = x;
+        }
+    for (int pass = 0; pass < 2; pass++) {
+        const double *v = pass ? b : a;
+        double *out = pass ? out_b : out_a;
+        int from = pass ? lo2 : lo, to = pass ? hi2 : hi;
+        for (int i = from; v && i <= to; i++) {
+            double x[64];
+            for (int k = 0; k < q; k++) x[k] = v[i * reps + order[k]];
+            for (int k = 1; k < q; k++) /* median of q values */
+                for (int j = k; j > 0 && x[j] < x[j - 1]; j--) {
+                    double y = x[j];
+                    x[j] = x[j - 1], x[j - 1] = y;
+                }
+            out[i] = q % 2 ? x[q / 2] : 0.5 * (x[q / 2 - 1] + x[q / 2]);
+        }
+    }
 }
 
 static int no_commit(void *ctx, int32_t id, const struct logprobs *lp) {
@@ -123,8 +151,7 @@ static int grid_measure(const struct tune_subject *s, struct meter *m, const int
                 tick(m, 1);
             }
         }
-        for (int w = 1; !rc && w <= B + 1; w++)
-            out->grid[b][w] = fastest(t + w * GRID_REPS, GRID_REPS);
+        if (!rc) quiet_curves(t, 1, B + 1, NULL, 0, -1, GRID_REPS, out->grid[b], NULL);
     }
     for (int i = 0; kvs && i < max_n; i++) kv_free(kvs[i]);
     free(kvs), free(items), free(logits), free(t);
@@ -185,8 +212,7 @@ static int measure_once(const struct tune_subject *s, int show_progress, struct 
             tick(&m, 1);
         }
     }
-    for (int w = 1; !rc && w <= B + 1; w++) out->verify[w] = fastest(tv + w * REPS, REPS);
-    for (int k = 1; !rc && k <= B; k++) out->draft[k] = fastest(td + k * REPS, REPS);
+    if (!rc) quiet_curves(tv, 1, B + 1, td, 1, B, REPS, out->verify, out->draft);
     /* the per-round decision on a one-row pass */
     static const struct draft none = {0};
     if (!rc) rc = model_forward_taps(s->target, kv, pend, 1, v.logits, 1, v.taps);
@@ -198,7 +224,7 @@ static int measure_once(const struct tune_subject *s, int show_progress, struct 
         tv[r] = timer_now() - t0;
         tick(&m, 1);
     }
-    if (!rc) out->overhead = fastest(tv, REPS);
+    if (!rc) quiet_curves(tv, 0, 0, NULL, 0, -1, REPS, &out->overhead, NULL);
     if (!rc && s->max_batch > 1) rc = grid_measure(s, &m, ids, n_ctx, out);
     if (rc) {
         if (m.show && m.done < m.total) fprintf(stderr, "\n");
@@ -237,9 +263,12 @@ static void monotone(double *v, int lo, int hi) {
         if (v[i + 1] < v[i]) v[i] = v[i + 1];
 }
 
-static void keep_min(double *a, const double *b, int n) {
-    for (int i = 0; i < n; i++)
-        if (b[i] < a[i]) a[i] = b[i];
+/* What a measurement's curves add up to: the quieter of two runs has the smaller sum. */
+static double curve_sum(const struct tune_costs *c) {
+    double sum = 0;
+    for (int w = 1; w <= c->max_cap + 1; w++) sum += c->verify[w];
+    for (int k = 1; k <= c->max_cap; k++) sum += c->draft[k];
+    return sum;
 }
 
 /* Share of the machine's CPUs other processes used since the readings t0, m0, s0. */
@@ -255,7 +284,7 @@ int tune_measure(const struct tune_subject *s, int show_progress, struct tune_co
     cpu_seconds(&m0, &s0);
     int rc = measure_once(s, show_progress, out);
     double busy = others_share(t0, m0, s0);
-    /* disturbed: measure again (a few times at most), keeping the least of each point */
+    /* disturbed: measure again (a few times at most), keeping the quietest run */
     for (int pass = 1; !rc && busy > 0.2 && pass < MAX_PASSES; pass++) {
         struct tune_costs again;
         log_info("other processes used %.0f%% of the CPUs while calibrating: measuring again",
@@ -264,11 +293,7 @@ int tune_measure(const struct tune_subject *s, int show_progress, struct tune_co
         cpu_seconds(&m0, &s0);
         if ((rc = measure_once(s, show_progress, &again))) break;
         busy = others_share(t0, m0, s0);
-        keep_min(out->verify, again.verify, TUNE_MAX_CAP + 2);
-        keep_min(out->draft, again.draft, TUNE_MAX_CAP + 1);
-        keep_min(&out->overhead, &again.overhead, 1);
-        for (int b = 0; b < out->n_batches; b++)
-            keep_min(out->grid[b], again.grid[b], TUNE_MAX_CAP + 2);
+        if (curve_sum(&again) < curve_sum(out)) *out = again;
     }
     if (rc) return rc;
     if (busy > 0.2) {
