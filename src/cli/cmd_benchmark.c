@@ -53,7 +53,7 @@ static void usage(FILE *f) {
         "  --categories LIST       only these categories (e.g. chat,copy)\n"
         "  --limit N               prompts per file, evenly spaced through it (default 10)\n"
         "  --max-new-tokens N      new tokens per prompt at most (default 128)\n"
-        "  --max-draft N           drafts per round (default: 15 lookup, 3 draft and dspark,\n"
+        "  --max-draft N           drafts per round (default: 15 lookup, 3 draft, 4 dspark,\n"
         "                          the whole block for dflash)\n"
         "  --trials N              timed passes over the prompts; medians reported (default 3)\n"
         "  --threads N             CPU threads (default: all cores)\n"

@@ -44,7 +44,7 @@ static void usage(FILE *f) {
                "  --drafter DIR          drafter folder for draft, dspark and dflash modes\n"
                "                         (default: DIR-draft, DIR-dspark, DIR-dflash)\n"
                "  --max-draft N|auto     drafts verified per round at most (default 15 lookup,\n"
-               "                         3 draft and dspark, the whole block for dflash; 0:\n"
+               "                         3 draft, 4 dspark, the whole block for dflash; 0:\n"
                "                         the whole block); auto: chosen every few rounds from\n"
                "                         this machine's measured costs and the acceptance so far\n"
                "  --calibration-file F   --max-draft auto's cost cache (default\n"

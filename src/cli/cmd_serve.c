@@ -21,7 +21,7 @@ static void usage(FILE *f) {
                "                           (default lookup; auto: the best drafter found for\n"
                "                           the model, see `dspark models`)\n"
                "  --max-draft N|auto       drafts verified per round at most (default 15 lookup,\n"
-               "                           3 draft and dspark, whole block dflash); auto: chosen\n"
+               "                           3 draft, 4 dspark, whole block dflash); auto: chosen\n"
                "                           per sequence every few rounds from this machine's\n"
                "                           measured costs (at start, once) and its acceptance\n"
                "  --calibration-file F     --max-draft auto's cost cache (default\n"

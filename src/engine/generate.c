@@ -507,7 +507,7 @@ const char *gen_mode_name(enum gen_mode m) {
 }
 
 int gen_default_max_draft(enum gen_mode m) {
-    return m == GEN_LOOKUP ? 15 : m == GEN_DRAFT || m == GEN_DSPARK ? 3 : 0;
+    return m == GEN_LOOKUP ? 15 : m == GEN_DRAFT ? 3 : m == GEN_DSPARK ? 4 : 0;
 }
 
 int gen_mode_parse(const char *name, enum gen_mode *out) {

@@ -26,7 +26,7 @@ enum gen_finish { GEN_FINISH_LENGTH, GEN_FINISH_STOP };
 const char *gen_mode_name(enum gen_mode m);               /* "baseline", "lookup", ... */
 int gen_mode_parse(const char *name, enum gen_mode *out); /* 0, or -1 for no such mode */
 /* --max-draft when none is given: lookup 15 (scaled drafts, a verify of up to 16 rows), draft
- * model and DSpark 3, DFlash 0 (its whole block), baseline 0. docs/perf.md has the measurements
+ * model 3, DSpark 4, DFlash 0 (its whole block), baseline 0. docs/perf.md has the measurements
  * behind these. */
 int gen_default_max_draft(enum gen_mode m);
 
