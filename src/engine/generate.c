@@ -363,15 +363,16 @@ int gen_seq_done(const struct gen_seq *r) {
     return r->done;
 }
 
-/* Chooses this round's drafts; afterwards r->in[0..n_in) is what the target must run. With
- * --max-draft auto each source's controller sets its cap, priced for n_seqs sequences. */
-static int propose(struct gen_seq *r, int n_seqs) {
+/* The first part of a round's proposal: lookup, when the sequence has it. Returns in *want the
+ * number of drafts to ask the drafter for (0: none, lookup proposed or there is no room). */
+static int propose_lookup(struct gen_seq *r, int n_seqs, int *want) {
     struct gen_stats *st = &r->res.stats;
     int room = (int)r->cap - kv_len(r->kv) - 1;
     int remaining = r->p->max_tokens - st->n_generated;
     r->d = (struct draft){.ids = r->in + 1, .q = r->qs, .n = 0, .cap = VERIFY_MAX_DRAFT};
     r->from_lookup = 0;
     r->n_in = 0;
+    *want = 0;
     if (room < 0) { /* the context is full */
         r->res.finish = GEN_FINISH_LENGTH;
         r->done = 1;
@@ -392,13 +393,66 @@ static int propose(struct gen_seq *r, int n_seqs) {
     if (!rc && kmax > 0 && !r->d.n && r->dm.ops) {
         int k = r->tuned ? tune_ctl_cap(&r->ctl[TUNE_SRC_DRAFTER], n_seqs) : kmax;
         r->round_cap = k;
-        rc = r->dm.ops->propose(&r->dm, r->seq, r->n_seq, kmax < k ? kmax : k, &r->d);
+        *want = kmax < k ? kmax : k;
     }
     st->draft_s += timer_now() - td;
+    return rc;
+}
+
+/* The last part: r->in[0..n_in) is what the target must run. */
+static void propose_done(struct gen_seq *r) {
     r->in[0] = r->seq[r->n_seq - 1];
     r->n_in = 1 + r->d.n;
     r->pos = kv_len(r->kv);
+}
+
+/* Chooses this round's drafts; afterwards r->in[0..n_in) is what the target must run. With
+ * --max-draft auto each source's controller sets its cap, priced for n_seqs sequences. */
+static int propose(struct gen_seq *r, int n_seqs) {
+    int want;
+    int rc = propose_lookup(r, n_seqs, &want);
+    if (!rc && want > 0) {
+        double td = timer_now();
+        rc = r->dm.ops->propose(&r->dm, r->seq, r->n_seq, want, &r->d);
+        r->res.stats.draft_s += timer_now() - td;
+    }
+    if (!r->done) propose_done(r);
     return rc;
+}
+
+/* propose() for a batch: the drafters that can (a draft model shared by the sequences) run
+ * their passes together; each sequence gets the drafts it would get alone. */
+static int propose_all(struct gen_seq **seqs, int n, int n_live) {
+    struct drafter *ds[GEN_MAX_BATCH];
+    const int32_t *sq[GEN_MAX_BATCH];
+    int ns[GEN_MAX_BATCH], wants[GEN_MAX_BATCH], k = 0;
+    struct draft *outs[GEN_MAX_BATCH];
+    struct gen_seq *who[GEN_MAX_BATCH];
+    for (int i = 0; i < n; i++) {
+        struct gen_seq *r = seqs[i];
+        int want, rc = propose_lookup(r, n_live, &want);
+        if (rc) return rc;
+        if (want <= 0 || r->done) continue;
+        if (!r->dm.ops->propose_batch) {
+            double td = timer_now();
+            rc = r->dm.ops->propose(&r->dm, r->seq, r->n_seq, want, &r->d);
+            r->res.stats.draft_s += timer_now() - td;
+            if (rc) return rc;
+            continue;
+        }
+        ds[k] = &r->dm, sq[k] = r->seq, ns[k] = r->n_seq, wants[k] = want, outs[k] = &r->d;
+        who[k++] = r;
+    }
+    if (k) {
+        double td = timer_now();
+        int rc = ds[0]->ops->propose_batch(ds, sq, ns, wants, outs, k);
+        double share = (timer_now() - td) / k;
+        for (int i = 0; i < k; i++) who[i]->res.stats.draft_s += share;
+        if (rc) return rc;
+    }
+    for (int i = 0; i < n; i++)
+        if (!seqs[i]->done) propose_done(seqs[i]);
+    return OK;
 }
 
 /* After the target ran r->in (logits and taps in r->v): decide, roll back, feed the drafter. */
@@ -447,10 +501,13 @@ int gen_step_batch(struct gen_seq **seqs, int n) {
     if (n > GEN_MAX_BATCH) return ERR_ARG;
     int n_live = 0;
     for (int i = 0; i < n; i++) n_live += !seqs[i]->done;
-    for (int i = 0; i < n; i++) {
-        struct gen_seq *r = seqs[i];
-        if (r->done || r->prefilling) continue;
-        if ((rc = propose(r, n_live))) return rc;
+    struct gen_seq *step[GEN_MAX_BATCH];
+    int n_step = 0;
+    for (int i = 0; i < n; i++)
+        if (!seqs[i]->done && !seqs[i]->prefilling) step[n_step++] = seqs[i];
+    if ((rc = propose_all(step, n_step, n_live))) return rc;
+    for (int i = 0; i < n_step; i++) {
+        struct gen_seq *r = step[i];
         if (r->done) continue;
         items[k] = (struct model_batch_item){r->kv, r->in, r->n_in, r->v.logits, r->v.taps};
         live[k++] = r;

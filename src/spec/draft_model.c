@@ -20,7 +20,8 @@ struct dm_drafter {
     struct kv_cache *kv;
     int32_t *held; /* [cap] the tokens whose K/V the cache holds, in order */
     int cap;       /* cache positions */
-    float *logits; /* [vocab] */
+    float *logits; /* [rows, vocab]: the last run's logits (the last row's first, after feed) */
+    int rows;      /* rows the logits buffer holds: a batched catch-up of up to that many */
     struct sample_params sp;
     struct rng rng;
     struct sample_dist *dists; /* [max_draft] one per draft position */
@@ -54,14 +55,9 @@ static int32_t pick(struct dm_drafter *x, int i, const struct sample_dist **q) {
     return sample_dist_draw(dist, &x->rng);
 }
 
-static int dm_propose(struct drafter *d, const int32_t *seq, int n_seq, int n_max,
-                      struct draft *out) {
-    struct dm_drafter *x = d->ctx;
-    out->n = 0;
-    if (n_max > x->max_draft) n_max = x->max_draft;
-    if (n_max <= 0 || n_seq <= 0) return OK;
-    if (n_seq + n_max > x->cap) return OK; /* no room left: let the target go alone */
-    /* longest common prefix of the cache and the sequence, leaving at least one token to feed */
+/* The longest prefix of seq the cache can keep (leaving at least one token to feed); rolls
+ * the cache back to it. */
+static int roll_back(struct dm_drafter *x, const int32_t *seq, int n_seq) {
     int keep = kv_len(x->kv);
     if (keep > n_seq - 1) keep = n_seq - 1;
     for (int i = 0; i < keep; i++) {
@@ -71,6 +67,18 @@ static int dm_propose(struct drafter *d, const int32_t *seq, int n_seq, int n_ma
         }
     }
     kv_truncate(x->kv, keep);
+    return keep;
+}
+
+static int dm_propose(struct drafter *d, const int32_t *seq, int n_seq, int n_max,
+                      struct draft *out) {
+    struct dm_drafter *x = d->ctx;
+    out->n = 0;
+    if (n_max > x->max_draft) n_max = x->max_draft;
+    if (n_max <= 0 || n_seq <= 0) return OK;
+    if (n_seq + n_max > x->cap) return OK; /* no room left: let the target go alone */
+    /* longest common prefix of the cache and the sequence, leaving at least one token to feed */
+    int keep = roll_back(x, seq, n_seq);
     int rc = feed(x, seq + keep, n_seq - keep);
     for (int i = 0; !rc && i < n_max; i++) {
         int32_t id = pick(x, i, &out->q[i]);
@@ -79,6 +87,71 @@ static int dm_propose(struct drafter *d, const int32_t *seq, int n_seq, int n_ma
         out->n = i + 1;
         if (i + 1 < n_max) rc = feed(x, &id, 1);
     }
+    return rc;
+}
+
+/* Batched proposals: the catch-up feeds of all sequences (those short enough for the logits
+ * buffer) in one pass of the model, then one pass per draft position over the sequences still
+ * drafting. The model's kernels are batch-invariant, so every drafter sees the logits it would
+ * see alone and proposes the same tokens. */
+static int dm_propose_batch(struct drafter *const *ds, const int32_t *const *seqs,
+                            const int *n_seqs, const int *n_max, struct draft *const *outs, int n) {
+    struct dm_drafter *x0 = ds[0]->ctx;
+    int same = 1;
+    for (int i = 1; i < n; i++) same &= ((struct dm_drafter *)ds[i]->ctx)->m == x0->m;
+    struct model_batch_item *items = same ? malloc(sizeof *items * (size_t)n) : NULL;
+    int *want = same ? malloc(sizeof *want * (size_t)n * 2) : NULL, *who = want ? want + n : NULL;
+    if (!items || !want) { /* different models, or no memory: one at a time */
+        free(items), free(want);
+        for (int i = 0; i < n; i++) {
+            int rc = dm_propose(ds[i], seqs[i], n_seqs[i], n_max[i], outs[i]);
+            if (rc) return rc;
+        }
+        return OK;
+    }
+    int rc = OK, k = 0, most = 0;
+    for (int i = 0; i < n && !rc; i++) { /* catch up */
+        struct dm_drafter *x = ds[i]->ctx;
+        outs[i]->n = 0;
+        want[i] = n_max[i] < x->max_draft ? n_max[i] : x->max_draft;
+        if (want[i] <= 0 || n_seqs[i] <= 0 || n_seqs[i] + want[i] > x->cap) {
+            want[i] = 0;
+            continue;
+        }
+        most = want[i] > most ? want[i] : most;
+        int keep = roll_back(x, seqs[i], n_seqs[i]), nf = n_seqs[i] - keep;
+        memcpy(x->held + keep, seqs[i] + keep, sizeof(int32_t) * (size_t)nf);
+        if (nf <= x->rows) {
+            who[k] = i;
+            items[k++] = (struct model_batch_item){x->kv, seqs[i] + keep, nf, x->logits, NULL};
+        } else /* a long catch-up (the prompt): on its own, last row only */
+            rc = model_forward(x->m, x->kv, seqs[i] + keep, nf, x->logits, 0);
+    }
+    if (!rc && k) rc = model_forward_batch(x0->m, items, k);
+    for (int j = 0; j < k && !rc; j++) { /* the last row's logits first */
+        struct dm_drafter *x = ds[who[j]]->ctx;
+        if (items[j].n > 1)
+            memmove(x->logits, x->logits + (size_t)(items[j].n - 1) * x->vocab,
+                    sizeof(float) * (size_t)x->vocab);
+    }
+    for (int d = 0; d < most && !rc; d++) { /* one draft position for every sequence */
+        k = 0;
+        for (int i = 0; i < n; i++) {
+            struct dm_drafter *x = ds[i]->ctx;
+            if (d >= want[i] || outs[i]->n < d) continue; /* done, or stopped early */
+            int32_t id = pick(x, d, &outs[i]->q[d]);
+            if (id < 0) continue;
+            outs[i]->ids[d] = id;
+            outs[i]->n = d + 1;
+            if (d + 1 < want[i]) {
+                x->held[kv_len(x->kv)] = id;
+                items[k++] = (struct model_batch_item){x->kv, &outs[i]->ids[d], 1, x->logits, NULL};
+            }
+        }
+        if (k) rc = model_forward_batch(x0->m, items, k);
+    }
+    free(items);
+    free(want); /* and who */
     return rc;
 }
 
@@ -99,6 +172,7 @@ static const struct drafter_ops dm_ops = {
     .propose = dm_propose,
     .reset = dm_reset,
     .free = dm_free,
+    .propose_batch = dm_propose_batch,
 };
 
 int draft_model_drafter_new(struct model *dm, const struct sample_params *sp, int max_draft,
@@ -117,7 +191,8 @@ int draft_model_drafter_new(struct model *dm, const struct sample_params *sp, in
     x->cap = kv_capacity(x->kv);
     size_t db = sample_dist_bytes(x->vocab);
     x->held = malloc(sizeof(int32_t) * (size_t)x->cap);
-    x->logits = malloc(sizeof(float) * (size_t)x->vocab);
+    x->rows = max_draft + 2; /* a round's committed tokens: the accepted drafts and two more */
+    x->logits = malloc(sizeof(float) * (size_t)x->vocab * (size_t)x->rows);
     x->dists = calloc((size_t)max_draft, sizeof *x->dists);
     x->dist_mem = sp->temperature > 0 ? malloc(db * (size_t)max_draft) : NULL;
     if (!x->held || !x->logits || !x->dists || (sp->temperature > 0 && !x->dist_mem)) {

@@ -31,6 +31,11 @@ struct drafter_ops {
      * taps[n, n_taps * H] of the committed positions pos0..pos0+n-1, from the target's own
      * forward passes (prefill and verify). */
     int (*observe)(struct drafter *d, const float *taps, int pos0, int n);
+    /* Optional: propose() for n sequences at once, each drafter with its own sequence, cap and
+     * output, every proposal exactly what propose() would make (drafters that share one model
+     * run its passes for all of them together). */
+    int (*propose_batch)(struct drafter *const *ds, const int32_t *const *seqs, const int *n_seqs,
+                         const int *n_max, struct draft *const *outs, int n);
 };
 
 struct drafter {
