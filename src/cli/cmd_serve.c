@@ -27,6 +27,9 @@ static void usage(FILE *f) {
                "  --calibration-file F     --max-draft auto's cost cache (default\n"
                "                           ~/.cache/dspark/calibration.json)\n"
                "  --recalibrate            measure the costs again even when they are cached\n"
+               "  --load-aware             dspark mode with --max-batch: each batched pass keeps\n"
+               "                           the drafts worth their cost, best confidence first\n"
+               "                           (DSpark paper Alg. 1; costs calibrated as for auto)\n"
                "  --no-lookup-drafts       in draft mode, always ask the draft model\n"
                "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
                "  --port N                 TCP port (default 8080; 0 picks a free one)\n"
@@ -103,6 +106,8 @@ int cmd_serve(int argc, char **argv) {
             bad = !(o.calib_file = a.value);
         } else if (!strcmp(arg, "--recalibrate")) {
             o.recalibrate = 1;
+        } else if (!strcmp(arg, "--load-aware")) {
+            o.load_aware = 1;
         } else if (args_flag(&a, "--host")) {
             bad = !(o.host = a.value);
         } else if (args_flag(&a, "--port")) {

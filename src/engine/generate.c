@@ -13,6 +13,7 @@
 #include "spec/verify.h"
 #include "tokenizer/tokenizer.h"
 #include "tune/controller.h"
+#include "tune/loadaware.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,7 @@ struct gen_seq {
     /* the round in flight: pending token + drafts, and where they go in the cache */
     int32_t in[1 + VERIFY_MAX_DRAFT];
     const struct sample_dist *qs[VERIFY_MAX_DRAFT];
+    float confs[VERIFY_MAX_DRAFT]; /* the drafter's survival products (load-aware) */
     struct draft d;
     int n_in, from_lookup, pos;
 };
@@ -370,6 +372,10 @@ static int propose_lookup(struct gen_seq *r, int n_seqs, int *want) {
     int room = (int)r->cap - kv_len(r->kv) - 1;
     int remaining = r->p->max_tokens - st->n_generated;
     r->d = (struct draft){.ids = r->in + 1, .q = r->qs, .n = 0, .cap = VERIFY_MAX_DRAFT};
+    if (r->p->load_aware) {
+        r->confs[0] = -1; /* stays negative unless the drafter has a confidence head */
+        r->d.conf = r->confs;
+    }
     r->from_lookup = 0;
     r->n_in = 0;
     *want = 0;
@@ -420,6 +426,35 @@ static int propose(struct gen_seq *r, int n_seqs) {
     return rc;
 }
 
+/* Load-aware verification over the batch (tune/loadaware.h): drafts with confidences are
+ * admitted best first while the predicted tokens per second of the pass rises; the others
+ * are trimmed (lossless: fewer drafts never change what is committed). Sequences without
+ * confidences (lookup rounds, other drafters) keep their drafts. */
+static void trim_load_aware(struct gen_seq **seqs, int n) {
+    const struct tune_costs *costs = NULL;
+    int R = 0, any = 0, ns[GEN_MAX_BATCH], len[GEN_MAX_BATCH], best[GEN_MAX_BATCH];
+    const float *a[GEN_MAX_BATCH];
+    struct gen_seq *who[GEN_MAX_BATCH];
+    struct tune_la_cand cand[GEN_MAX_BATCH * VERIFY_MAX_DRAFT];
+    for (int i = 0; i < n; i++) {
+        struct gen_seq *r = seqs[i];
+        if (r->done) continue;
+        int has = r->d.conf && r->d.n > 0 && !r->from_lookup && r->confs[0] >= 0;
+        if (has && !costs) costs = r->p->load_aware;
+        any |= has;
+        a[R] = has ? r->confs : NULL;
+        ns[R] = r->d.n;
+        who[R++] = r;
+    }
+    if (!any || R < 2) return; /* alone: the single-stream path decides its own drafts */
+    tune_load_aware(costs, R, ns, a, len, cand, best);
+    for (int i = 0; i < R; i++)
+        if (len[i] < who[i]->d.n) {
+            who[i]->res.stats.load_aware_cut += who[i]->d.n - len[i];
+            who[i]->d.n = len[i];
+        }
+}
+
 /* propose() for a batch: the drafters that can (a draft model shared by the sequences) run
  * their passes together; each sequence gets the drafts it would get alone. */
 static int propose_all(struct gen_seq **seqs, int n, int n_live) {
@@ -450,6 +485,7 @@ static int propose_all(struct gen_seq **seqs, int n, int n_live) {
         for (int i = 0; i < k; i++) who[i]->res.stats.draft_s += share;
         if (rc) return rc;
     }
+    trim_load_aware(seqs, n);
     for (int i = 0; i < n; i++)
         if (!seqs[i]->done) propose_done(seqs[i]);
     return OK;

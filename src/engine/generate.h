@@ -55,7 +55,10 @@ struct gen_params {
     int lookup_drafts;          /* GEN_DRAFT: verify an n-gram continuation when there is one */
     float confidence_threshold; /* GEN_DSPARK: end the block at low confidence (0 = off) */
     int confidence_per_slot;    /* ... judged per draft, not by the survival product */
-    int trace;                  /* record every round's drafts in the result */
+    /* Batched steps: load-aware verification (tune/loadaware.h) over the DSpark drafter's
+     * confidences, priced by these pass costs (NULL: off). */
+    const struct tune_costs *load_aware;
+    int trace; /* record every round's drafts in the result */
 };
 
 #define GEN_ACCEPT_BUCKETS 10 /* rounds by drafts accepted: 0..8, and 9 or more */
@@ -69,6 +72,7 @@ struct gen_stats {
     int drafted;         /* draft tokens verified */
     int accepted;        /* draft tokens kept */
     int lookup_rounds;   /* rounds whose drafts came from the n-gram index */
+    int load_aware_cut;  /* drafts load-aware verification left out of a batched pass */
     int accept_hist[GEN_ACCEPT_BUCKETS];
     double prefill_s, decode_s, draft_s; /* draft_s is part of decode_s */
     /* --max-draft auto (params.tune): rounds by the cap in force; at the end, the cap of the

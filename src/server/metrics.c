@@ -16,6 +16,7 @@ void metrics_record(struct server *s, const struct gen_stats *st) {
     m->lookup_rounds += st->lookup_rounds;
     m->accepted += st->accepted;
     m->drafted += st->drafted;
+    m->load_aware_cut += st->load_aware_cut;
     m->decode_seconds += st->decode_s;
     if (st->decode_s > 0) m->last_tokens_per_sec = st->n_generated / st->decode_s;
     for (int i = 0; i < METRICS_ACCEPT_BUCKETS && i < GEN_ACCEPT_BUCKETS; i++)
@@ -88,6 +89,8 @@ char *metrics_render(struct server *s) {
             m.target_forwards);
     counter(&o, "dspark_lookup_rounds_total", "Rounds drafted by n-gram lookup.", m.lookup_rounds);
     counter(&o, "dspark_draft_tokens_total", "Draft tokens verified.", m.drafted);
+    counter(&o, "dspark_load_aware_cut_total",
+            "Draft tokens load-aware verification left out of batched passes.", m.load_aware_cut);
     counter(&o, "dspark_accepted_tokens_total", "Draft tokens accepted.", m.accepted);
     put(&o, "# HELP dspark_accepted_length Drafts accepted per verify round.\n"
             "# TYPE dspark_accepted_length histogram\n");

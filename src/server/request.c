@@ -276,7 +276,8 @@ int oa_parse_request(struct server *s, const char *body, size_t len, int chat, s
     j->gp.mode = s->opts.mode;
     j->gp.max_draft = s->opts.max_draft;
     j->gp.lookup_drafts = s->opts.lookup_drafts;
-    j->gp.tune = s->tune;
+    j->gp.tune = s->opts.auto_draft ? s->tune : NULL;
+    j->gp.load_aware = s->opts.load_aware && s->tune ? &s->tune->costs : NULL;
 done:
     cJSON_Delete(root);
     if (rc == ERR_NOMEM) fail(&e, 500, "out of memory");

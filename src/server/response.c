@@ -167,6 +167,7 @@ static cJSON *x_dspark(const struct server *s, const struct gen_stats *st) {
     cJSON_AddNumberToObject(x, "drafted", st->drafted);
     cJSON_AddNumberToObject(x, "accepted", st->accepted);
     cJSON_AddNumberToObject(x, "lookup_rounds", st->lookup_rounds);
+    if (s->opts.load_aware) cJSON_AddNumberToObject(x, "load_aware_cut", st->load_aware_cut);
     cJSON_AddNumberToObject(x, "prefill_s", st->prefill_s);
     cJSON_AddNumberToObject(x, "cached_tokens", st->cached_tokens);
     cJSON_AddNumberToObject(x, "decode_s", st->decode_s);
@@ -204,6 +205,7 @@ static void add_stats(struct gen_stats *sum, const struct gen_stats *st) {
     sum->drafted += st->drafted;
     sum->accepted += st->accepted;
     sum->lookup_rounds += st->lookup_rounds;
+    sum->load_aware_cut += st->load_aware_cut;
     sum->prefill_s += st->prefill_s;
     sum->decode_s += st->decode_s;
     for (int k = 0; k <= GEN_MAX_CAP; k++) { /* the caps used by all; the last one's state */

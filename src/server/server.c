@@ -15,10 +15,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* --max-draft auto: the round costs of this machine, from the cache or measured now. */
+/* --max-draft auto and --load-aware: the round costs of this machine, from the cache or
+ * measured now. */
 static int calibrate(struct server *s) {
     const struct server_opts *o = &s->opts;
-    if (!o->auto_draft || o->mode == GEN_BASELINE) return OK;
+    if (o->load_aware && (o->mode != GEN_DSPARK || !s->eng.block ||
+                          !block_has_confidence(s->eng.block))) {
+        log_error("--load-aware needs --mode dspark with a drafter that has a confidence head");
+        return ERR_ARG;
+    }
+    if ((!o->auto_draft && !o->load_aware) || o->mode == GEN_BASELINE) return OK;
     if (!(s->tune = calloc(1, sizeof *s->tune))) return ERR_NOMEM;
     const char *mode = gen_mode_name(o->mode);
     int bs = s->eng.block ? block_model_config(s->eng.block)->block_size : 0;
@@ -35,7 +41,7 @@ static int calibrate(struct server *s) {
     struct tune_calib_opts co = {
         .cache_path = o->calib_file, .show_progress = o->show_progress, .force = o->recalibrate};
     int rc = tune_calibrate(&ts, &co, &s->tune->costs, NULL);
-    s->opts.max_draft = ts.max_cap;
+    if (o->auto_draft) s->opts.max_draft = ts.max_cap;
     return rc;
 }
 

@@ -21,7 +21,7 @@ struct cJSON;
 struct metrics {
     long requests_ok, requests_err;
     long prompt_tokens, completion_tokens;
-    long target_forwards, rounds, lookup_rounds, accepted, drafted;
+    long target_forwards, rounds, lookup_rounds, accepted, drafted, load_aware_cut;
     long accept_hist[METRICS_ACCEPT_BUCKETS]; /* rounds by drafts accepted: 0..8, 9+ */
     double decode_seconds;
     long cache_hits, cache_misses, cache_reused_tokens, cache_bytes;
@@ -55,7 +55,7 @@ struct server {
     int running; /* jobs the engine is generating */
     int stopping;
     struct metrics m;
-    struct tune_auto *tune; /* --max-draft auto, or NULL */
+    struct tune_auto *tune; /* --max-draft auto or --load-aware: the costs, or NULL */
 };
 
 /* http.c */

@@ -16,6 +16,9 @@ struct draft {
     const struct sample_dist **q; /* [cap] distribution ids[i] was drawn from; NULL: one-hot */
     int n;                        /* tokens proposed */
     int cap;
+    /* [cap] or NULL: when set, a drafter with a confidence head writes conf[i], its estimate of
+     * the chance that drafts 0..i are all kept (non-increasing); others leave it alone */
+    float *conf;
 };
 
 struct drafter;

@@ -21,15 +21,18 @@ int dspark_propose(struct block_drafter *b, const int32_t *seq, int n_seq, int n
     block_logits(b->st, b->hidden, k, b->logits);
     float t = b->o.confidence_threshold;
     int use_conf = t > 0 && block_has_confidence(b->bm);
+    /* out->conf asks for the survival products (load-aware verification) */
+    int want_conf = block_has_confidence(b->bm) && (use_conf || out->conf);
     double survival = 1;
     int32_t prev = anchor;
     int n = 0;
     for (int i = 0; i < k; i++) {
         const float *h = b->hidden + (size_t)i * H;
-        if (use_conf) {
+        if (want_conf) {
             double conf = 1 / (1 + exp(-(double)block_confidence_logit(b->st, h, prev)));
             survival *= conf;
-            if (b->o.per_slot ? conf < t : (survival < t && n > 0)) break;
+            if (use_conf && (b->o.per_slot ? conf < t : (survival < t && n > 0))) break;
+            if (out->conf) out->conf[i] = (float)survival;
         }
         float *logits = b->logits + (size_t)i * V;
         if (block_has_markov(b->bm)) {

@@ -3,6 +3,7 @@
  * the target's taps, the fused context rows, the block's layers, logits, Markov bias,
  * confidences and drafts of the first round, and the full greedy speculative traces. */
 #include "test.h"
+#include "tune/controller.h"
 
 #include "base/fs.h"
 #include "engine/generate.h"
@@ -360,10 +361,85 @@ TEST(shipped_drafters) {
     shipped("models/pycoder-dflash", "tests/data/drafters/dflash_pycoder.json", GEN_DFLASH);
 }
 
+/* Load-aware verification (tune/loadaware.c) in batched DSpark steps: whatever the pass costs
+ * say, each sequence's greedy output equals its run alone. With a flat cost curve no draft is
+ * left out; with a cost linear in tokens every draft is (each lowers tokens per second);
+ * pycoder's measured curve keeps some. */
+TEST(load_aware_batches_stay_exact) {
+    if (!fs_exists("models/pycoder-dspark") || !fs_exists("tests/data/drafters"))
+        SKIP("models/pycoder-dspark or tests/data/drafters is absent");
+    struct model *t;
+    struct block_model *bm;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2}, &t) == 0);
+    REQUIRE(block_model_load("models/pycoder-dspark", t, &bm) == 0);
+    REQUIRE(block_has_confidence(bm));
+    cJSON *g = load_json("tests/data/drafters/dspark_pycoder.json");
+    REQUIRE(g);
+    int32_t base[256];
+    int nb = ids_of(cJSON_GetObjectItem(cJSON_GetObjectItem(g, "cases")->child, "prompt_ids"), base,
+                    256);
+    enum { NS = 8 };
+    const double py[17] = {0.553, 0.609, 0.727, 0.710, 0.782, 0.815, 0.883, 0.888, 0.987,
+                           1.035, 1.119, 1.149, 1.211, 1.240, 1.319, 1.311, 1.622};
+    struct tune_costs curves[3];
+    memset(curves, 0, sizeof curves);
+    for (int c = 0; c < 3; c++) {
+        curves[c].max_cap = 16;
+        for (int w = 1; w <= 17; w++) curves[c].verify[w] = c == 0 ? 1.0 : c == 1 ? w : py[w - 1];
+    }
+    int cut[3] = {0}, drafted[3] = {0}, equal = 0, runs = 0;
+    for (int c = 0; c < 3; c++) {
+        struct gen_engine e = {.target = t, .block = bm};
+        int32_t prompts[NS][64];
+        int n[NS];
+        struct gen_params gp = {.max_tokens = 24,
+                                .ignore_eos = 1,
+                                .top_logprobs = -1,
+                                .mode = GEN_DSPARK,
+                                .max_draft = 0};
+        struct gen_result alone[NS];
+        for (int i = 0; i < NS; i++) {
+            int off = (i * 7) % (nb - 20);
+            n[i] = 12 + i;
+            memcpy(prompts[i], base + off, sizeof(int32_t) * (size_t)n[i]);
+            REQUIRE(gen_run(&e, prompts[i], n[i], &gp, NULL, NULL, &alone[i]) == 0);
+        }
+        gp.load_aware = &curves[c];
+        struct gen_seq *seqs[NS];
+        for (int i = 0; i < NS; i++)
+            REQUIRE(gen_seq_new(&e, prompts[i], n[i], &gp, NULL, NULL, &seqs[i]) == 0);
+        for (int live = NS; live;) {
+            REQUIRE(gen_step_batch(seqs, NS) == 0);
+            live = 0;
+            for (int i = 0; i < NS; i++) live += !gen_seq_done(seqs[i]);
+        }
+        for (int i = 0; i < NS; i++) {
+            struct gen_result r;
+            REQUIRE(gen_seq_finish(seqs[i], &r) == 0);
+            runs++;
+            equal += r.n_ids == alone[i].n_ids &&
+                     !memcmp(r.ids, alone[i].ids, sizeof(int32_t) * (size_t)r.n_ids);
+            cut[c] += r.stats.load_aware_cut;
+            drafted[c] += r.stats.drafted;
+            gen_result_free(&r), gen_result_free(&alone[i]);
+        }
+    }
+    printf("  %d of %d batched outputs equal alone; drafts verified / left out: flat %d / %d, "
+           "linear %d / %d, pycoder %d / %d\n",
+           equal, runs, drafted[0], cut[0], drafted[1], cut[1], drafted[2], cut[2]);
+    CHECK(equal == runs);
+    CHECK(cut[0] == 0 && drafted[0] > 0);
+    CHECK(cut[1] > 0 && drafted[1] < drafted[0]);
+    cJSON_Delete(g);
+    block_model_free(bm);
+    model_free(t);
+}
+
 int main(void) {
     RUN(shipped_drafters);
     RUN(dspark_golden);
     RUN(dflash_golden);
     RUN(block_drafters_never_change_greedy_output);
+    RUN(load_aware_batches_stay_exact);
     return test_report();
 }

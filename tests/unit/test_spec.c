@@ -200,7 +200,7 @@ TEST(sampling_matches_target_distribution) {
              * draft is a fixed one-hot guess (id 7) */
             int32_t ids[2] = {it % 2 ? d0 : sample_dist_draw(&q, &dr), 7};
             const struct sample_dist *qs[2] = {it % 2 ? NULL : &q, NULL};
-            struct draft d = {ids, qs, 2, 2};
+            struct draft d = {ids, qs, 2, 2, NULL};
             struct record rec = {{0}, 0};
             int acc, stopped;
             bad = verify_decide(&v, &d, record_cb, &rec, &acc, &stopped) != 0;
