@@ -48,8 +48,8 @@ int gpu_forward(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t 
     return ERR_UNSUPPORTED;
 }
 
-int gpu_forward_greedy(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids,
-                       int n, int32_t *out_ids, int all_rows) {
+int gpu_forward_greedy(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids, int n,
+                       int32_t *out_ids, int all_rows) {
     (void)g, (void)kv, (void)pos0, (void)ids, (void)n, (void)out_ids, (void)all_rows;
     return ERR_UNSUPPORTED;
 }

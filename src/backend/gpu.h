@@ -54,8 +54,8 @@ int gpu_forward(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t 
                 float *logits, int all_rows);
 /* gpu_forward() that copies back only the greedy token of every row (all_rows) or of the last
  * one: the first index of the largest logit, as sample_greedy() picks it. */
-int gpu_forward_greedy(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids,
-                       int n, int32_t *out_ids, int all_rows);
+int gpu_forward_greedy(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids, int n,
+                       int32_t *out_ids, int all_rows);
 
 /* For benchmarks: each kind of step work timed alone (each matmul over all layers, attention
  * over the cache as it is, a plain HBM read), passes of n rows at position pos0. */

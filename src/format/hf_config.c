@@ -134,8 +134,8 @@ static const cJSON *drafter_field(const cJSON *root, const char *k) {
 static int parse_block_drafter(const cJSON *root, const char *label, struct hf_config *c) {
     int dspark = c->arch == ARCH_DSPARK;
     cJSON *tmp = cJSON_CreateObject(); /* gathers the keys wherever they were written */
-    static const char *keys[] = {"block_size", "num_target_layers", "mask_token_id",
-                                 "markov_rank", "target_layer_ids"};
+    static const char *keys[] = {"block_size", "num_target_layers", "mask_token_id", "markov_rank",
+                                 "target_layer_ids"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         const cJSON *j = drafter_field(root, keys[i]);
         if (j) cJSON_AddItemToObject(tmp, keys[i], cJSON_Duplicate(j, 1));
@@ -146,8 +146,7 @@ static int parse_block_drafter(const cJSON *root, const char *label, struct hf_c
         (rc = get_int(tmp, "mask_token_id", 0, 1 << 22, -1, label, &c->mask_token_id)) ||
         (rc = get_int(tmp, "markov_rank", 0, 1 << 16, 0, label, &c->markov_rank)) ||
         (rc = get_bool(root, "enable_confidence_head", 0, label, &c->confidence_head)) ||
-        (rc = get_bool(root, "confidence_head_with_markov", 0, label,
-                       &c->confidence_with_markov)))
+        (rc = get_bool(root, "confidence_head_with_markov", 0, label, &c->confidence_with_markov)))
         goto done;
     if (!dspark) c->markov_rank = 0, c->confidence_head = 0;
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(tmp, "target_layer_ids");

@@ -19,8 +19,8 @@
  * measured now. */
 static int calibrate(struct server *s) {
     const struct server_opts *o = &s->opts;
-    if (o->load_aware && (o->mode != GEN_DSPARK || !s->eng.block ||
-                          !block_has_confidence(s->eng.block))) {
+    if (o->load_aware &&
+        (o->mode != GEN_DSPARK || !s->eng.block || !block_has_confidence(s->eng.block))) {
         log_error("--load-aware needs --mode dspark with a drafter that has a confidence head");
         return ERR_ARG;
     }

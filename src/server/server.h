@@ -37,8 +37,8 @@ struct server_opts {
                              * widest (calibrated by server_new; max_draft is then ignored) */
     const char *calib_file; /* its cost cache (NULL: ~/.cache/dspark/calibration.json) */
     int recalibrate;        /* measure even when cached */
-    int load_aware; /* --load-aware: batched DSpark passes keep the drafts worth their cost
-                     * (paper Alg. 1; pass costs calibrated as for --max-draft auto) */
+    int load_aware;         /* --load-aware: batched DSpark passes keep the drafts worth their cost
+                             * (paper Alg. 1; pass costs calibrated as for --max-draft auto) */
 };
 
 struct server;
