@@ -136,3 +136,33 @@ void pool_free(struct pool *p) {
 int pool_size(const struct pool *p) {
     return p->n;
 }
+
+/* The calling thread's buffers, in a list whose head is the key's value; freed at its end. */
+static pthread_key_t buf_key;
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+
+static void free_bufs(void *head) {
+    for (struct thread_buf *b = head, *next; b; b = next) {
+        next = b->next;
+        free(b->p);
+        *b = (struct thread_buf){0};
+    }
+}
+
+static void buf_key_init(void) {
+    pthread_key_create(&buf_key, free_bufs);
+}
+
+void *thread_buf_get(struct thread_buf *b, size_t bytes) {
+    if (bytes <= b->len && b->p) return b->p;
+    free(b->p);
+    b->p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    b->len = b->p ? bytes : 0;
+    if (!b->listed) {
+        pthread_once(&buf_once, buf_key_init);
+        b->next = pthread_getspecific(buf_key);
+        pthread_setspecific(buf_key, b);
+        b->listed = 1;
+    }
+    return b->p;
+}

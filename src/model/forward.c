@@ -87,7 +87,6 @@ static void attention_block(struct model *m, const struct seg *sg, int n_seg, in
             .head_dim = D,
             .window = c->sliding_window,
             .scale = 1.0f / sqrtf((float)D),
-            .scratch = m->attn_scratch,
             .bf16 = bf,
         };
         cpu_attention(m->pool, &a);

@@ -56,10 +56,9 @@ static int alloc_scratch(struct model *m) {
     m->g = malloc(sizeof(float) * T * I);
     m->u = malloc(sizeof(float) * T * I);
     m->last_logits = malloc(sizeof(float) * (size_t)c->vocab_size);
-    m->attn_scratch = malloc(sizeof(float) * (size_t)pool_size(m->pool) * (size_t)c->max_pos);
     m->inv_freq = malloc(sizeof(float) * (size_t)(c->head_dim / 2));
     if (!m->x || !m->xn || !m->q || !m->k || !m->v || !m->att || !m->g || !m->u ||
-        !m->last_logits || !m->attn_scratch || !m->inv_freq)
+        !m->last_logits || !m->inv_freq)
         return ERR_NOMEM;
     return OK;
 }
@@ -219,7 +218,7 @@ void model_free(struct model *m) {
     }
     free(m->final_norm);
     free(m->x), free(m->xn), free(m->q), free(m->k), free(m->v), free(m->att);
-    free(m->g), free(m->u), free(m->last_logits), free(m->attn_scratch), free(m->inv_freq);
+    free(m->g), free(m->u), free(m->last_logits), free(m->inv_freq);
     free(m->taps_scratch);
     gpu_model_free(m->gpu);
     if (m->huge) munmap(m->huge, m->huge_bytes);

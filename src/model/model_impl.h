@@ -29,7 +29,6 @@ struct model {
     int n_taps;
     /* step scratch, sized for MODEL_CHUNK rows at load (the hot loop never mallocs) */
     float *x, *xn, *q, *k, *v, *att, *g, *u, *last_logits;
-    float *attn_scratch; /* [n_threads, max_pos] */
     float *taps_scratch; /* [MODEL_CHUNK, MODEL_MAX_TAPS * H] once taps are set */
 };
 

@@ -35,7 +35,7 @@ struct block_state {
     struct block_model *bm;
     int cap, len;
     float *k, *v; /* [n_layers][n_kv][cap][D] context K/V (block rows written past len) */
-    float *x, *xn, *q, *kb, *vb, *att, *g, *u, *ctx, *scratch, *w1row;
+    float *x, *xn, *q, *kb, *vb, *att, *g, *u, *ctx, *w1row;
     int max_rows; /* rows the scratch holds */
 };
 
@@ -192,10 +192,9 @@ int block_state_new(struct block_model *bm, int cap, struct block_state **out) {
     st->att = malloc(sizeof(float) * R * QD);
     st->g = malloc(sizeof(float) * R * I);
     st->u = malloc(sizeof(float) * R * I);
-    st->scratch = malloc(sizeof(float) * (size_t)pool_size(bm->pool) * (size_t)cap);
     st->w1row = malloc(sizeof(float) * (size_t)(c->markov_rank + 1));
     if (!st->k || !st->v || !st->x || !st->xn || !st->ctx || !st->q || !st->kb || !st->vb ||
-        !st->att || !st->g || !st->u || !st->scratch || !st->w1row) {
+        !st->att || !st->g || !st->u || !st->w1row) {
         block_state_free(st);
         return ERR_NOMEM;
     }
@@ -206,7 +205,7 @@ int block_state_new(struct block_model *bm, int cap, struct block_state **out) {
 void block_state_free(struct block_state *st) {
     if (!st) return;
     free(st->k), free(st->v), free(st->x), free(st->xn), free(st->ctx), free(st->q);
-    free(st->kb), free(st->vb), free(st->att), free(st->g), free(st->u), free(st->scratch);
+    free(st->kb), free(st->vb), free(st->att), free(st->g), free(st->u);
     free(st->w1row);
     free(st);
 }
@@ -292,7 +291,6 @@ int block_forward(struct block_state *st, const int32_t *ids, int B, float *hidd
             .n_kv_heads = c->n_kv_heads,
             .head_dim = D,
             .scale = 1.0f / sqrtf((float)D),
-            .scratch = st->scratch,
             .noncausal = 1,
         };
         cpu_attention(bm->pool, &a);

@@ -11,9 +11,11 @@
 #include "backend/cpu/simd.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Scores of a task's queries, per thread (no per-call malloc once warm). */
+static _Thread_local struct thread_buf scores_buf;
 
 #ifdef __AVX512F__
 
@@ -182,27 +184,6 @@ static void weighted_sums(const struct cpu_attn *a, const float *v, const struct
     }
 }
 
-/* Score scratch, per thread, grown on demand (no per-call malloc once warm). */
-static _Thread_local float *sc_buf;
-static _Thread_local size_t sc_len;
-static pthread_key_t sc_key; /* frees a thread's scratch when the thread ends */
-static pthread_once_t sc_once = PTHREAD_ONCE_INIT;
-
-static void sc_key_init(void) {
-    pthread_key_create(&sc_key, free);
-}
-
-static float *sc_get(size_t n) {
-    if (n > sc_len) {
-        free(sc_buf);
-        sc_buf = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
-        sc_len = sc_buf ? n : 0;
-        pthread_once(&sc_once, sc_key_init);
-        pthread_setspecific(sc_key, sc_buf);
-    }
-    return sc_buf;
-}
-
 #define QUERIES_PER_TASK 6   /* query rows per task times the GQA group, at most (and >= 1 row) */
 #define KEY_CHUNK        128 /* keys scored per pass of all queries: stays in L1 */
 
@@ -221,7 +202,8 @@ static void attn_task(void *ctx, int ith, int nth) {
         qs = malloc(sizeof *qs * (size_t)nq_max);
         mx = malloc(sizeof *mx * (size_t)nq_max);
     }
-    float *sc = sc_get((size_t)nq_max * (size_t)(a->pos0 + a->n));
+    float *sc =
+        thread_buf_get(&scores_buf, sizeof(float) * (size_t)nq_max * (size_t)(a->pos0 + a->n));
     for (int task = ith; task < n_tasks; task += nth) {
         const int g = task / row_blocks, t0 = task % row_blocks * rpt;
         const int t1 = t0 + rpt < a->n ? t0 + rpt : a->n;
@@ -278,8 +260,12 @@ static void attn_task(void *ctx, int ith, int nth) {
     const struct cpu_attn *a = ctx;
     int D = a->head_dim, group = a->n_heads / a->n_kv_heads;
     int n_tasks = a->n * a->n_heads;
-    float *sc = a->scratch + (size_t)ith * a->cap;
+    float *sc = thread_buf_get(&scores_buf, sizeof(float) * (size_t)(a->pos0 + a->n));
     for (int task = ith; task < n_tasks; task += nth) {
+        if (!sc) { /* no memory: the kernel has no error path, so NaN */
+            for (int i = 0; i < D; i++) a->out[(size_t)task * D + i] = __builtin_nanf("");
+            continue;
+        }
         int t = task / a->n_heads, h = task % a->n_heads;
         int p = a->noncausal ? a->pos0 + a->n - 1 : a->pos0 + t;
         int lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;

@@ -57,13 +57,12 @@ void cpu_rope(float *x, int n, int n_heads, int head_dim, int pos0, const float 
 
 /* Causal attention of n query rows at positions pos0.. over a cache holding positions
  * [0, pos0 + n). q, out: [n, n_heads, D]; k, v: [n_kv_heads][cap][D] for one layer.
- * window > 0 restricts row p to keys in (p - window, p]. scratch: n_threads * cap floats. */
+ * window > 0 restricts row p to keys in (p - window, p]. */
 struct cpu_attn {
     float *out;
     const float *q, *k, *v;
     int n, pos0, cap, n_heads, n_kv_heads, head_dim, window;
     float scale;
-    float *scratch;
     int bf16;      /* round scores, probabilities and output as transformers' bf16 path does */
     int noncausal; /* every row sees all positions [0, pos0 + n) (block drafters) */
 };

@@ -19,7 +19,6 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,24 +99,10 @@ static void pack_worker(void *arg, int ith, int nth) {
 
 /* Scratch for packed x, owned by the calling thread and grown on demand (no per-call malloc
  * once warm). */
-static _Thread_local float *scratch;
-static _Thread_local size_t scratch_len;
-static pthread_key_t scratch_key; /* frees a thread's scratch when the thread ends */
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-
-static void scratch_key_init(void) {
-    pthread_key_create(&scratch_key, free);
-}
+static _Thread_local struct thread_buf scratch;
 
 static float *scratch_get(size_t n_floats) {
-    if (n_floats > scratch_len) {
-        free(scratch);
-        scratch = aligned_alloc(64, ((n_floats * sizeof(float) + 63) / 64) * 64);
-        scratch_len = scratch ? n_floats : 0;
-        pthread_once(&scratch_once, scratch_key_init);
-        pthread_setspecific(scratch_key, scratch);
-    }
-    return scratch;
+    return thread_buf_get(&scratch, n_floats * sizeof(float));
 }
 
 #if MM_AVX512

@@ -273,38 +273,24 @@ static void split_worker(void *arg, int ith, int nth) {
     split_rows(s->parts, s->x, r0, r1, s->k, s->kp, s->part_stride);
 }
 
-static _Thread_local uint16_t *scratch;
-static _Thread_local size_t scratch_len;
-static pthread_key_t scratch_key; /* frees a thread's scratch when the thread ends */
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-
-static void scratch_key_init(void) {
-    pthread_key_create(&scratch_key, free);
-}
+static _Thread_local struct thread_buf scratch; /* the split x */
 
 void cpu_matmul_amx_multi(struct pool *pool, const float *x, int n, int k,
                           const struct cpu_amx_out *outs, int n_outs) {
     if (n <= 0 || n_outs <= 0) return;
     const int kp = (k + TK - 1) / TK * TK;
-    size_t need = (size_t)3 * n * kp;
-    if (need > scratch_len) {
-        free(scratch);
-        scratch = aligned_alloc(64, (need * 2 + 63) / 64 * 64);
-        scratch_len = scratch ? need : 0;
-        pthread_once(&scratch_once, scratch_key_init);
-        pthread_setspecific(scratch_key, scratch);
-    }
-    if (!scratch) { /* no memory for the split x: the kernel has no error path */
+    uint16_t *parts = thread_buf_get(&scratch, sizeof(uint16_t) * 3 * (size_t)n * kp);
+    if (!parts) { /* no memory for the split x: the kernel has no error path */
         for (int i = 0; i < n_outs; i++)
             for (size_t e = 0; e < (size_t)n * outs[i].m; e++) outs[i].y[e] = __builtin_nanf("");
         return;
     }
-    struct split_job s = {scratch, x, n, k, kp, (size_t)n * kp};
+    struct split_job s = {parts, x, n, k, kp, (size_t)n * kp};
     if (n >= 16 && pool)
         pool_run(pool, split_worker, &s);
     else
         split_worker(&s, 0, 1);
-    struct amx_job j = {outs, n_outs, scratch, n, k, kp, (size_t)n * kp};
+    struct amx_job j = {outs, n_outs, parts, n, k, kp, (size_t)n * kp};
     if (pool)
         pool_run(pool, amx_worker, &j);
     else

@@ -8,65 +8,39 @@
 #include "backend/cpu/cpu.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
 struct rope_table {
-    float *cs; /* [n][half] cos, then [n][half] sin */
-    size_t cap;
-    float *freq; /* the inv_freq the table was made for */
-    int half_cap;
+    struct thread_buf cs;   /* [n][half] cos, then [n][half] sin */
+    struct thread_buf freq; /* the inv_freq the table was made for */
     int n, half, pos0, bf16, valid;
 };
 
 static _Thread_local struct rope_table tab;
-static pthread_key_t tab_key; /* frees a thread's table when the thread ends */
-static pthread_once_t tab_once = PTHREAD_ONCE_INIT;
-
-static void tab_free(void *p) {
-    (void)p;
-    free(tab.cs);
-    free(tab.freq);
-    memset(&tab, 0, sizeof tab);
-}
-
-static void tab_key_init(void) {
-    pthread_key_create(&tab_key, tab_free);
-}
 
 /* The table for these positions and frequencies, or NULL when out of memory. */
 static const float *table(int n, int half, int pos0, const float *inv_freq, int bf16) {
     struct rope_table *t = &tab;
     if (t->valid && t->n == n && t->half == half && t->pos0 == pos0 && t->bf16 == bf16 &&
-        !memcmp(t->freq, inv_freq, sizeof(float) * (size_t)half))
-        return t->cs;
-    size_t need = (size_t)2 * n * half;
-    if (need > t->cap || half > t->half_cap) {
-        pthread_once(&tab_once, tab_key_init);
-        pthread_setspecific(tab_key, t);
-        float *cs = need > t->cap ? realloc(t->cs, sizeof(float) * need) : t->cs;
-        if (cs) t->cs = cs, t->cap = need > t->cap ? need : t->cap;
-        float *fr = half > t->half_cap ? realloc(t->freq, sizeof(float) * (size_t)half) : t->freq;
-        if (fr) t->freq = fr, t->half_cap = half > t->half_cap ? half : t->half_cap;
-        if (!cs || !fr) {
-            t->valid = 0;
-            return NULL;
-        }
-    }
+        !memcmp(t->freq.p, inv_freq, sizeof(float) * (size_t)half))
+        return t->cs.p;
+    t->valid = 0;
+    float *cs = thread_buf_get(&t->cs, sizeof(float) * 2 * (size_t)n * (size_t)half);
+    float *fr = thread_buf_get(&t->freq, sizeof(float) * (size_t)half);
+    if (!cs || !fr) return NULL;
     for (int r = 0; r < n; r++) {
         float pos = (float)(pos0 + r);
         for (int i = 0; i < half; i++) {
             float ang = pos * inv_freq[i];
             float c = (float)cos((double)ang), s = (float)sin((double)ang);
             if (bf16) c = bf16_round(c), s = bf16_round(s);
-            t->cs[(size_t)r * half + i] = c;
-            t->cs[(size_t)(n + r) * half + i] = s;
+            cs[(size_t)r * half + i] = c;
+            cs[(size_t)(n + r) * half + i] = s;
         }
     }
-    memcpy(t->freq, inv_freq, sizeof(float) * (size_t)half);
+    memcpy(fr, inv_freq, sizeof(float) * (size_t)half);
     t->n = n, t->half = half, t->pos0 = pos0, t->bf16 = bf16, t->valid = 1;
-    return t->cs;
+    return cs;
 }
 
 void cpu_rope(float *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq,
