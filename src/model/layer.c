@@ -129,6 +129,19 @@ void *weights_place(struct weight_ref *list, int n, size_t *bytes) {
     return buf;
 }
 
+int layer_weight_refs(const struct hf_config *c, struct layer *l, struct weight_ref *out) {
+    int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
+    int64_t QD = (int64_t)c->n_heads * D, KD = (int64_t)c->n_kv_heads * D;
+    out[0] = (struct weight_ref){&l->wq, QD, H};
+    out[1] = (struct weight_ref){&l->wk, KD, H};
+    out[2] = (struct weight_ref){&l->wv, KD, H};
+    out[3] = (struct weight_ref){&l->wo, H, QD};
+    out[4] = (struct weight_ref){&l->wg, I, H};
+    out[5] = (struct weight_ref){&l->wu, I, H};
+    out[6] = (struct weight_ref){&l->wd, H, I};
+    return 7;
+}
+
 int layer_load(const struct weights_src *src, const struct hf_config *c, const char *prefix, int i,
                struct layer *l) {
     int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;

@@ -59,6 +59,8 @@ struct weight_ref {
  * free memory; otherwise nothing moves and NULL is returned. Values are unchanged. The buffer
  * (*bytes long) is released with munmap after the weights' last use. */
 void *weights_place(struct weight_ref *list, int n, size_t *bytes);
+/* Writes the 7 matmul weights of layer l, with their shapes, to out; returns 7. */
+int layer_weight_refs(const struct hf_config *c, struct layer *l, struct weight_ref *out);
 /* A 1-D tensor of n values copied to float; optional ones may be absent (*out = NULL). */
 int weight_vec(const struct weights_src *src, float **out, const char *name, int64_t n,
                int optional);

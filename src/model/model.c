@@ -90,22 +90,11 @@ static void prefault(struct loader *L) {
 /* The matmul weights into 2 MiB pages (AMX tiles where available): see weights_place. */
 static void weights_to_hugepages(struct model *m) {
     const struct hf_config *c = &m->cfg;
-    int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
-    int64_t QD = (int64_t)c->n_heads * D, KD = (int64_t)c->n_kv_heads * D, V = c->vocab_size;
     struct weight_ref *list = malloc(sizeof *list * ((size_t)c->n_layers * 7 + 1));
     if (!list) return;
     int n = 0;
-    for (int i = 0; i < c->n_layers; i++) {
-        struct layer *l = &m->layers[i];
-        list[n++] = (struct weight_ref){&l->wq, QD, H};
-        list[n++] = (struct weight_ref){&l->wk, KD, H};
-        list[n++] = (struct weight_ref){&l->wv, KD, H};
-        list[n++] = (struct weight_ref){&l->wo, H, QD};
-        list[n++] = (struct weight_ref){&l->wg, I, H};
-        list[n++] = (struct weight_ref){&l->wu, I, H};
-        list[n++] = (struct weight_ref){&l->wd, H, I};
-    }
-    list[n++] = (struct weight_ref){&m->lm_head, V, H};
+    for (int i = 0; i < c->n_layers; i++) n += layer_weight_refs(c, &m->layers[i], list + n);
+    list[n++] = (struct weight_ref){&m->lm_head, c->vocab_size, c->hidden_size};
     const void *embed_map = m->embed.data;
     m->huge = weights_place(list, n, &m->huge_bytes);
     free(list);

@@ -108,23 +108,13 @@ static int load_heads(struct block_model *bm, const struct weights_src *src) {
  * embedding and the Markov head stay in the map: they are read by rows). */
 static void place_weights(struct block_model *bm) {
     const struct hf_config *c = &bm->cfg;
-    int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
-    int64_t QD = (int64_t)c->n_heads * D, KD = (int64_t)c->n_kv_heads * D;
+    int64_t H = c->hidden_size;
     struct weight_ref *list = malloc(sizeof *list * ((size_t)c->n_layers * 7 + 2));
     if (!list) return;
     int n = 0;
     list[n++] = (struct weight_ref){&bm->fc, H, H * bm->n_taps};
     if (bm->head.data) list[n++] = (struct weight_ref){&bm->head, c->vocab_size, H};
-    for (int i = 0; i < c->n_layers; i++) {
-        struct layer *l = &bm->layers[i];
-        list[n++] = (struct weight_ref){&l->wq, QD, H};
-        list[n++] = (struct weight_ref){&l->wk, KD, H};
-        list[n++] = (struct weight_ref){&l->wv, KD, H};
-        list[n++] = (struct weight_ref){&l->wo, H, QD};
-        list[n++] = (struct weight_ref){&l->wg, I, H};
-        list[n++] = (struct weight_ref){&l->wu, I, H};
-        list[n++] = (struct weight_ref){&l->wd, H, I};
-    }
+    for (int i = 0; i < c->n_layers; i++) n += layer_weight_refs(c, &bm->layers[i], list + n);
     bm->huge = weights_place(list, n, &bm->huge_bytes);
     free(list);
 }
