@@ -412,20 +412,6 @@ static void propose_done(struct gen_seq *r) {
     r->pos = kv_len(r->kv);
 }
 
-/* Chooses this round's drafts; afterwards r->in[0..n_in) is what the target must run. With
- * --max-draft auto each source's controller sets its cap, priced for n_seqs sequences. */
-static int propose(struct gen_seq *r, int n_seqs) {
-    int want;
-    int rc = propose_lookup(r, n_seqs, &want);
-    if (!rc && want > 0) {
-        double td = timer_now();
-        rc = r->dm.ops->propose(&r->dm, r->seq, r->n_seq, want, &r->d);
-        r->res.stats.draft_s += timer_now() - td;
-    }
-    if (!r->done) propose_done(r);
-    return rc;
-}
-
 /* Load-aware verification over the batch (tune/loadaware.h): drafts with confidences are
  * admitted best first while the predicted tokens per second of the pass rises; the others
  * are trimmed (lossless: fewer drafts never change what is committed). Sequences without
@@ -455,8 +441,10 @@ static void trim_load_aware(struct gen_seq **seqs, int n) {
         }
 }
 
-/* propose() for a batch: the drafters that can (a draft model shared by the sequences) run
- * their passes together; each sequence gets the drafts it would get alone. */
+/* Chooses each sequence's drafts for this round; afterwards r->in[0..n_in) is what the target
+ * must run. With --max-draft auto each source's controller sets its cap, priced for n_live
+ * sequences. Drafters that can (a draft model shared by the sequences) run their passes for
+ * all of them together; each sequence gets the drafts it would get alone. */
 static int propose_all(struct gen_seq **seqs, int n, int n_live) {
     struct drafter *ds[GEN_MAX_BATCH];
     const int32_t *sq[GEN_MAX_BATCH];
@@ -468,21 +456,24 @@ static int propose_all(struct gen_seq **seqs, int n, int n_live) {
         int want, rc = propose_lookup(r, n_live, &want);
         if (rc) return rc;
         if (want <= 0 || r->done) continue;
-        if (!r->dm.ops->propose_batch) {
-            double td = timer_now();
-            rc = r->dm.ops->propose(&r->dm, r->seq, r->n_seq, want, &r->d);
-            r->res.stats.draft_s += timer_now() - td;
-            if (rc) return rc;
-            continue;
-        }
         ds[k] = &r->dm, sq[k] = r->seq, ns[k] = r->n_seq, wants[k] = want, outs[k] = &r->d;
         who[k++] = r;
     }
-    if (k) {
+    /* together when there are several and they share a batched drafter, else one at a time */
+    int together = k > 1;
+    for (int i = 0; i < k && together; i++)
+        together = ds[i]->ops->propose_batch && ds[i]->ops == ds[0]->ops;
+    if (together) {
         double td = timer_now();
         int rc = ds[0]->ops->propose_batch(ds, sq, ns, wants, outs, k);
         double share = (timer_now() - td) / k;
         for (int i = 0; i < k; i++) who[i]->res.stats.draft_s += share;
+        if (rc) return rc;
+    }
+    for (int i = 0; i < k && !together; i++) {
+        double td = timer_now();
+        int rc = ds[i]->ops->propose(ds[i], sq[i], ns[i], wants[i], outs[i]);
+        who[i]->res.stats.draft_s += timer_now() - td;
         if (rc) return rc;
     }
     trim_load_aware(seqs, n);
@@ -522,7 +513,7 @@ static int apply(struct gen_seq *r) {
 
 int gen_seq_step(struct gen_seq *r) {
     if (r->done || r->prefilling) return OK;
-    int rc = propose(r, 1);
+    int rc = propose_all(&r, 1, 1);
     if (rc || r->done) return rc;
     rc = model_forward_taps(r->e->target, r->kv, r->in, r->n_in, r->v.logits, 1, r->v.taps);
     if (!rc) rc = apply(r);
