@@ -9,6 +9,7 @@
 # Writes build/bench/concurrency-MODE.json. Needs Node.js and tests/js/node_modules.
 set -eu
 cd "$(dirname "$0")/.."
+. bench/serve_url.sh
 MODES=baseline,lookup LEVELS=1,4,16,64 REQUESTS=64 TOKENS=64 THREADS=2 MODEL=models/pycoder
 while [ $# -gt 0 ]; do
     case $1 in
@@ -27,23 +28,19 @@ done
 mkdir -p build/bench
 max=$(echo "$LEVELS" | tr , '\n' | sort -n | tail -1)
 rc=0
+pid=""
+trap '[ -z "$pid" ] || kill $pid 2>/dev/null' EXIT
 for mode in $(echo "$MODES" | tr , ' '); do
     log=build/bench/concurrency-$mode-server.log
     build/dspark serve --model "$MODEL" --mode "$mode" --port 0 --threads "$THREADS" \
         --max-batch "$max" --max-queue $((max * 2)) "$@" >"$log" 2>&1 &
     pid=$!
-    url=""
-    for _ in $(seq 1 200); do
-        url=$(sed -n "s/.* on \(http:[^ ]*\) .*/\1/p" "$log")
-        [ -n "$url" ] && break
-        kill -0 $pid 2>/dev/null || { cat "$log" >&2; exit 1; }
-        sleep 0.1
-    done
-    [ -n "$url" ] || { echo "the server did not start" >&2; kill $pid; exit 1; }
+    serve_url "$log" $pid
     echo "== $mode (--max-batch $max, $THREADS threads, load $(cut -d' ' -f1-3 /proc/loadavg))"
     node tests/js/concurrency.mjs --url "$url" --levels "$LEVELS" --requests "$REQUESTS" \
         --max-tokens "$TOKENS" --json "build/bench/concurrency-$mode.json" || rc=1
     kill -TERM $pid
     wait $pid || true
+    pid=""
 done
 exit $rc

@@ -11,6 +11,7 @@
 # (npm ci --prefix tests/js).
 set -eu
 cd "$(dirname "$0")/.."
+. bench/serve_url.sh
 DURATION=300 CLIENTS=64 MODEL=models/pycoder THREADS=2 BATCH=16
 while [ $# -gt 0 ]; do
     case $1 in
@@ -32,14 +33,7 @@ build/dspark serve --model "$MODEL" --port 0 --threads "$THREADS" --max-batch "$
     --max-queue $((CLIENTS * 2)) "$@" >"$log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null' EXIT
-url=""
-for _ in $(seq 1 200); do
-    url=$(sed -n "s/.* on \(http:[^ ]*\) .*/\1/p" "$log")
-    [ -n "$url" ] && break
-    kill -0 $pid 2>/dev/null || { cat "$log" >&2; exit 1; }
-    sleep 0.1
-done
-[ -n "$url" ] || { echo "the server did not start" >&2; exit 1; }
+serve_url "$log" $pid
 rc=0
 node tests/js/loadtest.mjs --url "$url" --pid $pid --clients "$CLIENTS" --duration "$DURATION" \
     --json build/bench/loadtest.json || rc=1

@@ -6,6 +6,7 @@
 #   sh bench/pause.sh [--chunks 2048,512,256,64] [--trials N] [-- SERVE FLAGS]
 set -eu
 cd "$(dirname "$0")/.."
+. bench/serve_url.sh
 CHUNKS=2048,512,256,64 TRIALS=5
 while [ $# -gt 0 ]; do
     case $1 in
@@ -24,13 +25,7 @@ for c in $(echo "$CHUNKS" | tr , ' '); do
     build/dspark serve --port 0 --threads 2 --mode baseline --max-batch 4 --no-prefix-cache \
         --prefill-chunk "$c" "$@" >"$out" 2>&1 &
     pid=$!
-    url=""
-    for _ in $(seq 1 200); do
-        url=$(sed -n "s/.* on \(http:[^ ]*\) .*/\1/p" "$out")
-        [ -n "$url" ] && break
-        sleep 0.1
-    done
-    [ -n "$url" ] || { cat "$out" >&2; exit 1; }
+    serve_url "$out" $pid
     printf 'prefill chunk %s: ' "$c"
     node tests/js/pause.mjs --url "$url" --trials "$TRIALS"
     kill $pid

@@ -10,6 +10,7 @@
 # Writes build/bench/ttft.json. Needs Node.js and tests/js/node_modules (npm ci --prefix tests/js).
 set -eu
 cd "$(dirname "$0")/.."
+. bench/serve_url.sh
 MODEL=models/pycoder THREADS=2 PREFIX=2000 TRIALS=7 DISK=""
 while [ $# -gt 0 ]; do
     case $1 in
@@ -34,13 +35,6 @@ fi
 build/dspark serve --model "$MODEL" --port 0 --threads "$THREADS" "$@" >"$out" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$out"; [ -z "$DISK" ] || rm -rf "$DISK"' EXIT
-url=""
-for _ in $(seq 1 200); do
-    url=$(sed -n "s/.* on \(http:[^ ]*\) .*/\1/p" "$out")
-    [ -n "$url" ] && break
-    kill -0 $pid 2>/dev/null || { cat "$out" >&2; exit 1; }
-    sleep 0.1
-done
-[ -n "$url" ] || { echo "the server did not start" >&2; exit 1; }
+serve_url "$out" $pid
 node tests/js/ttft.mjs --url "$url" --prefix "$PREFIX" --trials "$TRIALS" --json "$json" \
     ${DISK:+--from-disk}
