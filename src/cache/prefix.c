@@ -6,7 +6,7 @@
  * them. Other hits copy the prefix's rows into a new cache. A lent cache comes back through
  * prefix_cache_put(), which replaces the entry with the longer sequence. An entry's storage is
  * shrunk to the rows it holds when it comes in. GPU caches cannot be copied on the host yet:
- * they are only ever lent. */
+ * they are only ever lent. A drafter context is never lent: the sequence copies its rows. */
 #include "cache/prefix.h"
 
 #include "base/err.h"
@@ -25,6 +25,7 @@ struct entry {
     int n;
     struct kv_cache *kv; /* owned, or lent to a running sequence */
     int lent;
+    struct prefix_ctx ctx; /* owned; rows of at least n positions when ctx.tag != 0 */
 };
 
 struct prefix_cache {
@@ -61,8 +62,14 @@ int prefix_cache_new(struct model *m, const struct prefix_cache_opts *o,
     return OK;
 }
 
+static size_t ctx_bytes(const struct prefix_ctx *c) {
+    return c->rows ? sizeof(float) * (size_t)c->width * (size_t)c->n : 0;
+}
+
 static void unlink_entry(struct prefix_cache *pc, int i) {
     if (!pc->e[i].lent) pc->st.bytes -= kv_bytes(pc->e[i].kv);
+    pc->st.bytes -= ctx_bytes(&pc->e[i].ctx);
+    free(pc->e[i].ctx.rows);
     free(pc->e[i].tokens);
     memmove(pc->e + i, pc->e + i + 1, sizeof *pc->e * (size_t)(pc->n - i - 1));
     pc->n--;
@@ -127,20 +134,36 @@ static struct kv_cache *from_disk(struct prefix_cache *pc, const struct spill_hi
 
 struct kv_cache *prefix_cache_take(struct prefix_cache *pc, const int32_t *prompt, int n, int cap,
                                    int *n_reused) {
+    const float *ctx_rows;
+    return prefix_cache_take_ctx(pc, prompt, n, cap, 0, n_reused, &ctx_rows);
+}
+
+struct kv_cache *prefix_cache_take_ctx(struct prefix_cache *pc, const int32_t *prompt, int n,
+                                       int cap, uint64_t tag, int *n_reused,
+                                       const float **ctx_rows) {
     int best = -1, best_len = 0;
     struct spill_hit hit = {.n = 0};
+    *ctx_rows = NULL;
     for (int i = 0; i < pc->n; i++) {
-        int l = common_prefix(pc->e[i].tokens, pc->e[i].n, prompt, n - 1);
+        const struct entry *e = &pc->e[i];
+        if (tag && e->ctx.tag != tag) continue;
+        int l = common_prefix(e->tokens, e->n, prompt, n - 1);
         if (l > best_len) best = i, best_len = l;
     }
-    if (pc->spill) spill_match(pc->spill, prompt, n, n - 1, &hit);
+    /* files hold no drafter context */
+    if (pc->spill && !tag) spill_match(pc->spill, prompt, n, n - 1, &hit);
     struct kv_cache *kv = NULL;
     *n_reused = 0;
     if (hit.n >= PREFIX_MIN_TOKENS && hit.n >= best_len + SPILL_MIN_GAIN &&
         (kv = from_disk(pc, &hit, prompt, cap)))
         *n_reused = hit.n;
-    if (!kv && best_len >= PREFIX_MIN_TOKENS && (kv = from_ram(pc, best, best_len, cap)))
-        *n_reused = best_len;
+    if (!kv && best_len >= PREFIX_MIN_TOKENS) {
+        const float *rows = pc->e[best].ctx.rows; /* from_ram() reorders the entries */
+        if ((kv = from_ram(pc, best, best_len, cap))) {
+            *n_reused = best_len;
+            if (tag) *ctx_rows = rows;
+        }
+    }
     if (!kv) {
         pc->st.misses++;
         return NULL;
@@ -161,19 +184,37 @@ static void discard(struct prefix_cache *pc, struct kv_cache *kv) {
 }
 
 void prefix_cache_put(struct prefix_cache *pc, const int32_t *tokens, int n, struct kv_cache *kv) {
+    prefix_cache_put_ctx(pc, tokens, n, kv, NULL);
+}
+
+/* Whether an entry with a context of tag `have` serves every request that one with `need`
+ * serves (a context-less entry serves only requests without a drafter context). */
+static int covers(uint64_t have, uint64_t need) {
+    return !need || have == need;
+}
+
+void prefix_cache_put_ctx(struct prefix_cache *pc, const int32_t *tokens, int n,
+                          struct kv_cache *kv, struct prefix_ctx *ctx) {
+    struct prefix_ctx c = ctx && ctx->rows && ctx->tag ? *ctx : (struct prefix_ctx){0};
+    if (ctx && !c.rows) free(ctx->rows);
+    if (c.rows && n > c.n) n = c.n;
+    if (c.rows) c.n = n;
     if (n < PREFIX_MIN_TOKENS || n > kv_len(kv)) {
+        free(c.rows);
         discard(pc, kv);
         return;
     }
     for (int i = 0; i < pc->n; i++)
-        if (pc->e[i].kv != kv && pc->e[i].n >= n &&
+        if (pc->e[i].kv != kv && pc->e[i].n >= n && covers(pc->e[i].ctx.tag, c.tag) &&
             common_prefix(pc->e[i].tokens, pc->e[i].n, tokens, n) == n) {
             touch(pc, i); /* an entry already holds these tokens, maybe with more after them */
+            free(c.rows);
             discard(pc, kv);
             return;
         }
     int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
     if (!t) {
+        free(c.rows);
         discard(pc, kv);
         return;
     }
@@ -183,11 +224,12 @@ void prefix_cache_put(struct prefix_cache *pc, const int32_t *tokens, int n, str
     if (kv_capacity(kv) - n > n && kv_capacity(kv) - n > PREFIX_CAP_STEP) kv_compact(kv);
     for (int i = pc->n - 1; i >= 0; i--) /* entries this one extends (its own among them) go */
         if (pc->e[i].kv == kv ||
-            common_prefix(pc->e[i].tokens, pc->e[i].n, tokens, n) == pc->e[i].n)
+            (covers(c.tag, pc->e[i].ctx.tag) &&
+             common_prefix(pc->e[i].tokens, pc->e[i].n, tokens, n) == pc->e[i].n))
             drop(pc, i);
     if (pc->n == pc->max_entries) evict(pc, 0);
-    pc->e[pc->n++] = (struct entry){t, n, kv, 0};
-    pc->st.bytes += kv_bytes(kv);
+    pc->e[pc->n++] = (struct entry){t, n, kv, 0, c};
+    pc->st.bytes += kv_bytes(kv) + ctx_bytes(&c);
     while (pc->max_bytes && pc->st.bytes > pc->max_bytes && pc->n > 1) evict(pc, 0);
 }
 

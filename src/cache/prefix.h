@@ -11,6 +11,10 @@
  * no prefix as long. Because every kernel is batch-invariant, a reused prefix gives results
  * bit-identical to prefilling it. The KV cache keeps every position (sliding-window models
  * mask by position), so sliding-window models are reused exactly as well.
+ * An entry may also hold a drafter's context for its positions (struct prefix_ctx: what a
+ * DSpark or DFlash drafter built from the target's taps), so that a follow-up turn restores
+ * the drafter as well; a request that needs one is only given entries with a context of its
+ * drafter's tag. Contexts stay in RAM: entries saved to the spill folder lose them.
  * One thread (the engine's) uses a cache; it owns the entries it holds. */
 #ifndef DSPARK_CACHE_PREFIX_H
 #define DSPARK_CACHE_PREFIX_H
@@ -30,6 +34,14 @@ struct prefix_cache_opts {
     size_t max_bytes;       /* RAM the entries may hold (0: no limit) */
     const char *spill_dir;  /* evicted entries are saved here (NULL: they are dropped) */
     size_t spill_max_bytes; /* the folder's budget for this model's files (0: no limit) */
+};
+
+/* A drafter's context for positions 0..n: rows[n, width] (spec/drafter.h, ctx_save), made by
+ * the drafter identified by tag (0: no context). */
+struct prefix_ctx {
+    uint64_t tag;
+    int width, n;
+    float *rows;
 };
 
 struct prefix_stats {
@@ -53,9 +65,20 @@ void prefix_cache_free(struct prefix_cache *pc);
  * owns the returned cache. */
 struct kv_cache *prefix_cache_take(struct prefix_cache *pc, const int32_t *prompt, int n, int cap,
                                    int *n_reused);
+/* prefix_cache_take() for a sequence whose drafter needs its context restored: with tag != 0
+ * only entries holding a context of that tag count, and only as far as it goes; *ctx_rows
+ * then points to the context rows of the reused positions (valid until the next call on the
+ * cache). With tag == 0 it is prefix_cache_take() (*ctx_rows = NULL). */
+struct kv_cache *prefix_cache_take_ctx(struct prefix_cache *pc, const int32_t *prompt, int n,
+                                       int cap, uint64_t tag, int *n_reused,
+                                       const float **ctx_rows);
 /* Gives kv (holding tokens[0..n)) to the cache; it may be freed at once. Every cache that
  * prefix_cache_take() returned must come back here, with n = 0 if it cannot be trusted. */
 void prefix_cache_put(struct prefix_cache *pc, const int32_t *tokens, int n, struct kv_cache *kv);
+/* The same with the drafter's context (NULL: none): the entry keeps min(n, ctx->n) positions,
+ * and the cache takes ctx->rows (malloc'd), also when it keeps nothing. */
+void prefix_cache_put_ctx(struct prefix_cache *pc, const int32_t *tokens, int n,
+                          struct kv_cache *kv, struct prefix_ctx *ctx);
 struct prefix_stats prefix_cache_stats(const struct prefix_cache *pc);
 /* Waits until the entries given to the spill folder are written (they are written by a thread
  * of their own). */

@@ -215,16 +215,30 @@ static int setup_drafters(const struct gen_params *p, const struct gen_engine *e
 }
 
 static int uses_cache(const struct gen_seq *r) {
-    return r->e->cache && !(r->p->mode == GEN_DSPARK || r->p->mode == GEN_DFLASH);
+    return r->e->cache != NULL;
+}
+
+/* The drafter's context of the first n positions, for the prefix cache (none: tag 0). */
+static struct prefix_ctx save_ctx(struct gen_seq *r, int n) {
+    struct drafter *d = &r->dm;
+    struct prefix_ctx c = {0};
+    if (!n || !d->n_taps || !d->ops->ctx_save || !d->ctx_tag) return c;
+    if ((c.rows = malloc(sizeof(float) * (size_t)d->ctx_width * (size_t)n))) {
+        c.tag = d->ctx_tag, c.width = d->ctx_width;
+        c.n = d->ops->ctx_save(d, c.rows, n);
+    }
+    return c;
 }
 
 /* Frees the engine state; the result stays in r->res. The KV cache holds seq[0..kv_len) (the
  * prompt as far as it was prefilled, then everything but the pending token): it goes to the
- * prefix cache, also when the sequence was abandoned. */
+ * prefix cache, also when the sequence was abandoned, with the context a DSpark or DFlash
+ * drafter built for those positions. */
 static void seq_release(struct gen_seq *r) {
     if (r->kv && uses_cache(r)) {
-        int ok = !r->failed && kv_len(r->kv) <= r->n_seq;
-        prefix_cache_put(r->e->cache, r->seq, ok ? kv_len(r->kv) : 0, r->kv);
+        int ok = !r->failed && kv_len(r->kv) <= r->n_seq, n = ok ? kv_len(r->kv) : 0;
+        struct prefix_ctx c = save_ctx(r, n);
+        prefix_cache_put_ctx(r->e->cache, r->seq, n, r->kv, &c);
         r->kv = NULL;
     }
     /* the target's taps stay set: other sequences of the same engine may still read them */
@@ -338,12 +352,16 @@ int gen_seq_start(const struct gen_engine *e, const int32_t *prompt, int n_promp
     }
     if (!rc) rc = append_text(r, "", 0);
     if (!rc && !(r->s = sampler_new(&p->sp, c->vocab_size))) rc = ERR_NOMEM;
+    if (!rc) rc = setup_drafters(p, e, max_draft, (int)r->cap, &r->lookup, &r->dm);
     int reused = 0;
-    if (!rc && uses_cache(r))
-        r->kv = prefix_cache_take(e->cache, prompt, n_prompt, (int)r->cap, &reused);
+    const float *ctx_rows = NULL;
+    /* a drafter reading the target's taps gets its context for the reused prefix back */
+    if (!rc && uses_cache(r) && (!r->dm.n_taps || r->dm.ctx_tag))
+        r->kv = prefix_cache_take_ctx(e->cache, prompt, n_prompt, (int)r->cap,
+                                      r->dm.n_taps ? r->dm.ctx_tag : 0, &reused, &ctx_rows);
     r->res.stats.cached_tokens = reused;
     if (!rc && !r->kv) rc = kv_new(e->target, (int)r->cap, &r->kv);
-    if (!rc) rc = setup_drafters(p, e, max_draft, (int)r->cap, &r->lookup, &r->dm);
+    if (!rc && ctx_rows) rc = r->dm.ops->ctx_load(&r->dm, ctx_rows, reused);
     r->tap_width = r->dm.n_taps * c->hidden_size; /* the drafter reads the target's layers */
     if (!rc && r->dm.n_taps && !(rc = model_set_taps(e->target, r->dm.tap_layers, r->dm.n_taps)))
         r->tapped = 1;
@@ -489,8 +507,10 @@ static int apply(struct gen_seq *r) {
     int rc = verify_decide(&r->v, &r->d, commit, r, &acc, &stopped);
     kv_truncate(r->kv, r->pos + 1 + acc);
     if (!rc) rc = r->rc;
-    /* the pending token and the accepted drafts are committed: the drafter reads them */
-    if (!rc && r->tapped && !r->done) rc = r->dm.ops->observe(&r->dm, r->v.taps, r->pos, acc + 1);
+    /* the pending token and the accepted drafts are committed: the drafter reads them (also
+     * after the last round when its context goes to the prefix cache) */
+    if (!rc && r->tapped && (!r->done || uses_cache(r)))
+        rc = r->dm.ops->observe(&r->dm, r->v.taps, r->pos, acc + 1);
     if (!rc && r->p->trace) rc = record_round(r, &r->d, acc, r->from_lookup, &r->drafted_cap);
     st->rounds++;
     st->target_forwards++;

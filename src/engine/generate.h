@@ -34,8 +34,8 @@ struct gen_engine {
     struct model *target;
     struct model *draft;        /* GEN_DRAFT's draft model (same tokenizer), or NULL */
     struct block_model *block;  /* GEN_DSPARK / GEN_DFLASH drafter, or NULL */
-    struct prefix_cache *cache; /* reuse earlier sequences' KV for shared prompt prefixes, or
-                                 * NULL (not used by dspark and dflash modes yet) */
+    struct prefix_cache *cache; /* reuse earlier sequences' KV (and a DSpark or DFlash
+                                 * drafter's context) for shared prompt prefixes, or NULL */
     struct tokenizer *tok;      /* for text, EOS and stop strings; may be NULL (ids only) */
 };
 

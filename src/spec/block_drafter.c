@@ -1,8 +1,9 @@
 /* spec/block_drafter.c: the drafter shell around a DSpark or DFlash block model: it appends
  * the target's taps of committed positions to the context (observe), runs the block at the
- * pending token's position, and hands the drafts to verify. The context only ever grows
- * during a sequence: rejected drafts never reach it, since only committed positions are
- * observed. */
+ * pending token's position (the blocks of many sequences in one pass: propose_batch), and
+ * hands the drafts to verify. The context only ever grows during a sequence: rejected drafts
+ * never reach it, since only committed positions are observed. It can be saved as rows with a
+ * prefix-cache entry and loaded into a new sequence (ctx_save, ctx_load). */
 #include "spec/block_drafter.h"
 
 #include "base/err.h"
@@ -28,17 +29,64 @@ static struct block_drafter *self(struct drafter *d) {
     return d->ctx;
 }
 
+/* Drafts for n (<= BLOCK_MAX_BATCH) sequences: the blocks of those that can draft run in one
+ * pass of each model they use (normally all share one), then their drafts are taken
+ * together. Alone is the case n = 1, so a sequence gets the same drafts either way. */
+static int propose_group(struct drafter *const *ds, const int32_t *const *seqs, const int *n_seqs,
+                         const int *n_max, struct draft *const *outs, int n) {
+    struct block_drafter *bs[BLOCK_MAX_BATCH];
+    struct block_state *sts[BLOCK_MAX_BATCH];
+    const int32_t *ids[BLOCK_MAX_BATCH];
+    float *hid[BLOCK_MAX_BATCH];
+    struct draft *os[BLOCK_MAX_BATCH];
+    int ks[BLOCK_MAX_BATCH], done[BLOCK_MAX_BATCH] = {0};
+    for (int i = 0; i < n; i++) outs[i]->n = 0;
+    for (int first = 0; first < n; first++) { /* one pass per model, in order of first use */
+        struct block_model *bm = NULL;
+        int m = 0;
+        for (int i = first; i < n; i++) {
+            struct block_drafter *b = self(ds[i]);
+            if (done[i] || (bm && b->bm != bm)) continue;
+            done[i] = 1;
+            const struct hf_config *c = block_model_config(b->bm);
+            int B = c->block_size, k = n_max[i] < b->o.max_draft ? n_max[i] : b->o.max_draft;
+            int most = c->arch == ARCH_DSPARK ? B : B - 1; /* DFlash's row 0 drafts nothing */
+            if (k > most) k = most;
+            /* the context must hold every position before the pending token */
+            int len = block_state_len(b->st);
+            if (b->broken || k <= 0 || len != n_seqs[i] - 1 || len + B > b->o.cap) continue;
+            bm = b->bm;
+            b->ids[0] = seqs[i][n_seqs[i] - 1];
+            for (int j = 1; j < B; j++) b->ids[j] = c->mask_token_id;
+            bs[m] = b, sts[m] = b->st, ids[m] = b->ids, hid[m] = b->hidden, os[m] = outs[i];
+            ks[m++] = k;
+        }
+        if (!m) continue;
+        const struct hf_config *c = block_model_config(bm);
+        int rc = block_forward_batch(sts, ids, m, c->block_size, hid);
+        if (rc) return rc;
+        if (c->arch == ARCH_DSPARK)
+            dspark_draft(bs, ks, os, m);
+        else
+            dflash_draft(bs, ks, os, m);
+    }
+    return OK;
+}
+
+static int bd_propose_batch(struct drafter *const *ds, const int32_t *const *seqs,
+                            const int *n_seqs, const int *n_max, struct draft *const *outs, int n) {
+    for (int first = 0; first < n; first += BLOCK_MAX_BATCH) {
+        int m = n - first < BLOCK_MAX_BATCH ? n - first : BLOCK_MAX_BATCH;
+        int rc =
+            propose_group(ds + first, seqs + first, n_seqs + first, n_max + first, outs + first, m);
+        if (rc) return rc;
+    }
+    return OK;
+}
+
 static int bd_propose(struct drafter *d, const int32_t *seq, int n_seq, int n_max,
                       struct draft *out) {
-    struct block_drafter *b = self(d);
-    out->n = 0;
-    if (n_max > b->o.max_draft) n_max = b->o.max_draft;
-    /* the context must hold every position before the pending token */
-    if (b->broken || n_max <= 0 || block_state_len(b->st) != n_seq - 1) return OK;
-    if (block_state_len(b->st) + block_model_config(b->bm)->block_size > b->o.cap) return OK;
-    return block_model_config(b->bm)->arch == ARCH_DSPARK
-               ? dspark_propose(b, seq, n_seq, n_max, out)
-               : dflash_propose(b, seq, n_seq, n_max, out);
+    return propose_group(&d, &seq, &n_seq, &n_max, &out, 1);
 }
 
 static int bd_observe(struct drafter *d, const float *taps, int pos0, int n) {
@@ -54,6 +102,18 @@ static int bd_observe(struct drafter *d, const float *taps, int pos0, int n) {
     int rc = block_ctx_append(b->st, from, n - skip, NULL);
     if (rc) b->broken = 1; /* the context is full: go on without drafts */
     return OK;
+}
+
+static int bd_ctx_save(struct drafter *d, float *rows, int n) {
+    return block_ctx_save(self(d)->st, rows, n);
+}
+
+/* The context of positions 0..n, saved by bd_ctx_save() from a drafter of the same model. */
+static int bd_ctx_load(struct drafter *d, const float *rows, int n) {
+    struct block_drafter *b = self(d);
+    int rc = block_ctx_load(b->st, rows, n);
+    if (rc) b->broken = 1;
+    return rc;
 }
 
 static void bd_reset(struct drafter *d) {
@@ -79,6 +139,9 @@ static const struct drafter_ops dspark_ops = {
     .reset = bd_reset,
     .free = bd_free,
     .observe = bd_observe,
+    .propose_batch = bd_propose_batch,
+    .ctx_save = bd_ctx_save,
+    .ctx_load = bd_ctx_load,
 };
 static const struct drafter_ops dflash_ops = {
     .name = "dflash",
@@ -86,6 +149,9 @@ static const struct drafter_ops dflash_ops = {
     .reset = bd_reset,
     .free = bd_free,
     .observe = bd_observe,
+    .propose_batch = bd_propose_batch,
+    .ctx_save = bd_ctx_save,
+    .ctx_load = bd_ctx_load,
 };
 
 int block_drafter_new(struct block_model *bm, const struct sample_params *sp,
@@ -97,6 +163,8 @@ int block_drafter_new(struct block_model *bm, const struct sample_params *sp,
     out->ctx = b;
     out->tap_layers = c->target_layer_ids;
     out->n_taps = c->n_target_layer_ids;
+    out->ctx_width = block_ctx_width(bm);
+    out->ctx_tag = block_model_fingerprint(bm); /* 0 (no saved contexts) only without memory */
     b->bm = bm;
     b->o = *o;
     b->sp = *sp;

@@ -1,6 +1,7 @@
 /* spec/block_drafter.h: the state the DSpark and DFlash proposal functions share. Not public:
- * block_drafter.c owns the drafter shell (context, reset, free), dspark.c and dflash.c the
- * two ways of turning a block's hidden states into drafts. */
+ * block_drafter.c owns the drafter shell (context, reset, free, running the blocks of one or
+ * many sequences), dspark.c and dflash.c the two ways of turning a block's hidden states into
+ * drafts, for many sequences at once. */
 #ifndef DSPARK_SPEC_BLOCK_DRAFTER_H
 #define DSPARK_SPEC_BLOCK_DRAFTER_H
 
@@ -29,9 +30,9 @@ struct block_drafter {
 /* Picks a draft from logits[V]: argmax, or a draw from the truncated distribution slot i. */
 int32_t block_pick(struct block_drafter *b, const float *logits, int i,
                    const struct sample_dist **q);
-int dspark_propose(struct block_drafter *b, const int32_t *seq, int n_seq, int n_max,
-                   struct draft *out);
-int dflash_propose(struct block_drafter *b, const int32_t *seq, int n_seq, int n_max,
-                   struct draft *out);
+/* Drafts of n drafters of one model whose blocks have run (ids, hidden): up to k[i] into
+ * outs[i] (whose n is 0), each exactly what the drafter proposes alone. */
+void dspark_draft(struct block_drafter *const *bs, const int *k, struct draft *const *outs, int n);
+void dflash_draft(struct block_drafter *const *bs, const int *k, struct draft *const *outs, int n);
 
 #endif

@@ -12,6 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <xxhash.h>
+
+#define CTX_CHUNK 256 /* context rows appended per pass */
+#define LOGIT_CHUNK                                                                                \
+    32 /* rows per lm_head / Markov pass of a batch (bounds the [rows, V] scratch) */
 
 struct block_model {
     struct hf_config cfg;
@@ -29,14 +34,19 @@ struct block_model {
     int n_taps;      /* target layers fused per position */
     void *huge;      /* the matmul weights in 2 MiB pages (weights_place), or NULL */
     size_t huge_bytes;
+    uint64_t fingerprint; /* block_model_fingerprint(), 0 until computed */
+    /* scratch shared by every state of this model (one thread uses it), grown on demand:
+     * activations of `rows` rows, and [LOGIT_CHUNK] rows of gathered inputs and outputs */
+    int rows;
+    float *x, *xn, *q, *kb, *vb, *att, *g, *u, *ctx; /* [rows, H / QD / KD / I] */
+    float *gin, *gout;                               /* [LOGIT_CHUNK, max(H, r)], [.., V] */
+    float *w1row;                                    /* [r + 1] */
 };
 
 struct block_state {
     struct block_model *bm;
     int cap, len;
     float *k, *v; /* [n_layers][n_kv][cap][D] context K/V (block rows written past len) */
-    float *x, *xn, *q, *kb, *vb, *att, *g, *u, *ctx, *w1row;
-    int max_rows; /* rows the scratch holds */
 };
 
 const struct hf_config *block_model_config(const struct block_model *bm) {
@@ -55,6 +65,8 @@ void block_model_free(struct block_model *bm) {
         for (int i = 0; i < bm->cfg.n_layers; i++) layer_free(&bm->layers[i]);
     free(bm->layers);
     free(bm->hidden_norm), free(bm->norm), free(bm->conf_w), free(bm->inv_freq);
+    free(bm->x), free(bm->xn), free(bm->q), free(bm->kb), free(bm->vb), free(bm->att);
+    free(bm->g), free(bm->u), free(bm->ctx), free(bm->gin), free(bm->gout), free(bm->w1row);
     if (bm->huge) munmap(bm->huge, bm->huge_bytes);
     st_close(bm->st);
     free(bm);
@@ -152,11 +164,39 @@ int block_model_load(const char *dir, struct model *target, struct block_model *
     for (int i = 0; i < c->head_dim / 2; i++)
         bm->inv_freq[i] = (float)(1.0 / pow((double)c->rope_theta, (double)(2 * i) / c->head_dim));
     place_weights(bm);
+    int64_t gw = H > c->markov_rank ? H : c->markov_rank;
+    bm->gin = malloc(sizeof(float) * LOGIT_CHUNK * (size_t)gw);
+    bm->gout = malloc(sizeof(float) * LOGIT_CHUNK * (size_t)c->vocab_size);
+    bm->w1row = malloc(sizeof(float) * (size_t)(c->markov_rank + 1));
+    if (!bm->gin || !bm->gout || !bm->w1row) {
+        rc = ERR_NOMEM;
+        goto fail;
+    }
     *out = bm;
     return OK;
 fail:
     block_model_free(bm);
     return rc;
+}
+
+/* Grows the activation scratch to hold R rows. */
+static int ensure_rows(struct block_model *bm, int R) {
+    if (R <= bm->rows) return OK;
+    const struct hf_config *c = &bm->cfg;
+    size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size, D = (size_t)c->head_dim;
+    size_t QD = (size_t)c->n_heads * D, KD = (size_t)c->n_kv_heads * D;
+    struct {
+        float **p;
+        size_t width;
+    } a[] = {{&bm->x, H},   {&bm->xn, H},   {&bm->ctx, H}, {&bm->q, QD}, {&bm->kb, KD},
+             {&bm->vb, KD}, {&bm->att, QD}, {&bm->g, I},   {&bm->u, I}};
+    for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) {
+        float *p = realloc(*a[i].p, sizeof(float) * a[i].width * (size_t)R);
+        if (!p) return ERR_NOMEM; /* the grown buffers stay; rows is unchanged */
+        *a[i].p = p;
+    }
+    bm->rows = R;
+    return OK;
 }
 
 int block_state_new(struct block_model *bm, int cap, struct block_state **out) {
@@ -166,25 +206,10 @@ int block_state_new(struct block_model *bm, int cap, struct block_state **out) {
     if (!st) return ERR_NOMEM;
     st->bm = bm;
     st->cap = cap;
-    int R = c->block_size > 256 ? c->block_size : 256; /* rows: a block or a context chunk */
-    st->max_rows = R;
-    size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size, D = (size_t)c->head_dim;
-    size_t QD = (size_t)c->n_heads * D, KD = (size_t)c->n_kv_heads * D;
-    size_t kv = (size_t)c->n_layers * c->n_kv_heads * (size_t)cap * D;
+    size_t kv = (size_t)c->n_layers * c->n_kv_heads * (size_t)cap * (size_t)c->head_dim;
     st->k = malloc(sizeof(float) * kv);
     st->v = malloc(sizeof(float) * kv);
-    st->x = malloc(sizeof(float) * R * H);
-    st->xn = malloc(sizeof(float) * R * H);
-    st->ctx = malloc(sizeof(float) * R * H);
-    st->q = malloc(sizeof(float) * R * QD);
-    st->kb = malloc(sizeof(float) * R * KD);
-    st->vb = malloc(sizeof(float) * R * KD);
-    st->att = malloc(sizeof(float) * R * QD);
-    st->g = malloc(sizeof(float) * R * I);
-    st->u = malloc(sizeof(float) * R * I);
-    st->w1row = malloc(sizeof(float) * (size_t)(c->markov_rank + 1));
-    if (!st->k || !st->v || !st->x || !st->xn || !st->ctx || !st->q || !st->kb || !st->vb ||
-        !st->att || !st->g || !st->u || !st->w1row) {
+    if (!st->k || !st->v) {
         block_state_free(st);
         return ERR_NOMEM;
     }
@@ -194,9 +219,7 @@ int block_state_new(struct block_model *bm, int cap, struct block_state **out) {
 
 void block_state_free(struct block_state *st) {
     if (!st) return;
-    free(st->k), free(st->v), free(st->x), free(st->xn), free(st->ctx), free(st->q);
-    free(st->kb), free(st->vb), free(st->att), free(st->g), free(st->u);
-    free(st->w1row);
+    free(st->k), free(st->v);
     free(st);
 }
 
@@ -207,43 +230,96 @@ int block_state_len(const struct block_state *st) {
     return st->len;
 }
 
-/* K (normed, roped) and V of rows src[n, H] into layer li's cache at positions pos0.. */
-static void project_kv(struct block_state *st, int li, const float *src, int n, int pos0) {
-    const struct hf_config *c = &st->bm->cfg;
-    const struct layer *l = &st->bm->layers[li];
+/* A batched pass's rows [row0, row0 + n) belong to state st, at its positions pos0.. */
+struct seg {
+    struct block_state *st;
+    int row0, n, pos0;
+};
+
+/* K (normed, roped) and V of the segments' rows src[T, H] into layer li's cache of each
+ * segment's state at its positions. */
+static void project_kv(struct block_model *bm, int li, const float *src, const struct seg *sg,
+                       int n_seg, int T) {
+    const struct hf_config *c = &bm->cfg;
+    const struct layer *l = &bm->layers[li];
     int H = c->hidden_size, D = c->head_dim, nkv = c->n_kv_heads, KD = nkv * D;
-    weight_matmul(st->bm->pool, st->kb, src, &l->wk, l->bk, n, H, KD);
-    weight_matmul(st->bm->pool, st->vb, src, &l->wv, l->bv, n, H, KD);
-    if (l->k_norm) cpu_rmsnorm(st->kb, st->kb, l->k_norm, n * nkv, D, c->rms_eps, 0);
-    cpu_rope(st->kb, n, nkv, D, pos0, st->bm->inv_freq, 0);
-    for (int h = 0; h < nkv; h++) {
-        size_t base = (((size_t)li * nkv + h) * st->cap + (size_t)pos0) * D;
-        for (int t = 0; t < n; t++) {
-            memcpy(st->k + base + (size_t)t * D, st->kb + ((size_t)t * nkv + h) * D,
-                   sizeof(float) * D);
-            memcpy(st->v + base + (size_t)t * D, st->vb + ((size_t)t * nkv + h) * D,
-                   sizeof(float) * D);
+    weight_matmul(bm->pool, bm->kb, src, &l->wk, l->bk, T, H, KD);
+    weight_matmul(bm->pool, bm->vb, src, &l->wv, l->bv, T, H, KD);
+    if (l->k_norm) cpu_rmsnorm(bm->kb, bm->kb, l->k_norm, T * nkv, D, c->rms_eps, 0);
+    for (int s = 0; s < n_seg; s++) {
+        const struct seg *g = &sg[s];
+        struct block_state *st = g->st;
+        const float *kb = bm->kb + (size_t)g->row0 * KD, *vb = bm->vb + (size_t)g->row0 * KD;
+        cpu_rope(bm->kb + (size_t)g->row0 * KD, g->n, nkv, D, g->pos0, bm->inv_freq, 0);
+        for (int h = 0; h < nkv; h++) {
+            size_t base = (((size_t)li * nkv + h) * st->cap + (size_t)g->pos0) * D;
+            for (int t = 0; t < g->n; t++) {
+                memcpy(st->k + base + (size_t)t * D, kb + ((size_t)t * nkv + h) * D,
+                       sizeof(float) * D);
+                memcpy(st->v + base + (size_t)t * D, vb + ((size_t)t * nkv + h) * D,
+                       sizeof(float) * D);
+            }
         }
     }
 }
 
 int block_ctx_append(struct block_state *st, const float *fused, int n, float *ctx_rows) {
-    const struct hf_config *c = &st->bm->cfg;
-    int H = c->hidden_size, T = st->bm->n_taps * H;
+    struct block_model *bm = st->bm;
+    const struct hf_config *c = &bm->cfg;
+    int H = c->hidden_size, T = bm->n_taps * H;
     if (st->len + n > st->cap) return ERR_FULL;
-    for (int done = 0; done < n; done += st->max_rows) {
-        int m = n - done < st->max_rows ? n - done : st->max_rows;
-        weight_matmul(st->bm->pool, st->ctx, fused + (size_t)done * T, &st->bm->fc, NULL, m, T, H);
-        cpu_rmsnorm(st->ctx, st->ctx, st->bm->hidden_norm, m, H, c->rms_eps, 0);
-        if (ctx_rows) memcpy(ctx_rows + (size_t)done * H, st->ctx, sizeof(float) * m * H);
-        for (int li = 0; li < c->n_layers; li++) project_kv(st, li, st->ctx, m, st->len);
+    if (ensure_rows(bm, n < CTX_CHUNK ? n : CTX_CHUNK)) return ERR_NOMEM;
+    for (int done = 0; done < n; done += CTX_CHUNK) {
+        int m = n - done < CTX_CHUNK ? n - done : CTX_CHUNK;
+        weight_matmul(bm->pool, bm->ctx, fused + (size_t)done * T, &bm->fc, NULL, m, T, H);
+        cpu_rmsnorm(bm->ctx, bm->ctx, bm->hidden_norm, m, H, c->rms_eps, 0);
+        if (ctx_rows) memcpy(ctx_rows + (size_t)done * H, bm->ctx, sizeof(float) * m * H);
+        struct seg g = {st, 0, m, st->len};
+        for (int li = 0; li < c->n_layers; li++) project_kv(bm, li, bm->ctx, &g, 1, m);
         st->len += m;
     }
     return OK;
 }
 
-static void embed(struct block_state *st, const int32_t *ids, int B, float *x) {
-    const struct block_model *bm = st->bm;
+int block_ctx_width(const struct block_model *bm) {
+    return 2 * bm->cfg.n_layers * bm->cfg.n_kv_heads * bm->cfg.head_dim;
+}
+
+/* rows[p] holds, layer by layer, position p's keys [n_kv][D] and then its values */
+int block_ctx_save(const struct block_state *st, float *rows, int n) {
+    const struct hf_config *c = &st->bm->cfg;
+    int D = c->head_dim, nkv = c->n_kv_heads, W = block_ctx_width(st->bm);
+    if (n > st->len) n = st->len;
+    for (int li = 0; li < c->n_layers; li++)
+        for (int h = 0; h < nkv; h++) {
+            size_t base = ((size_t)li * nkv + h) * st->cap * D;
+            float *dk = rows + ((size_t)li * 2 * nkv + h) * D, *dv = dk + (size_t)nkv * D;
+            for (int p = 0; p < n; p++) {
+                memcpy(dk + (size_t)p * W, st->k + base + (size_t)p * D, sizeof(float) * D);
+                memcpy(dv + (size_t)p * W, st->v + base + (size_t)p * D, sizeof(float) * D);
+            }
+        }
+    return n;
+}
+
+int block_ctx_load(struct block_state *st, const float *rows, int n) {
+    const struct hf_config *c = &st->bm->cfg;
+    int D = c->head_dim, nkv = c->n_kv_heads, W = block_ctx_width(st->bm);
+    if (n < 0 || n > st->cap) return ERR_FULL;
+    for (int li = 0; li < c->n_layers; li++)
+        for (int h = 0; h < nkv; h++) {
+            size_t base = ((size_t)li * nkv + h) * st->cap * D;
+            const float *sk = rows + ((size_t)li * 2 * nkv + h) * D, *sv = sk + (size_t)nkv * D;
+            for (int p = 0; p < n; p++) {
+                memcpy(st->k + base + (size_t)p * D, sk + (size_t)p * W, sizeof(float) * D);
+                memcpy(st->v + base + (size_t)p * D, sv + (size_t)p * W, sizeof(float) * D);
+            }
+        }
+    st->len = n;
+    return OK;
+}
+
+static void embed(struct block_model *bm, const int32_t *ids, int B, float *x) {
     if (!bm->embed.data) {
         model_embed(bm->target, ids, B, x);
         return;
@@ -254,47 +330,72 @@ static void embed(struct block_state *st, const int32_t *ids, int B, float *x) {
                      x + (size_t)i * H, H);
 }
 
-int block_forward(struct block_state *st, const int32_t *ids, int B, float *hidden,
-                  float *layer_out) {
-    struct block_model *bm = st->bm;
+/* The blocks of n states in one pass: every matmul, norm and activation runs over all n * B
+ * rows, RoPE, the K/V writes and attention per state. Each kernel is batch-invariant, so a
+ * block's rows are what it gets alone. */
+static int forward(struct block_state *const *sts, const int32_t *const *ids, int n, int B,
+                   float *const *hidden, float *layer_out) {
+    struct block_model *bm = sts[0]->bm;
     const struct hf_config *c = &bm->cfg;
-    int H = c->hidden_size, D = c->head_dim, QD = c->n_heads * D;
-    if (B > st->max_rows || st->len + B > st->cap) return ERR_FULL;
-    embed(st, ids, B, st->x);
+    int H = c->hidden_size, D = c->head_dim, QD = c->n_heads * D, T = n * B;
+    struct seg sg[BLOCK_MAX_BATCH];
+    if (n < 1 || n > BLOCK_MAX_BATCH) return ERR_ARG;
+    for (int i = 0; i < n; i++) {
+        if (sts[i]->bm != bm) return ERR_ARG;
+        if (sts[i]->len + B > sts[i]->cap) return ERR_FULL;
+        sg[i] = (struct seg){sts[i], i * B, B, sts[i]->len};
+    }
+    if (ensure_rows(bm, T)) return ERR_NOMEM;
+    for (int i = 0; i < n; i++) embed(bm, ids[i], B, bm->x + (size_t)i * B * H);
     for (int li = 0; li < c->n_layers; li++) {
         const struct layer *l = &bm->layers[li];
-        cpu_rmsnorm(st->xn, st->x, l->attn_norm, B, H, c->rms_eps, 0);
-        weight_matmul(bm->pool, st->q, st->xn, &l->wq, l->bq, B, H, QD);
-        if (l->q_norm) cpu_rmsnorm(st->q, st->q, l->q_norm, B * c->n_heads, D, c->rms_eps, 0);
-        cpu_rope(st->q, B, c->n_heads, D, st->len, bm->inv_freq, 0);
-        project_kv(st, li, st->xn, B, st->len); /* block K/V after the context; not kept */
-        size_t off = (size_t)li * c->n_kv_heads * st->cap * D;
-        struct cpu_attn a = {
-            .out = st->att,
-            .q = st->q,
-            .k = st->k + off,
-            .v = st->v + off,
-            .n = B,
-            .pos0 = st->len,
-            .cap = st->cap,
-            .n_heads = c->n_heads,
-            .n_kv_heads = c->n_kv_heads,
-            .head_dim = D,
-            .scale = 1.0f / sqrtf((float)D),
-            .noncausal = 1,
-        };
-        cpu_attention(bm->pool, &a);
-        weight_matmul(bm->pool, st->xn, st->att, &l->wo, NULL, B, QD, H);
-        for (size_t i = 0; i < (size_t)B * H; i++) st->x[i] += st->xn[i];
-        layer_mlp(bm->pool, l, c, st->x, st->xn, st->g, st->u, B, 0);
-        if (layer_out) memcpy(layer_out + (size_t)li * B * H, st->x, sizeof(float) * B * H);
+        cpu_rmsnorm(bm->xn, bm->x, l->attn_norm, T, H, c->rms_eps, 0);
+        weight_matmul(bm->pool, bm->q, bm->xn, &l->wq, l->bq, T, H, QD);
+        if (l->q_norm) cpu_rmsnorm(bm->q, bm->q, l->q_norm, T * c->n_heads, D, c->rms_eps, 0);
+        for (int i = 0; i < n; i++)
+            cpu_rope(bm->q + (size_t)sg[i].row0 * QD, B, c->n_heads, D, sg[i].pos0, bm->inv_freq,
+                     0);
+        project_kv(bm, li, bm->xn, sg, n, T); /* block K/V after the context; not kept */
+        for (int i = 0; i < n; i++) {
+            const struct block_state *st = sts[i];
+            size_t off = (size_t)li * c->n_kv_heads * st->cap * D;
+            struct cpu_attn a = {
+                .out = bm->att + (size_t)sg[i].row0 * QD,
+                .q = bm->q + (size_t)sg[i].row0 * QD,
+                .k = st->k + off,
+                .v = st->v + off,
+                .n = B,
+                .pos0 = st->len,
+                .cap = st->cap,
+                .n_heads = c->n_heads,
+                .n_kv_heads = c->n_kv_heads,
+                .head_dim = D,
+                .scale = 1.0f / sqrtf((float)D),
+                .noncausal = 1,
+            };
+            cpu_attention(bm->pool, &a);
+        }
+        weight_matmul(bm->pool, bm->xn, bm->att, &l->wo, NULL, T, QD, H);
+        for (size_t i = 0; i < (size_t)T * H; i++) bm->x[i] += bm->xn[i];
+        layer_mlp(bm->pool, l, c, bm->x, bm->xn, bm->g, bm->u, T, 0);
+        if (layer_out) memcpy(layer_out + (size_t)li * T * H, bm->x, sizeof(float) * T * H);
     }
-    cpu_rmsnorm(hidden, st->x, bm->norm, B, H, c->rms_eps, 0);
+    for (int i = 0; i < n; i++)
+        cpu_rmsnorm(hidden[i], bm->x + (size_t)i * B * H, bm->norm, B, H, c->rms_eps, 0);
     return OK;
 }
 
-void block_logits(struct block_state *st, const float *hidden, int n, float *logits) {
-    struct block_model *bm = st->bm;
+int block_forward(struct block_state *st, const int32_t *ids, int B, float *hidden,
+                  float *layer_out) {
+    return forward(&st, &ids, 1, B, &hidden, layer_out);
+}
+
+int block_forward_batch(struct block_state *const *sts, const int32_t *const *ids, int n, int B,
+                        float *const *hidden) {
+    return forward(sts, ids, n, B, hidden, NULL);
+}
+
+static void lm_head(struct block_model *bm, const float *hidden, int n, float *logits) {
     if (!bm->head.data) {
         model_lm_head(bm->target, hidden, n, logits);
         return;
@@ -303,27 +404,100 @@ void block_logits(struct block_state *st, const float *hidden, int n, float *log
                   bm->cfg.vocab_size);
 }
 
-static const float *w1_row(struct block_state *st, int32_t prev) {
-    const struct block_model *bm = st->bm;
+void block_logits(struct block_state *st, const float *hidden, int n, float *logits) {
+    lm_head(st->bm, hidden, n, logits);
+}
+
+void block_logits_batch(struct block_model *bm, const float *const *hidden, const int *rows,
+                        float *const *logits, int n) {
+    size_t H = (size_t)bm->cfg.hidden_size, V = (size_t)bm->cfg.vocab_size;
+    int total = 0;
+    for (int i = 0; i < n; i++) total += rows[i];
+    int gi = 0, gr = 0, si = 0, sr = 0; /* gather and scatter cursors: row gr of sequence gi */
+    for (int done = 0, m; done < total; done += m) {
+        m = total - done < LOGIT_CHUNK ? total - done : LOGIT_CHUNK;
+        for (int k = 0; k < m; k++, gr++) {
+            while (gr == rows[gi]) gi++, gr = 0;
+            memcpy(bm->gin + (size_t)k * H, hidden[gi] + (size_t)gr * H, sizeof(float) * H);
+        }
+        lm_head(bm, bm->gin, m, bm->gout);
+        for (int k = 0; k < m; k++, sr++) {
+            while (sr == rows[si]) si++, sr = 0;
+            memcpy(logits[si] + (size_t)sr * V, bm->gout + (size_t)k * V, sizeof(float) * V);
+        }
+    }
+}
+
+static const float *w1_row(struct block_model *bm, int32_t prev, float *out) {
     size_t r = (size_t)bm->cfg.markov_rank, es = dtype_size(bm->w1.dtype);
-    dtype_to_f32(bm->w1.dtype, (const char *)bm->w1.data + (size_t)prev * r * es, st->w1row, r);
-    return st->w1row;
+    dtype_to_f32(bm->w1.dtype, (const char *)bm->w1.data + (size_t)prev * r * es, out, r);
+    return out;
 }
 
 void block_markov_bias(struct block_state *st, int32_t prev, float *bias) {
     struct block_model *bm = st->bm;
-    cpu_matmul(bm->pool, bias, w1_row(st, prev), bm->w2.data, bm->w2.dtype, NULL, 1,
+    cpu_matmul(bm->pool, bias, w1_row(bm, prev, bm->w1row), bm->w2.data, bm->w2.dtype, NULL, 1,
                bm->cfg.markov_rank, bm->cfg.vocab_size);
 }
 
+void block_markov_bias_batch(struct block_model *bm, const int32_t *prev, int n,
+                             float *const *bias) {
+    int r = bm->cfg.markov_rank, V = bm->cfg.vocab_size;
+    for (int done = 0; done < n; done += LOGIT_CHUNK) {
+        int m = n - done < LOGIT_CHUNK ? n - done : LOGIT_CHUNK;
+        for (int i = 0; i < m; i++) w1_row(bm, prev[done + i], bm->gin + (size_t)i * r);
+        cpu_matmul(bm->pool, bm->gout, bm->gin, bm->w2.data, bm->w2.dtype, NULL, m, r, V);
+        for (int i = 0; i < m; i++)
+            memcpy(bias[done + i], bm->gout + (size_t)i * V, sizeof(float) * (size_t)V);
+    }
+}
+
 float block_confidence_logit(struct block_state *st, const float *h, int32_t prev) {
-    const struct block_model *bm = st->bm;
+    struct block_model *bm = st->bm;
     int H = bm->cfg.hidden_size;
     double s = bm->conf_b;
     for (int i = 0; i < H; i++) s += (double)bm->conf_w[i] * h[i];
     if (bm->cfg.confidence_with_markov && bm->cfg.markov_rank > 0) {
-        const float *w = w1_row(st, prev);
+        const float *w = w1_row(bm, prev, bm->w1row);
         for (int i = 0; i < bm->cfg.markov_rank; i++) s += (double)bm->conf_w[H + i] * w[i];
     }
     return (float)s;
+}
+
+static void hash_weight(XXH3_state_t *h, const struct weight *w, int64_t rows, int64_t cols) {
+    XXH3_64bits_update(h, &w->dtype, sizeof w->dtype);
+    int tiled = w->tiles != NULL; /* the AMX kernel rounds differently from the plain one */
+    XXH3_64bits_update(h, &tiled, sizeof tiled);
+    if (w->data) XXH3_64bits_update(h, w->data, (size_t)(rows * cols) * dtype_size(w->dtype));
+}
+
+static void hash_vec(XXH3_state_t *h, const float *v, int64_t n) {
+    if (v) XXH3_64bits_update(h, v, sizeof(float) * (size_t)n);
+}
+
+uint64_t block_model_fingerprint(struct block_model *bm) {
+    if (bm->fingerprint) return bm->fingerprint;
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) return 0;
+    const struct hf_config *c = &bm->cfg;
+    int64_t H = c->hidden_size, KD = (int64_t)c->n_kv_heads * c->head_dim;
+    XXH3_64bits_reset(h);
+    XXH3_64bits_update(h, "dspark-block-ctx-f32", 20); /* what block_ctx_save writes */
+    int64_t ints[] = {H, c->n_layers, c->n_kv_heads, c->head_dim, bm->n_taps};
+    XXH3_64bits_update(h, ints, sizeof ints);
+    XXH3_64bits_update(h, c->target_layer_ids, sizeof(int) * (size_t)bm->n_taps);
+    float eps = c->rms_eps;
+    XXH3_64bits_update(h, &eps, sizeof eps);
+    XXH3_64bits_update(h, bm->inv_freq, sizeof(float) * (size_t)(c->head_dim / 2));
+    hash_weight(h, &bm->fc, H, H * bm->n_taps);
+    hash_vec(h, bm->hidden_norm, H);
+    for (int i = 0; i < c->n_layers; i++) {
+        const struct layer *l = &bm->layers[i];
+        hash_weight(h, &l->wk, KD, H);
+        hash_weight(h, &l->wv, KD, H);
+        hash_vec(h, l->bk, KD), hash_vec(h, l->bv, KD), hash_vec(h, l->k_norm, c->head_dim);
+    }
+    uint64_t f = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    return bm->fingerprint = f ? f : 1;
 }

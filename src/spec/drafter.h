@@ -3,7 +3,8 @@
  * state across rounds (an n-gram index, a draft model's KV cache) but must derive it from the
  * sequence it is given: tokens it proposed that were rejected simply do not appear in the
  * next call's sequence, and the drafter rolls its state back to match. One drafter serves one
- * sequence at a time; reset() starts a new one. */
+ * sequence at a time; reset() starts a new one. Drafters sharing a model can propose for many
+ * sequences in one call (propose_batch), each getting what it would get alone. */
 #ifndef DSPARK_SPEC_DRAFTER_H
 #define DSPARK_SPEC_DRAFTER_H
 
@@ -39,6 +40,13 @@ struct drafter_ops {
      * run its passes for all of them together). */
     int (*propose_batch)(struct drafter *const *ds, const int32_t *const *seqs, const int *n_seqs,
                          const int *n_max, struct draft *const *outs, int n);
+    /* Optional, with ctx_tag and ctx_width: the state observe() built for the committed
+     * positions, as rows[n, ctx_width] of positions 0..n, to keep with a prefix-cache entry.
+     * ctx_save writes the first n positions it holds and returns how many (it may hold fewer);
+     * ctx_load, right after reset(), makes rows[0..n) the state, as if observe() had seen
+     * those positions' taps; only rows saved under the same ctx_tag fit. */
+    int (*ctx_save)(struct drafter *d, float *rows, int n);
+    int (*ctx_load)(struct drafter *d, const float *rows, int n);
 };
 
 struct drafter {
@@ -46,6 +54,8 @@ struct drafter {
     void *ctx;
     const int *tap_layers; /* target layers the drafter reads (observe), or NULL */
     int n_taps;
+    uint64_t ctx_tag; /* what saved rows come from (a digest of the weights), or 0: none */
+    int ctx_width;    /* floats per position of a saved row */
 };
 
 static inline void drafter_free(struct drafter *d) {
