@@ -35,6 +35,8 @@ struct prefix_cache {
     size_t max_bytes;
     struct spill *spill; /* or NULL */
     struct prefix_stats st;
+    float *disk_ctx; /* the drafter context of the last hit loaded from disk */
+    size_t disk_ctx_cap;
 };
 
 int prefix_cache_new(struct model *m, const struct prefix_cache_opts *o,
@@ -84,7 +86,9 @@ static void drop(struct prefix_cache *pc, int i) {
 
 /* Leaves RAM: saved to the spill folder first when there is one. */
 static void evict(struct prefix_cache *pc, int i) {
-    if (pc->spill) spill_save(pc->spill, pc->e[i].tokens, pc->e[i].n, pc->e[i].kv);
+    const struct entry *e = &pc->e[i];
+    if (pc->spill)
+        spill_save_ctx(pc->spill, e->tokens, e->n, e->kv, e->ctx.tag, e->ctx.width, e->ctx.rows);
     drop(pc, i);
 }
 
@@ -92,6 +96,7 @@ void prefix_cache_free(struct prefix_cache *pc) {
     if (!pc) return;
     while (pc->n) evict(pc, 0); /* oldest first: the newest file is the last to be evicted */
     spill_close(pc->spill);
+    free(pc->disk_ctx);
     free(pc->e);
     free(pc);
 }
@@ -124,39 +129,47 @@ static struct kv_cache *from_ram(struct prefix_cache *pc, int i, int len, int ca
     return kv;
 }
 
+/* A new cache holding hit's rows, and with width > 0 its drafter context in pc->disk_ctx. */
 static struct kv_cache *from_disk(struct prefix_cache *pc, const struct spill_hit *hit,
-                                  const int32_t *prompt, int cap) {
+                                  const int32_t *prompt, int cap, int width) {
+    size_t need = (size_t)width * (size_t)hit->n;
+    if (need > pc->disk_ctx_cap) {
+        float *p = realloc(pc->disk_ctx, sizeof(float) * need);
+        if (!p) return NULL;
+        pc->disk_ctx = p, pc->disk_ctx_cap = need;
+    }
     struct kv_cache *kv = NULL;
     if (kv_new(pc->m, cap, &kv)) return NULL;
-    if (spill_load(pc->spill, hit, prompt, kv)) kv_free(kv), kv = NULL;
+    if (spill_load_ctx(pc->spill, hit, prompt, kv, pc->disk_ctx, width)) kv_free(kv), kv = NULL;
     return kv;
 }
 
 struct kv_cache *prefix_cache_take(struct prefix_cache *pc, const int32_t *prompt, int n, int cap,
                                    int *n_reused) {
     const float *ctx_rows;
-    return prefix_cache_take_ctx(pc, prompt, n, cap, 0, n_reused, &ctx_rows);
+    return prefix_cache_take_ctx(pc, prompt, n, cap, 0, 0, n_reused, &ctx_rows);
 }
 
 struct kv_cache *prefix_cache_take_ctx(struct prefix_cache *pc, const int32_t *prompt, int n,
-                                       int cap, uint64_t tag, int *n_reused,
+                                       int cap, uint64_t tag, int width, int *n_reused,
                                        const float **ctx_rows) {
     int best = -1, best_len = 0;
     struct spill_hit hit = {.n = 0};
     *ctx_rows = NULL;
     for (int i = 0; i < pc->n; i++) {
         const struct entry *e = &pc->e[i];
-        if (tag && e->ctx.tag != tag) continue;
+        if (tag && (e->ctx.tag != tag || e->ctx.width != width)) continue;
         int l = common_prefix(e->tokens, e->n, prompt, n - 1);
         if (l > best_len) best = i, best_len = l;
     }
-    /* files hold no drafter context */
-    if (pc->spill && !tag) spill_match(pc->spill, prompt, n, n - 1, &hit);
+    if (pc->spill) spill_match_ctx(pc->spill, prompt, n, n - 1, tag, &hit);
     struct kv_cache *kv = NULL;
     *n_reused = 0;
     if (hit.n >= PREFIX_MIN_TOKENS && hit.n >= best_len + SPILL_MIN_GAIN &&
-        (kv = from_disk(pc, &hit, prompt, cap)))
+        (kv = from_disk(pc, &hit, prompt, cap, tag ? width : 0))) {
         *n_reused = hit.n;
+        if (tag) *ctx_rows = pc->disk_ctx;
+    }
     if (!kv && best_len >= PREFIX_MIN_TOKENS) {
         const float *rows = pc->e[best].ctx.rows; /* from_ram() reorders the entries */
         if ((kv = from_ram(pc, best, best_len, cap))) {

@@ -14,7 +14,7 @@
  * An entry may also hold a drafter's context for its positions (struct prefix_ctx: what a
  * DSpark or DFlash drafter built from the target's taps), so that a follow-up turn restores
  * the drafter as well; a request that needs one is only given entries with a context of its
- * drafter's tag. Contexts stay in RAM: entries saved to the spill folder lose them.
+ * drafter's tag. Entries saved to the spill folder keep their context (cache/spill.h).
  * One thread (the engine's) uses a cache; it owns the entries it holds. */
 #ifndef DSPARK_CACHE_PREFIX_H
 #define DSPARK_CACHE_PREFIX_H
@@ -66,11 +66,11 @@ void prefix_cache_free(struct prefix_cache *pc);
 struct kv_cache *prefix_cache_take(struct prefix_cache *pc, const int32_t *prompt, int n, int cap,
                                    int *n_reused);
 /* prefix_cache_take() for a sequence whose drafter needs its context restored: with tag != 0
- * only entries holding a context of that tag count, and only as far as it goes; *ctx_rows
- * then points to the context rows of the reused positions (valid until the next call on the
- * cache). With tag == 0 it is prefix_cache_take() (*ctx_rows = NULL). */
+ * only entries (and files) holding a context of that tag and width count; *ctx_rows then
+ * points to the context rows [*n_reused, width] of the reused positions (valid until the
+ * next call on the cache). With tag == 0 it is prefix_cache_take() (*ctx_rows = NULL). */
 struct kv_cache *prefix_cache_take_ctx(struct prefix_cache *pc, const int32_t *prompt, int n,
-                                       int cap, uint64_t tag, int *n_reused,
+                                       int cap, uint64_t tag, int width, int *n_reused,
                                        const float **ctx_rows);
 /* Gives kv (holding tokens[0..n)) to the cache; it may be freed at once. Every cache that
  * prefix_cache_take() returned must come back here, with n = 0 if it cannot be trusted. */

@@ -1,9 +1,10 @@
 /* cache/spill.c: see spill.h. File layout (little-endian):
- *   struct file_header (88 bytes) | int32 tokens[n_tokens] | payload[comp_bytes]
- * The payload is zstd(byte planes of float rows[2][n_layers][n_kv_heads][n_tokens][D]): byte 0
- * of every float, then byte 1, ... (the sign/exponent plane compresses well, the low mantissa
- * bytes hardly at all). header_hash covers the header's bytes before it, tokens_hash the ids,
- * payload_hash the compressed payload as stored.
+ *   struct file_header (96 bytes) | int32 tokens[n_tokens] | payload[comp_bytes]
+ * The payload is zstd(byte planes of float rows[2][n_layers][n_kv_heads][n_tokens][D], then,
+ * when ctx_width > 0, the drafter context ctx[n_tokens][ctx_width]): byte 0 of every float,
+ * then byte 1, ... (the sign/exponent plane compresses well, the low mantissa bytes hardly at
+ * all). header_hash covers the header's bytes before it, tokens_hash the ids, payload_hash the
+ * compressed payload as stored. Version 1 (88-byte header, no context) files are rejected.
  * Threads: spill_save() copies the rows into a job; the writer thread turns jobs into files.
  * `mu` guards the index, the statistics and the queue; files are read and written outside it
  * (each thread has its own path buffer and zstd context). */
@@ -32,9 +33,10 @@
 #endif
 
 #define SPILL_MAGIC   "DSPKKV\r\n"
-#define SPILL_VERSION 1
+#define SPILL_VERSION 2
 #define SPILL_LEVEL   1 /* zstd level: KV floats gain little from more effort */
 #define MAX_TOKENS    (1 << 24)
+#define MAX_CTX_WIDTH (1 << 24) /* floats per position of a drafter context */
 
 struct file_header {
     char magic[8];
@@ -43,20 +45,22 @@ struct file_header {
     uint64_t fingerprint;
     uint32_t n_tokens;
     uint32_t n_layers, n_kv_heads, head_dim;
-    uint32_t flags; /* none defined yet: must be 0 */
-    uint32_t reserved;
-    uint64_t raw_bytes;  /* payload before compression: n_tokens * row floats * 4 */
+    uint32_t flags;      /* none defined yet: must be 0 */
+    uint32_t ctx_width;  /* floats per position of the drafter context (0: none) */
+    uint64_t ctx_tag;    /* the drafter that made it: 0 exactly when ctx_width is 0 */
+    uint64_t raw_bytes;  /* payload before compression: n_tokens * (row + ctx_width) floats * 4 */
     uint64_t comp_bytes; /* payload as stored */
     uint64_t tokens_hash;
     uint64_t payload_hash;
     uint64_t header_hash;
 };
-_Static_assert(sizeof(struct file_header) == 88, "the header has no padding");
+_Static_assert(sizeof(struct file_header) == 96, "the header has no padding");
 
 struct file {
     char name[24]; /* <tokens_hash as 16 hex digits>.kv */
     int32_t *tokens;
     int n;
+    uint64_t ctx_tag; /* its drafter context's, or 0 */
     size_t bytes;
     struct timespec mtime; /* last write or hit: eviction order */
 };
@@ -65,7 +69,9 @@ struct job {
     char name[24]; /* of the file it becomes */
     int32_t *tokens;
     int n;
-    unsigned char *rows; /* n rows as kv_export() writes them */
+    uint64_t ctx_tag;
+    int ctx_width;
+    unsigned char *rows; /* n rows as kv_export() writes them, then ctx[n][ctx_width] */
     size_t raw;
     struct job *next;
 };
@@ -143,7 +149,9 @@ static const char *header_problem(const struct spill *sp, const struct file_head
         h->head_dim != (uint32_t)sp->g.head_dim || h->flags)
         return "another cache geometry";
     if (!h->n_tokens || h->n_tokens > MAX_TOKENS) return "bad token count";
-    if (h->raw_bytes != (uint64_t)h->n_tokens * row_bytes(sp)) return "bad payload size";
+    if (h->ctx_width > MAX_CTX_WIDTH || !h->ctx_width != !h->ctx_tag) return "bad drafter context";
+    if (h->raw_bytes != (uint64_t)h->n_tokens * (row_bytes(sp) + 4 * (uint64_t)h->ctx_width))
+        return "bad payload size";
     if (h->comp_bytes > file_bytes ||
         file_bytes != sizeof *h + (uint64_t)h->n_tokens * 4 + h->comp_bytes)
         return "truncated or extended";
@@ -230,6 +238,7 @@ static int index_file(struct spill *sp, const char *name) {
         return OK;
     }
     snprintf(f.name, sizeof f.name, "%s", name);
+    f.ctx_tag = h.ctx_tag;
     f.bytes = (size_t)stt.st_size;
     f.mtime = stt.st_mtim;
     int rc = add_file(sp, &f);
@@ -256,6 +265,12 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
     int m = na < nb ? na : nb, l = 0;
     while (l < m && a[l] == b[l]) l++;
     return l;
+}
+
+/* Whether a file with a drafter context of tag `have` serves whatever one with `need` serves
+ * (a file without a context serves only requests that need none). */
+static int covers(uint64_t have, uint64_t need) {
+    return !need || have == need;
 }
 
 /* Under mu. */
@@ -291,7 +306,7 @@ static int write_all(int fd, const void *buf, size_t n) {
 /* On the writer thread: turns a job into a file and indexes it. */
 static int write_job(struct spill *sp, struct job *j) {
     size_t bound = ZSTD_compressBound(j->raw);
-    struct file f = {.n = j->n};
+    struct file f = {.n = j->n, .ctx_tag = j->ctx_tag};
     struct file_header h = {.version = SPILL_VERSION,
                             .header_bytes = sizeof h,
                             .fingerprint = sp->fingerprint,
@@ -299,6 +314,8 @@ static int write_job(struct spill *sp, struct job *j) {
                             .n_layers = (uint32_t)sp->g.n_layers,
                             .n_kv_heads = (uint32_t)sp->g.n_kv_heads,
                             .head_dim = (uint32_t)sp->g.head_dim,
+                            .ctx_width = (uint32_t)j->ctx_width,
+                            .ctx_tag = j->ctx_tag,
                             .raw_bytes = j->raw};
     memcpy(h.magic, SPILL_MAGIC, 8);
     char tmp[40], *final = NULL;
@@ -341,7 +358,8 @@ static int write_job(struct spill *sp, struct job *j) {
     for (int i = sp->n - 1; i >= 0; i--) {
         if (!strcmp(sp->f[i].name, f.name))
             forget(sp, i); /* the new file has taken its name */
-        else if (common_prefix(sp->f[i].tokens, sp->f[i].n, f.tokens, f.n) == sp->f[i].n)
+        else if (covers(f.ctx_tag, sp->f[i].ctx_tag) &&
+                 common_prefix(sp->f[i].tokens, sp->f[i].n, f.tokens, f.n) == sp->f[i].n)
             drop_file(sp, i, sp->wpath);
     }
     if (!(rc = add_file(sp, &f))) {
@@ -449,12 +467,21 @@ void spill_close(struct spill *sp) {
 }
 
 int spill_save(struct spill *sp, const int32_t *tokens, int n, const struct kv_cache *kv) {
+    return spill_save_ctx(sp, tokens, n, kv, 0, 0, NULL);
+}
+
+int spill_save_ctx(struct spill *sp, const int32_t *tokens, int n, const struct kv_cache *kv,
+                   uint64_t ctx_tag, int ctx_width, const float *ctx_rows) {
     if (n <= 0 || n > MAX_TOKENS || n > kv_len(kv)) return ERR_ARG;
-    size_t raw = (size_t)n * row_bytes(sp);
+    if (!ctx_tag || !ctx_rows || ctx_width <= 0 || ctx_width > MAX_CTX_WIDTH)
+        ctx_tag = 0, ctx_width = 0;
+    size_t kv_raw = (size_t)n * row_bytes(sp);
+    size_t raw = kv_raw + (size_t)n * (size_t)ctx_width * sizeof(float);
     pthread_mutex_lock(&sp->mu);
     int rc = OK;
     for (int i = 0; i < sp->n; i++)
-        if (sp->f[i].n >= n && common_prefix(sp->f[i].tokens, sp->f[i].n, tokens, n) == n) {
+        if (sp->f[i].n >= n && covers(sp->f[i].ctx_tag, ctx_tag) &&
+            common_prefix(sp->f[i].tokens, sp->f[i].n, tokens, n) == n) {
             touch(sp, i, sp->path); /* already saved, maybe with more after it */
             rc = 1;
             break;
@@ -468,11 +495,12 @@ int spill_save(struct spill *sp, const int32_t *tokens, int n, const struct kv_c
     if (rc) return rc > 0 ? OK : rc;
     struct job *j = calloc(1, sizeof *j);
     if (j) {
-        j->n = n, j->raw = raw;
+        j->n = n, j->raw = raw, j->ctx_tag = ctx_tag, j->ctx_width = ctx_width;
         j->tokens = malloc(sizeof(int32_t) * (size_t)n);
         j->rows = malloc(raw);
     }
     rc = !j || !j->tokens || !j->rows ? ERR_NOMEM : kv_export(kv, n, (float *)j->rows);
+    if (!rc && ctx_width) memcpy(j->rows + kv_raw, ctx_rows, raw - kv_raw);
     pthread_mutex_lock(&sp->mu);
     if (rc) {
         sp->pending -= raw;
@@ -501,11 +529,18 @@ void spill_flush(struct spill *sp) {
 
 void spill_match(struct spill *sp, const int32_t *prompt, int n, int max_len,
                  struct spill_hit *hit) {
+    spill_match_ctx(sp, prompt, n, max_len, 0, hit);
+}
+
+void spill_match_ctx(struct spill *sp, const int32_t *prompt, int n, int max_len, uint64_t ctx_tag,
+                     struct spill_hit *hit) {
     hit->n = 0;
     hit->name[0] = 0;
+    hit->ctx_tag = ctx_tag;
     if (max_len > n) max_len = n;
     pthread_mutex_lock(&sp->mu);
     for (int i = 0; i < sp->n; i++) {
+        if (!covers(sp->f[i].ctx_tag, ctx_tag)) continue;
         int l = common_prefix(sp->f[i].tokens, sp->f[i].n, prompt, max_len);
         if (l > hit->n) {
             hit->n = l;
@@ -513,6 +548,7 @@ void spill_match(struct spill *sp, const int32_t *prompt, int n, int max_len,
         }
     }
     for (const struct job *j = sp->head; j; j = j->next) { /* entries still on their way */
+        if (!covers(j->ctx_tag, ctx_tag)) continue;
         int l = common_prefix(j->tokens, j->n, prompt, max_len);
         if (l > hit->n) {
             hit->n = l;
@@ -522,14 +558,31 @@ void spill_match(struct spill *sp, const int32_t *prompt, int n, int max_len,
     pthread_mutex_unlock(&sp->mu);
 }
 
+/* What a load asks for: hit, and where the context of its positions goes. */
+struct want_ctx {
+    float *rows; /* [hit->n, width] */
+    int width;
+};
+
+/* The context rows of hit's positions (of n_rows stored after the KV rows) to w. */
+static int ctx_out(const struct spill *sp, const unsigned char *rows, int n_rows, int width,
+                   uint64_t tag, const struct spill_hit *hit, const struct want_ctx *w) {
+    if (!hit->ctx_tag) return OK;
+    if (tag != hit->ctx_tag || width != w->width) return ERR_FORMAT;
+    memcpy(w->rows, rows + (size_t)n_rows * row_bytes(sp),
+           sizeof(float) * (size_t)width * (size_t)hit->n);
+    return OK;
+}
+
 /* Under mu: a queued entry's rows go straight into kv. 1 when hit named one, else 0. */
 static int load_queued(struct spill *sp, const struct spill_hit *hit, const int32_t *prompt,
-                       struct kv_cache *kv, int *rc) {
+                       struct kv_cache *kv, const struct want_ctx *w, int *rc) {
     for (const struct job *j = sp->head; j; j = j->next) {
         if (strcmp(j->name, hit->name) || j->n < hit->n ||
             memcmp(j->tokens, prompt, sizeof(int32_t) * (size_t)hit->n))
             continue;
-        if (!(*rc = kv_import(kv, (const float *)j->rows, j->n, hit->n))) sp->st.reads++;
+        *rc = ctx_out(sp, j->rows, j->n, j->ctx_width, j->ctx_tag, hit, w);
+        if (!*rc && !(*rc = kv_import(kv, (const float *)j->rows, j->n, hit->n))) sp->st.reads++;
         return 1;
     }
     return 0;
@@ -537,10 +590,18 @@ static int load_queued(struct spill *sp, const struct spill_hit *hit, const int3
 
 int spill_load(struct spill *sp, const struct spill_hit *hit, const int32_t *prompt,
                struct kv_cache *kv) {
-    if (hit->n <= 0) return ERR_ARG;
+    struct spill_hit plain = *hit;
+    plain.ctx_tag = 0;
+    return spill_load_ctx(sp, &plain, prompt, kv, NULL, 0);
+}
+
+int spill_load_ctx(struct spill *sp, const struct spill_hit *hit, const int32_t *prompt,
+                   struct kv_cache *kv, float *ctx, int ctx_width) {
+    if (hit->n <= 0 || (hit->ctx_tag && (!ctx || ctx_width <= 0))) return ERR_ARG;
+    const struct want_ctx w = {ctx, ctx_width};
     int rc = OK;
     pthread_mutex_lock(&sp->mu);
-    int queued = load_queued(sp, hit, prompt, kv, &rc);
+    int queued = load_queued(sp, hit, prompt, kv, &w, &rc);
     pthread_mutex_unlock(&sp->mu);
     if (queued) return rc;
     const char *path = path_of(sp, sp->path, hit->name);
@@ -566,6 +627,9 @@ int spill_load(struct spill *sp, const struct spill_hit *hit, const int32_t *pro
             why = "token ids changed";
         } else if (XXH64(buf + tok, h.comp_bytes, 0) != h.payload_hash) {
             why = "payload checksum mismatch";
+        } else if (hit->ctx_tag &&
+                   (h.ctx_tag != hit->ctx_tag || h.ctx_width != (uint32_t)ctx_width)) {
+            why = "drafter context changed";
         } else {
             size_t d = ZSTD_decompressDCtx(sp->dctx, planes, h.raw_bytes, buf + tok, h.comp_bytes);
             if (ZSTD_isError(d) || d != h.raw_bytes) why = "payload does not decompress";
@@ -574,7 +638,8 @@ int spill_load(struct spill *sp, const struct spill_hit *hit, const int32_t *pro
     close(fd);
     if (!rc && !why) {
         from_planes(planes, rows, h.raw_bytes / 4);
-        rc = kv_import(kv, (const float *)rows, (int)h.n_tokens, hit->n);
+        rc = ctx_out(sp, rows, (int)h.n_tokens, (int)h.ctx_width, h.ctx_tag, hit, &w);
+        if (!rc) rc = kv_import(kv, (const float *)rows, (int)h.n_tokens, hit->n);
     }
     free(buf), free(planes), free(rows);
     pthread_mutex_lock(&sp->mu);

@@ -358,7 +358,8 @@ int gen_seq_start(const struct gen_engine *e, const int32_t *prompt, int n_promp
     /* a drafter reading the target's taps gets its context for the reused prefix back */
     if (!rc && uses_cache(r) && (!r->dm.n_taps || r->dm.ctx_tag))
         r->kv = prefix_cache_take_ctx(e->cache, prompt, n_prompt, (int)r->cap,
-                                      r->dm.n_taps ? r->dm.ctx_tag : 0, &reused, &ctx_rows);
+                                      r->dm.n_taps ? r->dm.ctx_tag : 0, r->dm.ctx_width, &reused,
+                                      &ctx_rows);
     r->res.stats.cached_tokens = reused;
     if (!rc && !r->kv) rc = kv_new(e->target, (int)r->cap, &r->kv);
     if (!rc && ctx_rows) rc = r->dm.ops->ctx_load(&r->dm, ctx_rows, reused);

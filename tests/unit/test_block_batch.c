@@ -4,11 +4,12 @@
  * confidences and draft distributions it gets alone, and batched generation the outputs and
  * round-by-round drafts of generation alone, greedy and sampled. A follow-up turn over a
  * cached prefix must restore the drafter's context: the same drafts and output as a cold
- * run, prefilling only the new suffix. */
+ * run, prefilling only the new suffix, also when the entry comes back from a spill file. */
 #include "test.h"
 
 #include "base/fs.h"
 #include "cache/prefix.h"
+#include "cache/spill.h"
 #include "engine/generate.h"
 #include "model/model.h"
 #include "sample/dist.h"
@@ -17,8 +18,10 @@
 #include "spec/drafter.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #define NS 6 /* sequences */
 
@@ -306,6 +309,75 @@ TEST(follow_up_turn_restores_the_drafter) {
     follow_up("models/pycoder-dflash", GEN_DFLASH, 0);
 }
 
+/* The drafter context travels through a spill file: after a restart a DSpark follow-up turn
+ * is served from disk with the drafter restored, and a file of the previous format version
+ * is rejected. */
+TEST(follow_up_over_a_spilled_drafter_context) {
+    if (load_base()) SKIP("models/pycoder-dspark or tests/data/drafters is absent");
+    char dir[] = "/tmp/dspark-test-ctx-XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    struct model *t;
+    struct block_model *bm;
+    struct prefix_cache *pc;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2}, &t) == 0);
+    REQUIRE(block_model_load("models/pycoder-dspark", t, &bm) == 0);
+    struct prefix_cache_opts po = {.max_entries = 4, .spill_dir = dir};
+    REQUIRE(prefix_cache_new(t, &po, &pc) == 0);
+    struct gen_engine cached = {.target = t, .block = bm, .cache = pc};
+    struct gen_engine cold = {.target = t, .block = bm};
+    struct gen_params gp = {
+        .max_tokens = 40, .ignore_eos = 1, .top_logprobs = -1, .mode = GEN_DSPARK, .trace = 1};
+    int32_t p1[64], p2[160];
+    int n1 = prompt_of(5, p1);
+    struct gen_result r1, warm, ref;
+    REQUIRE(gen_run(&cached, p1, n1, &gp, NULL, NULL, &r1) == 0);
+    prefix_cache_free(pc); /* saves the entry to the folder */
+    int n2 = n1;
+    memcpy(p2, p1, sizeof(int32_t) * (size_t)n1);
+    memcpy(p2 + n2, r1.ids, sizeof(int32_t) * (size_t)r1.n_ids), n2 += r1.n_ids;
+    memcpy(p2 + n2, base_ids + 40, sizeof(int32_t) * 12), n2 += 12;
+    REQUIRE(prefix_cache_new(t, &po, &pc) == 0); /* a restarted server */
+    cached.cache = pc;
+    gp.max_tokens = 24;
+    REQUIRE(gen_run(&cached, p2, n2, &gp, NULL, NULL, &warm) == 0);
+    REQUIRE(gen_run(&cold, p2, n2, &gp, NULL, NULL, &ref) == 0);
+    struct prefix_stats ps = prefix_cache_stats(pc);
+    printf("  turn 2 after a restart: %d of %d prompt tokens reused from disk (%ld read), %d "
+           "drafts (cold run %d)\n",
+           warm.stats.cached_tokens, n2, ps.spill_reads, warm.stats.drafted, ref.stats.drafted);
+    CHECK(warm.stats.cached_tokens == n1 + r1.n_ids - 1 && ps.spill_reads == 1);
+    CHECK(same_result(&warm, &ref) && ref.stats.drafted > 0);
+    gen_result_free(&warm), gen_result_free(&ref), gen_result_free(&r1);
+    prefix_cache_free(pc);
+    /* a version 1 file (same header, consistent checksum) is deleted, never used */
+    const struct hf_config *c = model_config(t);
+    struct spill_geometry g = {c->n_layers, c->n_kv_heads, c->head_dim};
+    struct spill *sp;
+    char path[256];
+    REQUIRE(spill_open(dir, model_fingerprint(t), &g, 0, &sp) == 0);
+    int files = spill_stats(sp).files;
+    REQUIRE(files > 0 && spill_file_path(sp, 0, path, sizeof path) == 0);
+    spill_close(sp);
+    FILE *f = fopen(path, "r+b");
+    unsigned char h[96];
+    REQUIRE(f && fread(h, 1, sizeof h, f) == sizeof h);
+    uint32_t v = 1;
+    memcpy(h + 8, &v, 4);
+    uint64_t hh = XXH64(h, 88, 0);
+    memcpy(h + 88, &hh, 8);
+    REQUIRE(fseek(f, 0, SEEK_SET) == 0 && fwrite(h, 1, sizeof h, f) == sizeof h);
+    fclose(f);
+    REQUIRE(spill_open(dir, model_fingerprint(t), &g, 0, &sp) == 0);
+    struct spill_stats ss = spill_stats(sp);
+    CHECK(ss.rejects == 1 && ss.files == files - 1);
+    for (int i = 0; spill_file_path(sp, i, path, sizeof path) == 0; i++) remove(path);
+    spill_close(sp);
+    snprintf(path, sizeof path, "%s/%016llx", dir, (unsigned long long)model_fingerprint(t));
+    remove(path), remove(dir);
+    block_model_free(bm);
+    model_free(t);
+}
+
 /* The context rows a drafter saves load into another state exactly: the blocks run over
  * both give bit-identical hidden rows. */
 TEST(context_rows_round_trip) {
@@ -343,6 +415,7 @@ int main(void) {
     RUN(batched_block_drafts_equal_alone);
     RUN(batched_block_generations_equal_alone);
     RUN(follow_up_turn_restores_the_drafter);
+    RUN(follow_up_over_a_spilled_drafter_context);
     RUN(context_rows_round_trip);
     return test_report();
 }
