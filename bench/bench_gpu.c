@@ -5,7 +5,9 @@
  * tokens against the CPU's on the same weights. Build with `make CUDA=1 build/cuda/bench_gpu`;
  * run on the GPU machine:
  *   bench_gpu MODEL_DIR [--bw GBps] [--ctx N,N..] [--long N] [--cpu-check N] [--quick]
- *             [--decode-only]
+ *             [--decode-only] [--batch B,B..]
+ * --batch: continuous-batching decode, B sequences at the first context stepping one token
+ * each per pass (model_forward_batch, greedy ids back): aggregate tokens/s against B = 1.
  * Times are the median of repeated runs (minimum in brackets). */
 #include "backend/gpu.h"
 #include "base/timer.h"
@@ -114,6 +116,26 @@ static void cpu_check(const char *dir, struct model *gm, int n_tok) {
     model_free(cm);
 }
 
+/* B sequences at context P, one greedy token each per pass: seconds per pass (median) */
+static double time_batch(struct model *m, struct kv_cache **kvs, int B, int P, const int32_t *ids,
+                         int reps) {
+    struct model_batch_item items[64];
+    int32_t out[64];
+    double t[32];
+    if (reps > 32) reps = 32;
+    for (int r = -1; r < reps; r++) {
+        for (int i = 0; i < B; i++) {
+            kv_truncate(kvs[i], P);
+            items[i] = (struct model_batch_item){kvs[i], ids + P + i, 1, NULL, NULL, out + i, 0};
+        }
+        double t0 = timer_now();
+        if (model_forward_batch(m, items, B)) return -1;
+        if (r >= 0) t[r] = timer_now() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_d);
+    return t[reps / 2];
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr,
@@ -124,6 +146,7 @@ int main(int argc, char **argv) {
     }
     double bw = 4300;
     int ctxs[8] = {512}, n_ctx = 1, longp = 0, check = 0, quick = 0, decode_only = 0;
+    int batches[8], n_batch = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc)
             bw = atof(argv[++i]);
@@ -137,6 +160,8 @@ int main(int argc, char **argv) {
             quick = 1;
         else if (!strcmp(argv[i], "--decode-only"))
             decode_only = 1, quick = 1;
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+            n_batch = parse_list(argv[++i], batches, 8);
     }
     double t_load = timer_now();
     struct model *m;
@@ -210,6 +235,28 @@ int main(int argc, char **argv) {
             }
             printf("  sum %.1f us\n", sum);
         }
+    }
+    if (n_batch) { /* continuous batching: B sequences of context ctxs[0] */
+        int P = ctxs[0], maxb = 1;
+        for (int i = 0; i < n_batch; i++)
+            if (batches[i] > maxb) maxb = batches[i] > 64 ? 64 : batches[i];
+        struct kv_cache *kvs[64];
+        int nk = 0;
+        for (; nk < maxb; nk++) {
+            if (kv_new(m, P + 2, &kvs[nk]) || model_forward(m, kvs[nk], ids, P, NULL, 0)) break;
+        }
+        double t1 = 0;
+        for (int i = 0; i < n_batch; i++) {
+            int B = batches[i] > nk ? nk : batches[i];
+            double t = time_batch(m, kvs, B, P, ids, quick ? 10 : 20);
+            if (t < 0) break;
+            if (B == 1) t1 = t;
+            printf("batch B=%d at context %d: %.3f ms a pass, %.0f tok/s aggregate", B, P, t * 1e3,
+                   B / t);
+            if (t1 > 0) printf(", %.2fx B=1", B * t1 / t);
+            printf("\n");
+        }
+        for (int i = 0; i < nk; i++) kv_free(kvs[i]);
     }
     if (check) cpu_check(argv[1], m, check);
     kv_free(kv);

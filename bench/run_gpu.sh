@@ -5,7 +5,8 @@
 # (default all): info test sanitize pycoder spec 8b cpucheck variants torch (ncu on request);
 # spec runs `dspark benchmark --gpu` (needs $BIN/dspark and the prompt sets in
 # ../shared/bench/prompts, copied there from $BIN/prompts when missing); variants reruns the 8B
-# decode with each VARIANTS entry (VAR=value, comma-separated settings) in the environment.
+# decode (and VARIANT_ARGS, e.g. --batch 1,16) with each VARIANTS entry (VAR=value,
+# comma-separated settings) in the environment. $BIN may also be a .tgz of those files.
 # The Qwen3-8B-shaped random
 # model is generated there by bench/mkmodel.c into $M8B (default /tmp/m8b).
 set -u
@@ -14,6 +15,9 @@ OUT=${OUT:-/tmp/dspark-gpu}
 M8B=${M8B:-/tmp/m8b}
 STEPS=${STEPS:-"info test sanitize pycoder spec 8b cpucheck torch"}
 BENCH_ARGS=${BENCH_ARGS:-"--ctx 512,4096 --long 4096"}
+if [ -f "${PACK:-}" ]; then # binaries carried packed
+    mkdir -p "$BIN" && tar -C "$BIN" -xzf "$PACK"
+fi
 export LD_LIBRARY_PATH=$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$OUT"
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -39,6 +43,7 @@ fi
 if has sanitize && command -v compute-sanitizer >/dev/null; then
     stamp compute-sanitizer
     timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$BIN/test_gpu" gpu_golden \
+        gpu_multi_sequence \
         >"$OUT/memcheck.log" 2>&1
     tail -4 "$OUT/memcheck.log"
 fi
@@ -51,7 +56,7 @@ if has spec; then
     if [ ! -d ../shared/bench/prompts ] && [ -d "$BIN/prompts" ]; then
         mkdir -p ../shared/bench && cp -r "$BIN/prompts" ../shared/bench/
     fi
-    timeout 330 "$BIN/dspark" benchmark --gpu --modes baseline,lookup,lookup:6,draft --limit 10 \
+    timeout 330 "$BIN/dspark" benchmark --gpu --modes ${SPEC_MODES:-baseline,lookup,draft,dspark,dflash} --limit 10 \
         --max-new-tokens 128 --trials 3 --threads 8 --widths 17 --json "$OUT/gpu-spec.json" \
         2>&1 | grep -v '^progress' | tee "$OUT/gpu-spec.log"
 fi
@@ -67,8 +72,9 @@ if has variants; then
     for v in ${VARIANTS:-DSPARK_GPU_PDL=0 DSPARK_GPU_GRAPHS=0}; do
         stamp "variant $v"
         # shellcheck disable=SC2046
-        env $(echo "$v" | tr , ' ') timeout 120 "$BIN/bench_gpu" "$M8B" --decode-only 2>&1 |
-            grep decode | tee -a "$OUT/variants.log"
+        # shellcheck disable=SC2086
+        env $(echo "$v" | tr , ' ') timeout 120 "$BIN/bench_gpu" "$M8B" --decode-only \
+            ${VARIANT_ARGS:-} 2>&1 | grep -E "decode|batch" | tee -a "$OUT/variants.log"
     done
 fi
 if has ncu && command -v ncu >/dev/null; then # a few decode kernels of one layer

@@ -54,6 +54,16 @@ int gpu_forward_greedy(struct gpu_model *g, struct gpu_kv *kv, int pos0, const i
     return ERR_UNSUPPORTED;
 }
 
+int gpu_forward_batch(struct gpu_model *g, struct gpu_seq_io *seqs, int n) {
+    (void)g, (void)seqs, (void)n;
+    return ERR_UNSUPPORTED;
+}
+
+int gpu_set_taps(struct gpu_model *g, const int *layers, int n) {
+    (void)g, (void)layers, (void)n;
+    return ERR_UNSUPPORTED;
+}
+
 int gpu_profile(struct gpu_model *g, struct gpu_kv *kv, int pos0, int n, struct gpu_op_time *out,
                 int max) {
     (void)g, (void)kv, (void)pos0, (void)n, (void)out, (void)max;

@@ -52,6 +52,25 @@ void gpu_kv_free(struct gpu_kv *kv);
  * row (all_rows) or of the last one go to the host buffer logits. */
 int gpu_forward(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids, int n,
                 float *logits, int all_rows);
+/* Several sequences in one pass where they fit (continuous batching): sequence i runs
+ * ids[0..n) at positions pos0.. of its cache; logits (all rows or the last one, [n or 1, V])
+ * and greedy ids (likewise) come back where asked (NULL: not wanted), and taps [n, n_taps * H]
+ * of every row when taps were set. Each row's results are the same bits as when its sequence
+ * runs alone. */
+struct gpu_seq_io {
+    struct gpu_kv *kv;
+    int pos0;
+    const int32_t *ids;
+    int n;
+    float *logits;
+    int32_t *out_ids;
+    float *taps;
+    int all_rows;
+};
+int gpu_forward_batch(struct gpu_model *g, struct gpu_seq_io *seqs, int n);
+/* Hidden-state taps: the residual stream leaving each of layers[0..n) (n <= 16), reported by
+ * gpu_forward_batch() in this order. n = 0 turns them off. */
+int gpu_set_taps(struct gpu_model *g, const int *layers, int n);
 /* gpu_forward() that copies back only the greedy token of every row (all_rows) or of the last
  * one: the first index of the largest logit, as sample_greedy() picks it. */
 int gpu_forward_greedy(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids, int n,

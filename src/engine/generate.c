@@ -272,8 +272,10 @@ int gen_seq_prefill(struct gen_seq *r, int max_rows) {
     double t0 = timer_now();
     if (r->tapped && !(ptaps = malloc(sizeof(float) * (size_t)r->tap_width * (size_t)n)))
         return ERR_NOMEM;
-    int rc = model_forward_taps(r->e->target, r->kv, r->seq + pos, n, last ? r->v.logits : NULL, 0,
-                                ptaps);
+    struct model_batch_item it = {r->kv, r->seq + pos, n, NULL, ptaps, last ? r->v.ids : NULL, 1};
+    int rc = r->v.greedy_ids ? model_forward_batch(r->e->target, &it, 1)
+                             : model_forward_taps(r->e->target, r->kv, r->seq + pos, n,
+                                                  last ? r->v.logits : NULL, 0, ptaps);
     if (!rc && r->tapped) rc = r->dm.ops->observe(&r->dm, ptaps, pos, n);
     free(ptaps);
     if (rc) {
@@ -532,11 +534,24 @@ static int apply(struct gen_seq *r) {
     return rc;
 }
 
+/* What the target must report for r's rows this round: logits, or on a GPU in plain greedy
+ * rounds only each row's greedy token (verify's greedy_ids). */
+static struct model_batch_item target_item(struct gen_seq *r) {
+    int ids = r->v.greedy_ids;
+    return (struct model_batch_item){
+        r->kv, r->in, r->n_in, ids ? NULL : r->v.logits, r->v.taps, ids ? r->v.ids : NULL, 0};
+}
+
 int gen_seq_step(struct gen_seq *r) {
     if (r->done || r->prefilling) return OK;
     int rc = propose_all(&r, 1, 1);
     if (rc || r->done) return rc;
-    rc = model_forward_taps(r->e->target, r->kv, r->in, r->n_in, r->v.logits, 1, r->v.taps);
+    if (r->v.greedy_ids) {
+        struct model_batch_item it = target_item(r);
+        rc = model_forward_batch(r->e->target, &it, 1);
+    } else {
+        rc = model_forward_taps(r->e->target, r->kv, r->in, r->n_in, r->v.logits, 1, r->v.taps);
+    }
     if (!rc) rc = apply(r);
     if (rc) r->failed = 1;
     return rc;
@@ -557,7 +572,7 @@ int gen_step_batch(struct gen_seq **seqs, int n) {
     for (int i = 0; i < n_step; i++) {
         struct gen_seq *r = step[i];
         if (r->done) continue;
-        items[k] = (struct model_batch_item){r->kv, r->in, r->n_in, r->v.logits, r->v.taps};
+        items[k] = target_item(r);
         live[k++] = r;
     }
     if (!k) return OK;

@@ -124,6 +124,10 @@ int model_set_taps(struct model *m, const int *layers, int n) {
         }
         m->tap_layers[i] = layers[i];
     }
+    if (m->gpu) {
+        int rc = gpu_set_taps(m->gpu, layers, n);
+        if (rc) return rc;
+    }
     if (n && !m->taps_scratch) {
         size_t b = sizeof(float) * MODEL_CHUNK * MODEL_MAX_TAPS * (size_t)m->cfg.hidden_size;
         if (!(m->taps_scratch = malloc(b))) return ERR_NOMEM;
@@ -173,6 +177,43 @@ static void head_rows(struct model *m, int row0, int n, float *logits) {
     round_if(m, logits, (size_t)n * V);
 }
 
+/* first index of the largest value; NaN never wins; 0 when nothing beats -inf */
+static int32_t first_max(const float *x, int n) {
+    float best = -INFINITY;
+    int32_t at = 0;
+    for (int i = 0; i < n; i++)
+        if (x[i] > best) best = x[i], at = i;
+    return at;
+}
+
+static int forward_batch_gpu(struct model *m, struct model_batch_item *items, int n_items) {
+    struct gpu_seq_io *io = malloc(sizeof *io * (size_t)n_items);
+    if (!io) return ERR_NOMEM;
+    for (int i = 0; i < n_items; i++) {
+        struct model_batch_item *it = &items[i];
+        io[i] = (struct gpu_seq_io){it->kv->gpu, it->kv->len, it->ids,  it->n,
+                                    it->logits,  it->out_ids, it->taps, !it->last_only};
+    }
+    int rc = gpu_forward_batch(m->gpu, io, n_items);
+    free(io);
+    if (rc) return rc;
+    for (int i = 0; i < n_items; i++) items[i].kv->len += items[i].n;
+    return OK;
+}
+
+/* the outputs item it asked for, of its rows [row0, row0 + n) of the pass */
+static void batch_outputs(struct model *m, struct model_batch_item *it, int row0) {
+    int V = m->cfg.vocab_size;
+    int first = it->last_only ? it->n - 1 : 0;
+    if (it->logits) head_rows(m, row0 + first, it->n - first, it->logits);
+    if (!it->out_ids) return;
+    for (int t = first; t < it->n; t++) {
+        const float *row = it->logits ? it->logits + (size_t)(t - first) * V : m->last_logits;
+        if (!it->logits) head_rows(m, row0 + t, 1, m->last_logits);
+        it->out_ids[t - first] = first_max(row, V);
+    }
+}
+
 int model_forward_batch(struct model *m, struct model_batch_item *items, int n_items) {
     const struct hf_config *c = &m->cfg;
     int H = c->hidden_size, nt = m->n_taps;
@@ -181,14 +222,7 @@ int model_forward_batch(struct model *m, struct model_batch_item *items, int n_i
         int rc = check_ids(m, items[i].kv, items[i].ids, items[i].n);
         if (rc) return rc;
     }
-    if (m->gpu) { /* one sequence at a time on the GPU for now */
-        for (int i = 0; i < n_items; i++) {
-            struct model_batch_item *it = &items[i];
-            int rc = model_forward_taps(m, it->kv, it->ids, it->n, it->logits, 1, it->taps);
-            if (rc) return rc;
-        }
-        return OK;
-    }
+    if (m->gpu) return forward_batch_gpu(m, items, n_items);
     for (int first = 0; first < n_items;) {
         /* as many whole items as fit in one step's rows */
         int T = 0, k = 0;
@@ -206,7 +240,7 @@ int model_forward_batch(struct model *m, struct model_batch_item *items, int n_i
         for (int i = 0; i < k; i++) {
             struct model_batch_item *it = &items[first + i];
             it->kv->len += it->n;
-            if (it->logits) head_rows(m, sg[i].row0, it->n, it->logits);
+            batch_outputs(m, it, sg[i].row0);
             if (it->taps && taps)
                 memcpy(it->taps, taps + (size_t)sg[i].row0 * nt * H,
                        sizeof(float) * (size_t)it->n * nt * H);
@@ -221,13 +255,8 @@ int model_forward_taps(struct model *m, struct kv_cache *kv, const int32_t *ids,
     int rc = check_ids(m, kv, ids, n);
     if (rc) return rc;
     if (m->gpu) {
-        if (taps) {
-            log_error("hidden-state taps (dspark and dflash modes) are not on the GPU yet");
-            return ERR_UNSUPPORTED;
-        }
-        if ((rc = gpu_forward(m->gpu, kv->gpu, kv->len, ids, n, logits, all_rows))) return rc;
-        kv->len += n;
-        return OK;
+        struct model_batch_item it = {kv, ids, n, logits, taps, NULL, !all_rows};
+        return forward_batch_gpu(m, &it, 1);
     }
     int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
     for (int done = 0; done < n; done += MODEL_CHUNK) {
@@ -243,15 +272,6 @@ int model_forward_taps(struct model *m, struct kv_cache *kv, const int32_t *ids,
             head_rows(m, T - 1, 1, logits);
     }
     return OK;
-}
-
-/* first index of the largest value; NaN never wins; 0 when nothing beats -inf */
-static int32_t first_max(const float *x, int n) {
-    float best = -INFINITY;
-    int32_t at = 0;
-    for (int i = 0; i < n; i++)
-        if (x[i] > best) best = x[i], at = i;
-    return at;
 }
 
 int model_forward_greedy(struct model *m, struct kv_cache *kv, const int32_t *ids, int n,

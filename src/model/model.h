@@ -81,15 +81,19 @@ int model_gpu_profile(struct model *m, struct kv_cache *kv, int n, struct gpu_op
                       int max);
 
 /* Several sequences in one pass, so each weight is read once for all of them (continuous
- * batching). Item i runs ids[0..n) after its cache's contents, like model_forward_taps()
- * with all_rows, and every row's result is bit-identical to running the item alone. Items
- * wider than MODEL_CHUNK rows are refused (ERR_ARG); logits and taps may be NULL. */
+ * batching). Item i runs ids[0..n) after its cache's contents, like model_forward_taps(), and
+ * every row's result is bit-identical to running the item alone. logits and out_ids (the
+ * greedy token: first index of the largest logit) cover every row, or with last_only the
+ * last one; taps every row. Any of them may be NULL. On the CPU items wider than MODEL_CHUNK
+ * rows are refused (ERR_ARG); the GPU takes any width. */
 struct model_batch_item {
     struct kv_cache *kv;
     const int32_t *ids;
     int n;
-    float *logits; /* [n, vocab] */
-    float *taps;   /* [n, n_taps * H] */
+    float *logits;    /* [n or 1, vocab] */
+    float *taps;      /* [n, n_taps * H] */
+    int32_t *out_ids; /* [n or 1] */
+    int last_only;
 };
 int model_forward_batch(struct model *m, struct model_batch_item *items, int n_items);
 

@@ -25,7 +25,11 @@ int verify_init(struct verify *v, struct model *m, struct kv_cache *kv, struct s
     v->dense = calloc((size_t)V, sizeof(float));
     if (tap_width > 0)
         v->taps = malloc(sizeof(float) * (size_t)tap_width * (size_t)(v->max_draft + 1));
-    if (!v->logits || !v->raw || !v->dense || (tap_width > 0 && !v->taps)) {
+    v->ids = malloc(sizeof(int32_t) * (size_t)(v->max_draft + 1));
+    const struct sample_params *sp = sampler_params(s);
+    v->greedy_ids = model_on_gpu(m) && sp->temperature <= 0 && sp->presence_penalty == 0 &&
+                    sp->frequency_penalty == 0 && top_logprobs < 0;
+    if (!v->logits || !v->raw || !v->dense || (tap_width > 0 && !v->taps) || !v->ids) {
         verify_deinit(v);
         return ERR_NOMEM;
     }
@@ -37,6 +41,7 @@ void verify_deinit(struct verify *v) {
     free(v->raw);
     free(v->dense);
     free(v->taps);
+    free(v->ids);
     memset(v, 0, sizeof *v);
 }
 
@@ -77,6 +82,23 @@ static int decide(struct verify *v, float *row, const struct draft *d, int i, in
     return OK;
 }
 
+/* greedy rounds from the rows' greedy tokens in v->ids */
+static int decide_ids(struct verify *v, const struct draft *d, verify_commit_fn *cb, void *ctx,
+                      int *n_accepted, int *stopped) {
+    for (int i = 0; i <= d->n; i++) {
+        int rc = sampler_accept(v->s, v->ids[i]);
+        if (rc) return rc;
+        int accepted = i < d->n && d->ids[i] == v->ids[i];
+        *n_accepted += accepted;
+        if (cb && cb(ctx, v->ids[i], NULL)) {
+            *stopped = 1;
+            break;
+        }
+        if (!accepted) break;
+    }
+    return OK;
+}
+
 int verify_decide(struct verify *v, const struct draft *d, verify_commit_fn *cb, void *ctx,
                   int *n_accepted, int *stopped) {
     int V = model_config(v->m)->vocab_size;
@@ -86,6 +108,7 @@ int verify_decide(struct verify *v, const struct draft *d, verify_commit_fn *cb,
     *n_accepted = 0;
     *stopped = 0;
     int rc = OK;
+    if (v->greedy_ids) return decide_ids(v, &dk, cb, ctx, n_accepted, stopped);
     for (int i = 0; i <= k; i++) {
         float *row = v->logits + (size_t)i * V;
         if (v->top_logprobs >= 0) memcpy(v->raw, row, sizeof(float) * (size_t)V);
@@ -118,27 +141,11 @@ int verify_round(struct verify *v, int32_t pending, const struct draft *d, verif
     int base = kv_len(v->kv);
     struct draft dk = *d;
     dk.n = k;
-    const struct sample_params *sp = sampler_params(v->s);
-    if (model_on_gpu(v->m) && sp->temperature <= 0 && sp->presence_penalty == 0 &&
-        sp->frequency_penalty == 0 && v->top_logprobs < 0 && !v->taps) {
-        /* plain greedy on the GPU: only the rows' argmax ids come back */
-        int32_t ids[1 + VERIFY_MAX_DRAFT];
-        int rc = model_forward_greedy(v->m, v->kv, in, k + 1, ids, 1);
-        *n_accepted = *stopped = 0;
-        for (int i = 0; !rc && i <= k; i++) {
-            if ((rc = sampler_accept(v->s, ids[i]))) break;
-            int accepted = i < k && dk.ids[i] == ids[i];
-            *n_accepted += accepted;
-            if (cb && cb(ctx, ids[i], NULL)) {
-                *stopped = 1;
-                break;
-            }
-            if (!accepted) break;
-        }
-        kv_truncate(v->kv, base + 1 + *n_accepted);
-        return rc;
-    }
-    int rc = model_forward_taps(v->m, v->kv, in, k + 1, v->logits, 1, v->taps);
+    struct model_batch_item it = {
+        v->kv, in, k + 1, v->greedy_ids ? NULL : v->logits, v->taps, v->greedy_ids ? v->ids : NULL,
+        0};
+    int rc = v->greedy_ids ? model_forward_batch(v->m, &it, 1)
+                           : model_forward_taps(v->m, v->kv, in, k + 1, v->logits, 1, v->taps);
     if (rc) {
         *n_accepted = *stopped = 0;
         return rc;

@@ -32,6 +32,10 @@ struct verify {
     float *raw;       /* [vocab] a row before penalties, for logprobs */
     float *dense;     /* [vocab] zeros, scratch of sample_residual */
     float *taps;      /* [max_draft + 1, tap_width] the target's taps of the last round, or NULL */
+    /* Plain greedy rounds (temperature 0, no penalties, no logprobs) on a GPU target: the
+     * target reports only each row's greedy token into ids[], not its logits. */
+    int greedy_ids;
+    int32_t *ids; /* [max_draft + 1] */
 };
 
 /* Receives each committed token (and its raw logprobs when asked for); nonzero stops. */
@@ -49,8 +53,9 @@ void verify_deinit(struct verify *v);
  * Returns OK or an error code (then generation must end). */
 int verify_round(struct verify *v, int32_t pending, const struct draft *d, verify_commit_fn *cb,
                  void *ctx, int *n_accepted, int *stopped);
-/* The decision half of verify_round(), on logits already in v->logits (rows 0..d->n): commits
- * through cb and leaves the cache alone. Exposed so tests can replay one round many times. */
+/* The decision half of verify_round(), on logits already in v->logits (rows 0..d->n), or with
+ * greedy_ids on the greedy tokens in v->ids: commits through cb and leaves the cache alone.
+ * Exposed so tests can replay one round many times. */
 int verify_decide(struct verify *v, const struct draft *d, verify_commit_fn *cb, void *ctx,
                   int *n_accepted, int *stopped);
 

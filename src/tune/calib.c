@@ -137,7 +137,8 @@ static int grid_measure(const struct tune_subject *s, struct meter *m, const int
         if (!(rc = kv_new(s->target, n_ctx + B + 2, &kvs[i])))
             rc = model_forward(s->target, kvs[i], ids, n_ctx, NULL, 0);
         items[i] = (struct model_batch_item){
-            kvs[i], ids + n_ctx, 0, logits + (size_t)i * (size_t)(B + 1) * (size_t)V, NULL};
+            kvs[i], ids + n_ctx, 0, logits + (size_t)i * (size_t)(B + 1) * (size_t)V,
+            NULL,   NULL,        0};
     }
     for (int b = 0; !rc && b < out->n_batches; b++) {
         int n = out->batch[b];

@@ -1,7 +1,8 @@
 /* tests/unit/test_gpu.c: the CUDA forward against transformers' golden data and against the
  * CPU: logits within fp32 tolerance, greedy continuations equal, passes of every width 1..40
  * equal single steps bit for bit (graphs and direct launches alike), device greedy ids equal
- * the argmax of the logits, speculative modes equal to baseline. Skips without a CUDA build
+ * the argmax of the logits, speculative modes (lookup, draft model, DSpark, DFlash) equal to
+ * baseline, batched sequences equal to each alone. Skips without a CUDA build
  * and a device (CI has neither; results are recorded in docs/perf.md). */
 #include "test.h"
 
@@ -10,6 +11,7 @@
 #include "engine/generate.h"
 #include "format/safetensors.h"
 #include "model/model.h"
+#include "spec/block_model.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -144,9 +146,12 @@ TEST(gpu_exact_modes) {
     if (!gpu_available()) SKIP("no CUDA build or no GPU");
     if (!fs_exists("models/pycoder")) SKIP("models/ absent");
     struct model *m, *dm, *cpu;
+    struct block_model *ds, *df;
     REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2, .gpu = 1}, &m) == 0);
     REQUIRE(model_load("models/pycoder-draft", &(struct model_opts){.n_threads = 2}, &dm) == 0);
     REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2}, &cpu) == 0);
+    REQUIRE(block_model_load("models/pycoder-dspark", m, &ds) == 0);
+    REQUIRE(block_model_load("models/pycoder-dflash", m, &df) == 0);
     int runs = 0, equal = 0, cpu_equal = 0;
     for (int p = 0; p < 20; p++) {
         int n = 8 + p % 17;
@@ -158,12 +163,14 @@ TEST(gpu_exact_modes) {
         REQUIRE(gen_run(&e, prompt, n, &base, NULL, NULL, &ref) == 0);
         REQUIRE(gen_run(&ec, prompt, n, &base, NULL, NULL, &rc) == 0);
         cpu_equal += rc.n_ids == ref.n_ids && !memcmp(rc.ids, ref.ids, sizeof(int32_t) * 48);
-        for (int mode = GEN_LOOKUP; mode <= GEN_DRAFT; mode++) {
+        for (int mode = GEN_LOOKUP; mode <= GEN_DFLASH; mode++) {
             struct gen_params gp = base;
             gp.mode = (enum gen_mode)mode;
-            gp.max_draft = 4;
+            gp.max_draft = mode == GEN_DFLASH ? 0 : 4;
+            struct gen_engine eb = {
+                .target = m, .draft = dm, .block = mode == GEN_DFLASH ? df : ds};
             struct gen_result r;
-            REQUIRE(gen_run(&e, prompt, n, &gp, NULL, NULL, &r) == 0);
+            REQUIRE(gen_run(&eb, prompt, n, &gp, NULL, NULL, &r) == 0);
             runs++;
             equal += r.n_ids == ref.n_ids && !memcmp(r.ids, ref.ids, sizeof(int32_t) * 48);
             gen_result_free(&r);
@@ -174,7 +181,129 @@ TEST(gpu_exact_modes) {
            "CPU on %d of 20 prompts\n",
            equal, runs, cpu_equal);
     CHECK(equal == runs);
+    block_model_free(ds), block_model_free(df);
     model_free(m), model_free(dm), model_free(cpu);
+}
+
+/* Continuous batching on the GPU: sequences of different lengths and positions in one
+ * model_forward_batch() give, row for row, the bits each gives alone (logits, device greedy
+ * ids and hidden-state taps), including a pass of more than GPU_GROUP rows; the GPU's taps
+ * match the CPU's. */
+TEST(gpu_multi_sequence) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m, *cpu;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2, .gpu = 1}, &m) == 0);
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2}, &cpu) == 0);
+    const struct hf_config *c = model_config(m);
+    int V = c->vocab_size, H = c->hidden_size, taps[3] = {0, c->n_layers / 2, c->n_layers - 1};
+    REQUIRE(model_set_taps(m, taps, 3) == 0 && model_set_taps(cpu, taps, 3) == 0);
+    enum { NS = 7 };
+    static const int pre[NS] = {3, 70, 17, 130, 1, 64, 200}, w[NS] = {1, 5, 16, 2, 40, 1, 9};
+    int32_t ids[NS][256];
+    for (int i = 0; i < NS; i++)
+        for (int j = 0; j < 256; j++) ids[i][j] = 20 + (i * 977 + j * 131) % 8000;
+    struct kv_cache *a[NS], *b[NS];
+    float *la[NS], *lb[NS], *ta[NS], *tb[NS];
+    int32_t ga[NS][48], gb[NS][48];
+    for (int i = 0; i < NS; i++) {
+        REQUIRE(kv_new(m, 300, &a[i]) == 0 && kv_new(m, 300, &b[i]) == 0);
+        la[i] = malloc(sizeof(float) * V * w[i]), lb[i] = malloc(sizeof(float) * V * w[i]);
+        ta[i] = malloc(sizeof(float) * 3 * H * w[i]), tb[i] = malloc(sizeof(float) * 3 * H * w[i]);
+        REQUIRE(la[i] && lb[i] && ta[i] && tb[i]);
+        CHECK(model_forward(m, a[i], ids[i], pre[i], NULL, 0) == 0);
+        CHECK(model_forward(m, b[i], ids[i], pre[i], NULL, 0) == 0);
+        /* alone */
+        struct model_batch_item it = {a[i], ids[i] + pre[i], w[i], la[i], ta[i], ga[i], 0};
+        CHECK(model_forward_batch(m, &it, 1) == 0);
+    }
+    struct model_batch_item items[NS];
+    for (int i = 0; i < NS; i++)
+        items[i] = (struct model_batch_item){b[i], ids[i] + pre[i], w[i], lb[i], tb[i], gb[i], 0};
+    CHECK(model_forward_batch(m, items, NS) == 0);
+    int same = 0, same_ids = 0, same_taps = 0;
+    double tap_err = 0;
+    for (int i = 0; i < NS; i++) {
+        same += !memcmp(la[i], lb[i], sizeof(float) * V * w[i]);
+        same_ids += !memcmp(ga[i], gb[i], sizeof(int32_t) * w[i]);
+        same_taps += !memcmp(ta[i], tb[i], sizeof(float) * 3 * H * w[i]);
+        int ok = 1;
+        for (int t = 0; t < w[i]; t++) ok &= ga[i][t] == argmax(la[i] + (size_t)t * V, V);
+        same_ids -= !ok;
+        /* the CPU's taps for the same rows */
+        struct kv_cache *k;
+        REQUIRE(kv_new(cpu, 300, &k) == 0);
+        float *tc = malloc(sizeof(float) * 3 * H * (pre[i] + w[i]));
+        REQUIRE(tc);
+        CHECK(model_forward_taps(cpu, k, ids[i], pre[i] + w[i], NULL, 0, tc) == 0);
+        double e = rel_err(ta[i], tc + (size_t)pre[i] * 3 * H, (size_t)3 * H * w[i]);
+        if (e > tap_err) tap_err = e;
+        free(tc);
+        kv_free(k);
+    }
+    printf("  %d sequences batched: logits equal alone %d, greedy ids %d, taps %d; GPU taps "
+           "within %.1e of the CPU's\n",
+           NS, same, same_ids, same_taps, tap_err);
+    CHECK(same == NS && same_ids == NS && same_taps == NS && tap_err < 1e-4);
+    for (int i = 0; i < NS; i++) {
+        kv_free(a[i]), kv_free(b[i]);
+        free(la[i]), free(lb[i]), free(ta[i]), free(tb[i]);
+    }
+    model_free(m), model_free(cpu);
+}
+
+/* The engine's batched steps on the GPU: sequences in mixed modes (baseline, lookup, dspark;
+ * greedy, and sampled with a seed) stepped together give exactly their outputs alone. */
+TEST(gpu_engine_batch) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder-dspark")) SKIP("models/ absent");
+    struct model *m;
+    struct block_model *ds;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2, .gpu = 1}, &m) == 0);
+    REQUIRE(block_model_load("models/pycoder-dspark", m, &ds) == 0);
+    enum { NS = 8 };
+    static const enum gen_mode modes[NS] = {GEN_BASELINE, GEN_LOOKUP, GEN_DSPARK, GEN_BASELINE,
+                                            GEN_LOOKUP,   GEN_DSPARK, GEN_DSPARK, GEN_BASELINE};
+    struct gen_engine e[NS];
+    struct gen_params gp[NS];
+    int32_t prompts[NS][64];
+    int n[NS];
+    struct gen_result alone[NS];
+    for (int i = 0; i < NS; i++) {
+        e[i] = (struct gen_engine){.target = m, .block = ds};
+        gp[i] = (struct gen_params){
+            .max_tokens = 40, .ignore_eos = 1, .top_logprobs = -1, .mode = modes[i]};
+        if (i >= 3 && i != 6)
+            gp[i].sp = (struct sample_params){.temperature = 0.8f, .seed = 7u + i};
+        n[i] = 9 + 3 * i;
+        for (int j = 0; j < n[i]; j++) prompts[i][j] = 20 + (i * 577 + (j % 11) * 131) % 8000;
+        REQUIRE(gen_run(&e[i], prompts[i], n[i], &gp[i], NULL, NULL, &alone[i]) == 0);
+    }
+    struct gen_seq *seqs[NS];
+    for (int i = 0; i < NS; i++)
+        REQUIRE(gen_seq_new(&e[i], prompts[i], n[i], &gp[i], NULL, NULL, &seqs[i]) == 0);
+    for (int live = NS; live;) {
+        REQUIRE(gen_step_batch(seqs, NS) == 0);
+        live = 0;
+        for (int i = 0; i < NS; i++) live += !gen_seq_done(seqs[i]);
+    }
+    int equal = 0;
+    for (int i = 0; i < NS; i++) {
+        struct gen_result r;
+        REQUIRE(gen_seq_finish(seqs[i], &r) == 0);
+        int eq = r.n_ids == alone[i].n_ids &&
+                 !memcmp(r.ids, alone[i].ids, sizeof(int32_t) * (size_t)r.n_ids);
+        if (!eq)
+            printf("  sequence %d (%s) differs from its run alone\n", i, gen_mode_name(modes[i]));
+        equal += eq;
+        gen_result_free(&r), gen_result_free(&alone[i]);
+    }
+    printf("  engine batch on the GPU: %d of %d sequences (mixed modes, greedy and sampled) equal "
+           "alone\n",
+           equal, NS);
+    CHECK(equal == NS);
+    block_model_free(ds);
+    model_free(m);
 }
 
 /* test_gpu [NAME...]: only the named tests (e.g. under compute-sanitizer) */
@@ -189,5 +318,7 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_golden")) RUN(gpu_golden);
     if (wanted(argc, argv, "gpu_batch_invariance")) RUN(gpu_batch_invariance);
     if (wanted(argc, argv, "gpu_exact_modes")) RUN(gpu_exact_modes);
+    if (wanted(argc, argv, "gpu_multi_sequence")) RUN(gpu_multi_sequence);
+    if (wanted(argc, argv, "gpu_engine_batch")) RUN(gpu_engine_batch);
     return test_report();
 }

@@ -266,8 +266,8 @@ TEST(batched_forward_equals_single) {
     float *la = malloc(sizeof(float) * V * 8 * NS), *lb = malloc(sizeof(float) * V * 8);
     struct model_batch_item items[NS];
     for (int i = 0; i < NS; i++)
-        items[i] =
-            (struct model_batch_item){a[i], ids[i] + pre[i], step[i], la + (size_t)i * 8 * V, NULL};
+        items[i] = (struct model_batch_item){
+            a[i], ids[i] + pre[i], step[i], la + (size_t)i * 8 * V, NULL, NULL, 0};
     CHECK(model_forward_batch(m, items, NS) == 0);
     int same = 0;
     for (int i = 0; i < NS; i++) {

@@ -1,16 +1,10 @@
 /* backend/cuda/attention.cu: per-head RMSNorm and RoPE of the new q/k rows with the cache
- * append, and causal attention over the cache split into key ranges (flash-decoding).
- *
- * Attention: a block per (key range, kv head, row) serves the kv head's G query heads, so
- * each K/V row is read once per row of the pass; keys go through shared memory in tiles of
- * 32 with a running max. The ATT_SPLITS ranges of a row depend only on its own key count, and
- * the last block of a (row, kv head) merges them in range order, so a row's output is the
- * same bits whatever the number of rows in the pass. The merged rows go straight into the
- * output projection's B operand. */
+ * append (for matmuls without the fused epilogue), and causal attention over each row's
+ * sequence's cache in key spans (flash-decoding; see the comment above k_attn). */
 #include "backend/cuda/cuda.cuh"
 
 /* One block per (row, head slot): slots [0, nh) are query heads, [nh, nh + nkv) key heads
- * (whose block also appends the value row). */
+ * (whose block also appends the value row to the row's sequence's cache). */
 __global__ void k_rope(const float *qkv, float *qout, const step_params *sp, const float *q_norm,
                        const float *k_norm, const float *inv_freq, int nh, int nkv, int D,
                        float eps, int layer) {
@@ -35,7 +29,7 @@ __global__ void k_rope(const float *qkv, float *qout, const step_params *sp, con
         if (i < half) a = nw[i] * (a * inv), b = nw[i + half] * (b * inv);
     }
     if (i >= half) return;
-    int pos = sp->pos0 + t;
+    int pos = row_pos(sp, t);
     float ang = (float)pos * inv_freq[i];
     float c = (float)cos((double)ang), s = (float)sin((double)ang);
     float ra = a * c - b * s, rb = b * c + a * s;
@@ -45,10 +39,11 @@ __global__ void k_rope(const float *qkv, float *qout, const step_params *sp, con
         return;
     }
     int kvh = h - nh;
-    size_t base = (((size_t)layer * nkv + kvh) * sp->cap + pos) * D;
-    sp->kc[base + i] = ra, sp->kc[base + i + half] = rb;
+    float *kc, *vc;
+    size_t base = row_cache(sp, t, layer, nkv, kvh, D, &kc, &vc);
+    kc[base + i] = ra, kc[base + i + half] = rb;
     const float *vs = qkv + (size_t)t * (QD + 2 * KD) + QD + KD + kvh * D;
-    sp->vc[base + i] = __ldcg(vs + i), sp->vc[base + i + half] = __ldcg(vs + i + half);
+    vc[base + i] = __ldcg(vs + i), vc[base + i + half] = __ldcg(vs + i + half);
 }
 
 cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T) {
@@ -58,185 +53,334 @@ cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T) {
                   d->rms_eps, layer);
 }
 
+/* ---- attention ----
+ * Keys are cut into spans of ATT_SPAN at fixed absolute positions, and a work item is (span,
+ * kv head, up to ATT_ROWS rows of one sequence): its block loads the span's K and V once and a
+ * warp per row scores the keys for the kv head's G query heads and adds up the values, giving
+ * that row's span partial (max, sum, weighted values). A second kernel, a block per (row,
+ * head), merges each row's partials in span order into the output projection's B operand. A
+ * row's spans, the order of every sum and the keys it adds depend only on its own position, so
+ * its output is the same bits whatever other rows and sequences share the pass. A fixed grid
+ * of blocks loops over the items, so captured graphs serve any context length. */
+
 struct attn_args {
     const float *q; /* [T, nh, D] */
     const step_params *sp;
     uint16_t *xb_out; /* B operand of the output projection (K = QD) */
-    float *acc, *ml;  /* per-range partials */
-    unsigned *cnt;    /* [T][nkv] */
-    int T, nh, nkv, G, D, KT_out, layer, window;
+    float *acc, *ml;  /* span partials: [GPU_GROUP][nh][spans][D] and [..][2] */
+    int T, r0, nr;    /* the chunk's rows (xb layout); this launch's rows [r0, r0 + nr) */
+    int nh, nkv, G, KT_out, layer, window, spans;
     float scale;
 };
+
+/* a sequence's share of a launch: rows [a, b), spans [span0, span0 + nsp), items from it0 */
+struct att_seq {
+    int a, b, span0, nsp, units, it0;
+};
+
+__device__ __forceinline__ int att_lo(int p, int window) {
+    return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+}
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
     unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
 }
 
-/* rows [jb, jb + n) of K and V into a tile buffer (rows padded to D + 4 floats) */
-__device__ __forceinline__ void load_tile(float *Ks, float *Vs, const float *K, const float *V,
-                                          int jb, int n, int D) {
-    const int DP = D + 4, q4 = D / 4;
-    for (int i = threadIdx.x; i < n * q4; i += ATT_THREADS) {
-        int r = i / q4, c = (i % q4) * 4;
-        cp_async16(Ks + r * DP + c, K + (size_t)(jb + r) * D + c);
-        cp_async16(Vs + r * DP + c, V + (size_t)(jb + r) * D + c);
+/* A work item's rows: position, lowest key and the item's valid keys [j0, j1) of the tile
+ * (j1 = 0: the span is not one of the row's) */
+static_assert(ATT_SPAN == 64, "the softmax takes two keys a lane");
+
+struct att_row {
+    int t, j0, j1;
+};
+
+/* q . k over d in order, one chain (both attention paths use it) */
+template <int D> __device__ __forceinline__ float score(const float *q, const float *k) {
+    float s = 0.f;
+#pragma unroll 8
+    for (int d = 0; d < D; d += 4) {
+        float4 kk = *(const float4 *)(k + d), qq = *(const float4 *)(q + d);
+        s = fmaf(qq.x, kk.x, s), s = fmaf(qq.y, kk.y, s);
+        s = fmaf(qq.z, kk.z, s), s = fmaf(qq.w, kk.w, s);
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    return s;
 }
 
-__global__ void __launch_bounds__(ATT_THREADS) k_attn(attn_args a) {
+/* One row's partial over keys [j0, j1) of the tile for heads g0..g0+3 (those < G), by a warp:
+ * lane l scores keys l and l + 32, then adds the values of dims l + 32i in key order. */
+template <int D>
+__device__ __forceinline__ void attn_row(const attn_args &a, const float *Ks, const float *Vs,
+                                         const float *qw, int j0, int j1, int g0, float *acc_out,
+                                         float *ml_out) {
+    constexpr int DP = D + 4, DPL = (D + 31) / 32;
+    const int lane = threadIdx.x & 31, G = a.G;
+    const size_t hs = (size_t)a.spans; /* partial slots between heads */
+    float sc[4][2]; /* score() of each (head, key), the eight chains interleaved */
+#pragma unroll
+    for (int gi = 0; gi < 4; gi++) sc[gi][0] = sc[gi][1] = 0.f;
+#pragma unroll 8
+    for (int d = 0; d < D; d += 4) {
+        float4 kk[2];
+#pragma unroll
+        for (int c = 0; c < 2; c++) kk[c] = *(const float4 *)(Ks + (lane + 32 * c) * DP + d);
+#pragma unroll
+        for (int gi = 0; gi < 4; gi++) {
+            if (g0 + gi >= G) break;
+            float4 qq = *(const float4 *)(qw + (g0 + gi) * D + d);
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                float s = sc[gi][c];
+                s = fmaf(qq.x, kk[c].x, s), s = fmaf(qq.y, kk[c].y, s);
+                s = fmaf(qq.z, kk[c].z, s), s = fmaf(qq.w, kk[c].w, s);
+                sc[gi][c] = s;
+            }
+        }
+    }
+#pragma unroll
+    for (int gi = 0; gi < 4; gi++) sc[gi][0] *= a.scale, sc[gi][1] *= a.scale;
+    float o[4][DPL];
+#pragma unroll
+    for (int gi = 0; gi < 4; gi++) {
+#pragma unroll
+        for (int i = 0; i < DPL; i++) o[gi][i] = 0.f;
+        if (g0 + gi >= G) continue;
+        float v0 = lane >= j0 && lane < j1 ? sc[gi][0] : -INFINITY;
+        float v1 = lane + 32 >= j0 && lane + 32 < j1 ? sc[gi][1] : -INFINITY;
+        float m = fmaxf(v0, v1);
+        for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        float e0 = v0 == -INFINITY ? 0.f : expf(v0 - m), e1 = v1 == -INFINITY ? 0.f : expf(v1 - m);
+        float l = e0 + e1;
+        for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+        sc[gi][0] = e0, sc[gi][1] = e1;
+        if (lane == 0) ml_out[gi * hs * 2] = m, ml_out[gi * hs * 2 + 1] = l;
+    }
+    /* values in key order */
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+        int lo = max(j0 - 32 * c, 0), hi = min(j1 - 32 * c, 32);
+#pragma unroll 4
+        for (int jj = lo; jj < hi; jj++) {
+            const float *vr = Vs + (32 * c + jj) * DP + lane;
+            float v[DPL];
+#pragma unroll
+            for (int i = 0; i < DPL; i++) v[i] = lane + 32 * i < D ? vr[32 * i] : 0.f;
+#pragma unroll
+            for (int gi = 0; gi < 4; gi++) {
+                float e = __shfl_sync(0xffffffffu, sc[gi][c], jj);
+#pragma unroll
+                for (int i = 0; i < DPL; i++) o[gi][i] = fmaf(e, v[i], o[gi][i]);
+            }
+        }
+    }
+#pragma unroll
+    for (int gi = 0; gi < 4; gi++) {
+        if (g0 + gi >= G) break;
+#pragma unroll
+        for (int i = 0; i < DPL; i++)
+            if (lane + 32 * i < D) acc_out[gi * hs * D + lane + 32 * i] = o[gi][i];
+    }
+}
+
+template <int D> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
+    constexpr int DP = D + 4, D4 = D / 4;
+    extern __shared__ __align__(16) float sm[];
+    /* K and V tiles [ATT_SPAN][DP], the rows' queries [ATT_ROWS][G][D], scores then weights
+     * [ATT_ROWS * G][ATT_SPAN] */
+    const int G = a.G;
+    float *Ks = sm, *Vs = Ks + ATT_SPAN * DP, *Qs = Vs + ATT_SPAN * DP, *S = Qs + ATT_ROWS * G * D;
+    __shared__ att_seq seqs[GPU_SEQS];
+    __shared__ att_row rows[ATT_ROWS];
+    __shared__ int info[3]; /* items, first sequence, sequences */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     pdl_wait();
     pdl_launch();
-    extern __shared__ __align__(16) float sm[];
-    const int D = a.D, G = a.G, DP = D + 4; /* padded rows: conflict-free float4 reads */
-    float *qs = sm, *tiles = qs + G * D, *E = tiles + 4 * 32 * DP, *Mx = E + G * 32, *Ls = Mx + G,
-          *Cr = Ls + G; /* tiles: [2 buffers][K, V][32][DP] */
-    const int s = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
-    const int warp = tid >> 5, lane = tid & 31;
-    const int p = a.sp->pos0 + t;
-    const int lo = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
-    const int per = ((p - lo + 1 + ATT_SPLITS - 1) / ATT_SPLITS + 31) & ~31;
-    const int j0 = lo + s * per, j1 = min(p + 1, j0 + per);
-    const size_t head = ((size_t)a.layer * a.nkv + kvh) * a.sp->cap * D;
-    const float *K = a.sp->kc + head, *V = a.sp->vc + head;
-    const int ntiles = j1 > j0 ? (j1 - j0 + 31) / 32 : 0;
-
-    if (ntiles > 0) load_tile(tiles, tiles + 32 * DP, K, V, j0, min(32, j1 - j0), D);
-    for (int i = tid; i < G * D; i += ATT_THREADS)
-        qs[i] = __ldcg(a.q + ((size_t)t * a.nh + kvh * G + i / D) * D + i % D);
-    for (int g = tid; g < G; g += ATT_THREADS) Mx[g] = -INFINITY, Ls[g] = 0.f;
-    float acc[ATT_PAIRS];
-#pragma unroll
-    for (int i = 0; i < ATT_PAIRS; i++) acc[i] = 0.f;
-
-    for (int it = 0; it < ntiles; it++) {
-        int jb = j0 + it * 32, n = min(32, j1 - jb);
-        const float *Ks = tiles + (it & 1) * 64 * DP, *Vs = Ks + 32 * DP;
-        if (it + 1 < ntiles) { /* the next tile streams in while this one is used */
-            float *Kn = tiles + ((it + 1) & 1) * 64 * DP;
-            load_tile(Kn, Kn + 32 * DP, K, V, jb + 32, min(32, j1 - jb - 32), D);
-            asm volatile("cp.async.wait_group 1;" ::: "memory");
-        } else {
-            asm volatile("cp.async.wait_group 0;" ::: "memory");
+    const step_params *sp = a.sp;
+    if (warp == 0) { /* each sequence's items, numbered one after another */
+        int s0 = sp->row_seq[a.r0], s1 = sp->row_seq[a.r0 + a.nr - 1], s = s0 + lane, items = 0;
+        att_seq q = {};
+        if (s <= s1) {
+            const seq_params &P = sp->seq[s];
+            q.a = max(P.row0, a.r0), q.b = min(P.row0 + P.n, a.r0 + a.nr);
+            int pa = P.pos0 + q.a - P.row0, pb = P.pos0 + q.b - 1 - P.row0;
+            q.span0 = att_lo(pa, a.window) / ATT_SPAN;
+            q.nsp = pb / ATT_SPAN - q.span0 + 1;
+            q.units = (q.b - q.a + ATT_ROWS - 1) / ATT_ROWS;
+            items = q.units * q.nsp * a.nkv;
         }
+        int inc = items;
+        for (int o = 1; o < 32; o <<= 1) {
+            int v = __shfl_up_sync(0xffffffffu, inc, o);
+            if (lane >= o) inc += v;
+        }
+        q.it0 = inc - items;
+        if (s <= s1) seqs[lane] = q;
+        if (lane == 31) info[0] = inc;
+        if (lane == 0) info[1] = s0, info[2] = s1 - s0 + 1;
+    }
+    __syncthreads();
+    const int n_items = info[0], s_first = info[1], ns = info[2];
+    for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
+        int i = 0;
+        while (i + 1 < ns && seqs[i + 1].it0 <= item) i++;
+        const att_seq q = seqs[i];
+        const seq_params &P = sp->seq[s_first + i];
+        int local = item - q.it0, kvh = local % a.nkv, rest = local / a.nkv;
+        int span = q.span0 + rest % q.nsp, unit = rest / q.nsp;
+        int ua = q.a + unit * ATT_ROWS, nr = min(q.b - ua, ATT_ROWS);
+        int k0 = span * ATT_SPAN, k1 = min(k0 + ATT_SPAN, P.pos0 + ua + nr - P.row0);
+        int klo = max(k0, att_lo(P.pos0 + ua - P.row0, a.window));
+        if (k1 <= klo) continue; /* no row of this unit sees the span */
+        const size_t head = ((size_t)a.layer * a.nkv + kvh) * P.cap * D;
+        const float *K = P.kc + head, *V = P.vc + head;
+        for (int x = tid; x < (k1 - klo) * D4; x += ATT_THREADS) {
+            int r = klo - k0 + x / D4, c = (x % D4) * 4;
+            cp_async16(Ks + r * DP + c, K + (size_t)(k0 + r) * D + c);
+            cp_async16(Vs + r * DP + c, V + (size_t)(k0 + r) * D + c);
+        }
+        for (int x = tid; x < nr * G * D4; x += ATT_THREADS) {
+            int r = x / (G * D4), c = (x % (G * D4)) * 4;
+            cp_async16(Qs + r * G * D + c, a.q + ((size_t)(ua + r) * a.nh + kvh * G) * D + c);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        if (tid < nr) {
+            int t = ua + tid, p = P.pos0 + t - P.row0, lo = att_lo(p, a.window);
+            att_row r = {t, 0, 0};
+            if (k0 <= p && k0 + ATT_SPAN > lo) r.j0 = max(lo, k0) - k0, r.j1 = min(p + 1, k1) - k0;
+            rows[tid] = r;
+        }
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
         __syncthreads();
-        for (int pr = tid; pr < G * 32; pr += ATT_THREADS) { /* scores: warp = head, lane = key */
-            int g = pr >> 5, j = pr & 31;
-            float sc = -INFINITY;
-            if (j < n) {
-                const float *qv = qs + g * D, *kv = Ks + j * DP;
-                float d0 = 0.f;
-                for (int c = 0; c < D; c += 4) {
-                    float4 kk = *(const float4 *)(kv + c), qq = *(const float4 *)(qv + c);
-                    d0 = fmaf(qq.x, kk.x, d0), d0 = fmaf(qq.y, kk.y, d0);
-                    d0 = fmaf(qq.z, kk.z, d0), d0 = fmaf(qq.w, kk.w, d0);
-                }
-                sc = d0 * a.scale;
+        const int P2 = nr * G;    /* (row, head) pairs */
+        if (nr > ATT_COOP_ROWS) { /* a warp per row */
+            if (warp < nr && rows[warp].j1) {
+                att_row r = rows[warp];
+                size_t slot = ((size_t)(r.t - a.r0) * a.nh + kvh * G) * a.spans + span;
+                for (int g0 = 0; g0 < G; g0 += 4)
+                    attn_row<D>(a, Ks, Vs, Qs + warp * G * D, r.j0, r.j1, g0,
+                                a.acc + (slot + (size_t)g0 * a.spans) * D,
+                                a.ml + (slot + (size_t)g0 * a.spans) * 2);
             }
-            E[pr] = sc;
+            __syncthreads();
+            continue;
+        }
+        /* a few rows: all threads on them; the same sums in the same order as attn_row */
+        for (int x = tid; x < P2 * ATT_SPAN; x += ATT_THREADS) { /* a thread per (pair, key) */
+            int pr = x / ATT_SPAN, j = x % ATT_SPAN;
+            att_row r = rows[pr / G];
+            if (j < r.j0 || j >= r.j1) continue;
+            S[x] = score<D>(Qs + pr * D, Ks + j * DP) * a.scale;
         }
         __syncthreads();
-        for (int g = warp; g < G;
-             g += ATT_THREADS / 32) { /* running max and sum, a warp per head */
-            float sc = E[g * 32 + lane], mx = sc;
-            for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            float mold = Mx[g], mnew = fmaxf(mold, mx);
-            float e = lane < n ? expf(sc - mnew) : 0.f, sum = e;
-            for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            float corr = expf(mold - mnew);
-            E[g * 32 + lane] = e;
-            __syncwarp();
-            if (lane == 0) Mx[g] = mnew, Ls[g] = Ls[g] * corr + sum, Cr[g] = corr;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < ATT_PAIRS; i++) { /* acc = acc * corr + sum_j e_j v_j, j in order */
-            int pi = tid + ATT_THREADS * i;
-            if (pi < G * D) {
-                int g = pi / D, dd = pi % D;
-                float v = acc[i] * Cr[g];
-                const float *e = E + g * 32;
-                for (int j = 0; j < n; j++) v = fmaf(e[j], Vs[j * DP + dd], v);
-                acc[i] = v;
+        /* softmax of the span per pair: a warp per pair, two keys a lane */
+        for (int pr = warp; pr < P2; pr += ATT_THREADS / 32) {
+            att_row r = rows[pr / G];
+            if (!r.j1) continue;
+            float *sr = S + pr * ATT_SPAN;
+            float v0 = lane >= r.j0 && lane < r.j1 ? sr[lane] : -INFINITY;
+            float v1 = lane + 32 >= r.j0 && lane + 32 < r.j1 ? sr[lane + 32] : -INFINITY;
+            float m = fmaxf(v0, v1);
+            for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+            float e0 = v0 == -INFINITY ? 0.f : expf(v0 - m),
+                  e1 = v1 == -INFINITY ? 0.f : expf(v1 - m);
+            float l = e0 + e1;
+            for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+            sr[lane] = e0, sr[lane + 32] = e1;
+            if (lane == 0) {
+                size_t slot = ((size_t)(r.t - a.r0) * a.nh + kvh * G + pr % G) * a.spans + span;
+                a.ml[slot * 2] = m, a.ml[slot * 2 + 1] = l;
             }
         }
-        __syncthreads(); /* this buffer is refilled two tiles on */
-    }
-    __syncthreads();
-    /* this range's partials */
-    const size_t row = (size_t)t * a.nh + kvh * G; /* first head of the group */
-#pragma unroll
-    for (int i = 0; i < ATT_PAIRS; i++) {
-        int pi = tid + ATT_THREADS * i;
-        if (pi < G * D) {
-            int g = pi / D, dd = pi % D;
-            a.acc[((row + g) * ATT_SPLITS + s) * D + dd] = acc[i];
+        __syncthreads();
+        /* values: a thread per (pair, dim), keys in order */
+        for (int x = tid; x < P2 * D; x += ATT_THREADS) {
+            int pr = x / D, d = x % D;
+            att_row r = rows[pr / G];
+            if (!r.j1) continue;
+            const float *e = S + pr * ATT_SPAN;
+            float o = 0.f;
+#pragma unroll 4
+            for (int j = r.j0; j < r.j1; j++) o = fmaf(e[j], Vs[j * DP + d], o);
+            size_t slot = ((size_t)(r.t - a.r0) * a.nh + kvh * G + pr % G) * a.spans + span;
+            a.acc[slot * D + d] = o;
         }
+        __syncthreads(); /* the tiles are refilled for the next item */
     }
-    for (int g = tid; g < G; g += ATT_THREADS) {
-        a.ml[((row + g) * ATT_SPLITS + s) * 2] = Mx[g];
-        a.ml[((row + g) * ATT_SPLITS + s) * 2 + 1] = Ls[g];
-    }
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    unsigned *cnt = a.cnt + (size_t)t * a.nkv + kvh;
-    if (tid == 0) last = atomicAdd(cnt, 1u) == ATT_SPLITS - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (tid == 0) *cnt = 0;
-    /* merge the ranges in order: each range's weight once per head, then every output adds
-     * its ATT_SPLITS partials (loaded together) */
-    float *W = tiles, *Lr = W + G * ATT_SPLITS, *Lsum = Lr + G * ATT_SPLITS;
-    for (int i = tid; i < G * ATT_SPLITS; i += ATT_THREADS) {
-        const float *ml = a.ml + ((row + i / ATT_SPLITS) * ATT_SPLITS + i % ATT_SPLITS) * 2;
-        W[i] = __ldcg(ml), Lr[i] = __ldcg(ml + 1);
-    }
-    __syncthreads();
-    for (int g = tid; g < G; g += ATT_THREADS) {
-        float M = -INFINITY, L = 0.f;
-        for (int r = 0; r < ATT_SPLITS; r++) M = fmaxf(M, W[g * ATT_SPLITS + r]);
-        for (int r = 0; r < ATT_SPLITS; r++) {
-            float w = expf(W[g * ATT_SPLITS + r] - M);
-            W[g * ATT_SPLITS + r] = w;
-            L = fmaf(Lr[g * ATT_SPLITS + r], w, L);
+}
+
+/* Block (row, head): the row's span partials merged in span order (weights exp(m_s - M) of
+ * the largest span max M), divided by the merged sum, into the B operand. */
+__global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
+    extern __shared__ float w[]; /* [spans] the row's span weights */
+    __shared__ float Ls;
+    pdl_wait();
+    pdl_launch();
+    const int t = a.r0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    const int p = row_pos(a.sp, t), sa = att_lo(p, a.window) / ATT_SPAN, sb = p / ATT_SPAN;
+    const size_t base = ((size_t)(t - a.r0) * a.nh + h) * a.spans;
+    if (tid < 32) {
+        const float *ml = a.ml + base * 2;
+        float M = -INFINITY;
+        for (int s = sa + tid; s <= sb; s += 32) M = fmaxf(M, __ldcg(ml + 2 * s));
+        for (int off = 16; off; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+        float L = 0.f;
+        for (int s = sa + tid; s <= sb; s += 32) {
+            float e = expf(__ldcg(ml + 2 * s) - M);
+            w[s - sa] = e;
+            L = fmaf(__ldcg(ml + 2 * s + 1), e, L);
         }
-        Lsum[g] = L;
+        for (int off = 16; off; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+        if (tid == 0) Ls = L;
     }
     __syncthreads();
-    for (int pi = tid; pi < G * D; pi += ATT_THREADS) {
-        int g = pi / D, dd = pi % D;
-        const float *src = a.acc + (row + g) * ATT_SPLITS * D + dd;
-        float v[ATT_SPLITS], o = 0.f;
+    for (int d = tid; d < D; d += 128) {
+        const float *ac = a.acc + base * D + d;
+        float o = 0.f;
+        for (int s = sa; s <= sb; s += 8) { /* eight spans' loads at once, added in order */
+            float v[8];
 #pragma unroll
-        for (int r = 0; r < ATT_SPLITS; r++) v[r] = __ldcg(src + r * D);
+            for (int j = 0; j < 8; j++)
+                if (s + j <= sb) v[j] = __ldcg(ac + (size_t)(s + j) * D);
 #pragma unroll
-        for (int r = 0; r < ATT_SPLITS; r++) o = fmaf(v[r], W[g * ATT_SPLITS + r], o);
-        xb_put(a.xb_out, a.T, a.KT_out, t, (kvh * G + g) * D + dd, o / Lsum[g]);
+            for (int j = 0; j < 8; j++)
+                if (s + j <= sb) o = fmaf(v[j], w[s + j - sa], o);
+        }
+        xb_put(a.xb_out, a.T, a.KT_out, t, h * D + d, o / Ls);
     }
 }
 
 static size_t attn_smem(int G, int D) {
-    return sizeof(float) * ((size_t)G * D + 4 * 32 * (size_t)(D + 4) + (size_t)G * 32 + 3 * G);
+    return sizeof(float) * (2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * D +
+                            (size_t)ATT_ROWS * G * ATT_SPAN);
 }
 
-cudaError_t attn_launch(gpu_model *g, int layer, int T) {
+typedef void (*attn_kernel)(attn_args);
+#define K16(n) k_attn<16 * (n)>
+static const attn_kernel attn_kernels[17] = {NULL,    K16(1),  K16(2),  K16(3),  K16(4),  K16(5),
+                                             K16(6),  K16(7),  K16(8),  K16(9),  K16(10), K16(11),
+                                             K16(12), K16(13), K16(14), K16(15), K16(16)};
+
+/* rows [row0, row0 + n) of a chunk of T rows (n <= GPU_GROUP) */
+cudaError_t attn_launch(gpu_model *g, int layer, int T, int row0, int n) {
     const gpu_model_desc *d = &g->d;
     attn_args a;
     a.q = g->q, a.sp = g->dsp, a.xb_out = g->xo, a.acc = g->att_acc, a.ml = g->att_ml;
-    a.cnt = g->cnt + CNT_ATT;
-    a.T = T, a.nh = d->n_heads, a.nkv = d->n_kv_heads, a.G = g->G, a.D = g->D;
-    a.KT_out = g->KT_QD, a.layer = layer, a.window = d->window;
+    a.T = T, a.r0 = row0, a.nr = n;
+    a.nh = d->n_heads, a.nkv = d->n_kv_heads, a.G = g->G;
+    a.KT_out = g->KT_QD, a.layer = layer, a.window = d->window, a.spans = g->att_spans;
     a.scale = 1.0f / sqrtf((float)g->D);
-    size_t smem = attn_smem(g->G, g->D);
-    return launch(k_attn, dim3(ATT_SPLITS, d->n_kv_heads, T), dim3(ATT_THREADS), smem, g->stream,
-                  a);
+    cudaError_t e = launch(attn_kernels[g->D / 16], dim3(g->att_grid), dim3(ATT_THREADS),
+                           attn_smem(g->G, g->D), g->stream, a);
+    if (e != cudaSuccess) return e;
+    return launch(k_attn_merge, dim3(n, d->n_heads), dim3(128), sizeof(float) * g->att_spans,
+                  g->stream, a, g->D);
 }
 
-int attn_init(int G, int D) {
-    CK(cudaFuncSetAttribute(k_attn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+int attn_init(int G, int D, int spans) {
+    if (D % 16 || D > 256 || G > ATT_GMAX) return ERR_UNSUPPORTED;
+    CK(cudaFuncSetAttribute(attn_kernels[D / 16], cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)attn_smem(G, D)));
+    CK(cudaFuncSetAttribute(k_attn_merge, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)(sizeof(float) * spans)));
     return OK;
 }

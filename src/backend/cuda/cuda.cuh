@@ -18,12 +18,15 @@ extern "C" {
 #include "tensor/dtype.h"
 }
 
-#define GPU_ROWS    256 /* rows per chunk (MODEL_CHUNK_ROWS) */
-#define GPU_GROUP   32  /* rows per matmul launch; graphs are captured for 1..GPU_GROUP rows */
-#define GPU_NT_MAX  12  /* n-tiles of a full group: ceil(3 * GPU_GROUP / 8) */
-#define ATT_SPLITS  32  /* key ranges per (row, kv head) in attention */
-#define ATT_THREADS 256 /* threads per attention block */
-#define ATT_PAIRS   4   /* (head, dim) pairs per attention thread: G * D <= 1024 */
+#define GPU_ROWS      256 /* rows per chunk (MODEL_CHUNK_ROWS) */
+#define GPU_GROUP     32  /* rows per matmul launch; graphs are captured for 1..GPU_GROUP rows */
+#define GPU_NT_MAX    12  /* n-tiles of a full group: ceil(3 * GPU_GROUP / 8) */
+#define GPU_SEQS      32  /* sequences per pass (continuous batching) */
+#define ATT_SPAN      64  /* keys per attention work item, at fixed absolute positions */
+#define ATT_ROWS      8   /* rows per attention work item */
+#define ATT_COOP_ROWS 2   /* items of at most this many rows spread each row over the block */
+#define ATT_THREADS   256 /* threads per attention block */
+#define ATT_GMAX      16  /* query heads per kv head the attention kernel serves */
 
 #define CK(call)                                                                                   \
     do {                                                                                           \
@@ -161,13 +164,31 @@ __device__ __forceinline__ void pdl_launch(void) {
 }
 
 /* Parameters of one pass, in device memory: copied in before each pass, so one captured graph
- * serves every position and every sequence's cache. */
+ * serves every position, every sequence's cache and every mix of sequences. The rows of a
+ * pass are the rows of its sequences one after another. */
+struct seq_params {
+    int row0, n;    /* its rows [row0, row0 + n) of the pass */
+    int pos0;       /* positions its cache held before this pass */
+    int cap;        /* positions per head in its cache */
+    float *kc, *vc; /* its cache, [n_layers][n_kv][cap][D] each */
+};
 struct step_params {
-    int pos0;       /* positions the cache held before this pass */
-    int cap;        /* positions per head in the cache */
-    float *kc, *vc; /* the sequence's cache, [n_layers][n_kv][cap][D] each */
+    int n_seq;
+    seq_params seq[GPU_SEQS];
+    uint8_t row_seq[GPU_ROWS]; /* the sequence of each row */
     int32_t ids[GPU_ROWS];
 };
+/* row t's position and cache line (layer, kv head h) */
+__device__ inline int row_pos(const step_params *sp, int t) {
+    const seq_params &s = sp->seq[sp->row_seq[t]];
+    return s.pos0 + t - s.row0;
+}
+__device__ inline size_t row_cache(const step_params *sp, int t, int layer, int nkv, int h, int D,
+                                   float **kc, float **vc) {
+    const seq_params &s = sp->seq[sp->row_seq[t]];
+    *kc = s.kc, *vc = s.vc;
+    return (((size_t)layer * nkv + h) * s.cap + s.pos0 + t - s.row0) * D;
+}
 
 /* A weight matrix y = x · W^T with W [M, K]. On the tensor-core path (BF16 weights) W is stored
  * in fragments: [MS strips of 16 rows][KT tiles of 16 columns][32 lanes] x 16 bytes, each
@@ -193,7 +214,9 @@ struct gpu_graph {
     cudaGraphExec_t exec; /* NULL until captured */
 };
 
-#define GPU_MODES 5 /* no logits, last row, all rows, greedy last, greedy all */
+#define GPU_MODES      5 /* no logits, last row, all rows, greedy last, greedy all */
+#define GPU_MAX_LAYERS 256
+#define MAX_TAPS_GPU   16 /* MODEL_MAX_TAPS */
 
 struct gpu_model {
     gpu_model_desc d;
@@ -205,20 +228,25 @@ struct gpu_model {
     float *final_norm, *inv_freq;
     dlayer *layers;
     /* activations, sized for GPU_ROWS rows */
-    float *x;       /* [T, H] the residual stream */
-    float *qkv;     /* [T, QD + 2KD] */
-    float *q;       /* [T, QD] after norm and RoPE */
-    float *gu;      /* [T, 2I] (matmuls without the fused SwiGLU) */
-    uint16_t *xa;   /* xb of the attention input (K = H), also the final norm's */
-    uint16_t *xo;   /* xb of the attention output (K = QD) */
-    uint16_t *xf;   /* xb of the FFN input (K = H) */
-    uint16_t *xh;   /* xb of the FFN hidden (K = I) */
-    float *logits;  /* [T, V] */
-    float *part;    /* matmul partial sums [ks][GPU_GROUP][Mpad] */
-    unsigned *cnt;  /* matmul and attention arrival counters, left at 0 */
-    float *att_acc; /* [T][n_heads][ATT_SPLITS][D] */
-    float *att_ml;  /* [T][n_heads][ATT_SPLITS][2] */
-    float *amax_v;  /* argmax partials [T][ARGMAX_BLOCKS] */
+    float *x;                   /* [T, H] the residual stream */
+    float *qkv;                 /* [T, QD + 2KD] */
+    float *q;                   /* [T, QD] after norm and RoPE */
+    float *gu;                  /* [T, 2I] (matmuls without the fused SwiGLU) */
+    uint16_t *xa;               /* xb of the attention input (K = H), also the final norm's */
+    uint16_t *xo;               /* xb of the attention output (K = QD) */
+    uint16_t *xf;               /* xb of the FFN input (K = H) */
+    uint16_t *xh;               /* xb of the FFN hidden (K = I) */
+    float *logits;              /* [T, V] */
+    float *part;                /* matmul partial sums [ks][GPU_GROUP][Mpad] */
+    unsigned *cnt;              /* matmul and attention arrival counters, left at 0 */
+    float *att_acc;             /* [GPU_GROUP][n_heads][att_spans][D] per-span partials */
+    float *att_ml;              /* [GPU_GROUP][n_heads][att_spans][2] */
+    int att_spans;              /* spans a row can have: max_pos / ATT_SPAN + 1 */
+    int att_grid;               /* attention blocks per launch (they loop over the work items) */
+    float *taps;                /* [GPU_ROWS][n_taps][H] hidden-state taps, or NULL */
+    int tap_of[GPU_MAX_LAYERS]; /* tap slot of each layer, -1 for none */
+    int n_taps;
+    float *amax_v; /* argmax partials [T][ARGMAX_BLOCKS] */
     int *amax_i;
     int32_t *out_ids; /* [T] greedy tokens */
     step_params *dsp; /* device copy */
@@ -240,7 +268,7 @@ struct gpu_kv {
 #define ARGMAX_BLOCKS 32
 #define CNT_MM        0     /* matmul counters: [0, CNT_GRID) */
 #define CNT_GRID      65000 /* matmul grid counter (fused RMSNorm) */
-#define CNT_ATT       65536 /* attention counters: [CNT_ATT, +GPU_ROWS * n_kv) */
+#define CNT_ATT       65536 /* the end of the counters */
 
 /* ---- launching ---- */
 extern int gpu_pdl_on; /* programmatic dependent launch for every kernel */
@@ -301,10 +329,11 @@ int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, 
 int mm_init(void); /* shared-memory limits of the matmul kernels */
 
 cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T);
-cudaError_t attn_launch(gpu_model *g, int layer, int T);
-int attn_init(int G, int D);
+cudaError_t attn_launch(gpu_model *g, int layer, int T, int row0, int n);
+int attn_init(int G, int D, int spans);
 
 cudaError_t embed_launch(gpu_model *g, int T);
+cudaError_t tap_launch(gpu_model *g, int slot, int T); /* rows of x into tap slot */
 cudaError_t norm_launch(gpu_model *g, uint16_t *xb, const float *w, int row0, int n);
 cudaError_t swiglu_launch(gpu_model *g, int T);
 cudaError_t argmax_launch(gpu_model *g, int n);

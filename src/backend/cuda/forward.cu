@@ -122,8 +122,9 @@ static size_t part_floats(const dmat *m) {
 
 static int check_shape(const gpu_model_desc *d) {
     int D = d->head_dim;
-    if (D > 256 || D % 4 || d->hidden % 4 || d->hidden > 8192 || d->n_kv_heads <= 0 ||
-        d->n_heads % d->n_kv_heads || (d->n_heads / d->n_kv_heads) * D > ATT_THREADS * ATT_PAIRS) {
+    if (D > 256 || D % 16 || d->hidden % 4 || d->hidden > 8192 || d->n_kv_heads <= 0 ||
+        d->n_heads % d->n_kv_heads || d->n_heads / d->n_kv_heads > ATT_GMAX ||
+        d->n_layers > GPU_MAX_LAYERS || d->max_pos <= 0) {
         log_error("the GPU backend does not support this shape (hidden %d, %d heads, %d kv "
                   "heads, head_dim %d)",
                   d->hidden, d->n_heads, d->n_kv_heads, D);
@@ -207,10 +208,11 @@ static int alloc_state(gpu_model *g) {
         (rc = dev_zeros(g, (void **)&g->xh, sizeof(uint2) * groups * xb_group_stride(g->KT_I))) ||
         (rc = dev_alloc(g, (void **)&g->logits, sizeof(float) * R * g->V)) ||
         (rc = dev_alloc(g, (void **)&g->part, sizeof(float) * (parts ? parts : 1))) ||
-        (rc = dev_zeros(g, (void **)&g->cnt, sizeof(unsigned) * (CNT_ATT + R * d->n_kv_heads))) ||
+        (rc = dev_zeros(g, (void **)&g->cnt, sizeof(unsigned) * CNT_ATT)) ||
         (rc = dev_alloc(g, (void **)&g->att_acc,
-                        sizeof(float) * R * d->n_heads * ATT_SPLITS * g->D)) ||
-        (rc = dev_alloc(g, (void **)&g->att_ml, sizeof(float) * R * d->n_heads * ATT_SPLITS * 2)) ||
+                        sizeof(float) * GPU_GROUP * d->n_heads * (size_t)g->att_spans * g->D)) ||
+        (rc = dev_alloc(g, (void **)&g->att_ml,
+                        sizeof(float) * GPU_GROUP * d->n_heads * (size_t)g->att_spans * 2)) ||
         (rc = dev_alloc(g, (void **)&g->amax_v, sizeof(float) * R * ARGMAX_BLOCKS)) ||
         (rc = dev_alloc(g, (void **)&g->amax_i, sizeof(int) * R * ARGMAX_BLOCKS)) ||
         (rc = dev_alloc(g, (void **)&g->out_ids, sizeof(int32_t) * R)) ||
@@ -243,11 +245,14 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     int sms = 132;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     g->slots = sms * env_int("DSPARK_GPU_BLOCKS_PER_SM", 2);
+    g->att_spans = d->max_pos / ATT_SPAN + 1;
+    g->att_grid = sms * env_int("DSPARK_GPU_ATT_BLOCKS_PER_SM", 2);
+    for (int i = 0; i < GPU_MAX_LAYERS; i++) g->tap_of[i] = -1;
     gpu_pdl_on = env_int("DSPARK_GPU_PDL", 1);
     g->layers = (dlayer *)calloc((size_t)d->n_layers, sizeof *g->layers);
     rc = g->layers ? OK : ERR_NOMEM;
     if (!rc && (cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking) != cudaSuccess ||
-                mm_init() || attn_init(g->G, g->D)))
+                mm_init() || attn_init(g->G, g->D, g->att_spans)))
         rc = ERR_UNSUPPORTED;
     if (!rc) rc = upload(g, d);
     if (!rc) rc = alloc_state(g);
@@ -261,6 +266,10 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
 
 extern "C" int gpu_kv_new(gpu_model *g, int cap, gpu_kv **out) {
     *out = NULL;
+    if (cap > g->d.max_pos) {
+        log_error("a GPU KV cache of %d positions exceeds the model's %d", cap, g->d.max_pos);
+        return ERR_ARG;
+    }
     gpu_kv *kv = (gpu_kv *)calloc(1, sizeof *kv);
     if (!kv) return ERR_NOMEM;
     size_t n = (size_t)g->d.n_layers * g->d.n_kv_heads * (size_t)cap * g->D;
@@ -327,7 +336,8 @@ static cudaError_t layer(gpu_model *g, int li, int T) {
         E(mm_rows(g, &l->qkv, g->xa, T, EPI_STORE, g->qkv, g->QKV, l->bqkv, NULL, NULL, NULL));
         E(rope_launch(g, l, li, T));
     }
-    E(attn_launch(g, li, T));
+    for (int r = 0; r < T; r += GPU_GROUP)
+        E(attn_launch(g, li, T, r, T - r < GPU_GROUP ? T - r : GPU_GROUP));
     E(mm_rows(g, &l->o, g->xo, T, EPI_RESID, g->x, g->H, NULL, NULL, fuse ? l->ffn_norm : NULL,
               g->xf));
     if (!fuse) E(norm_launch(g, g->xf, l->ffn_norm, 0, T));
@@ -338,8 +348,10 @@ static cudaError_t layer(gpu_model *g, int li, int T) {
         E(swiglu_launch(g, T));
     }
     int next = fuse && li + 1 < g->d.n_layers;
-    return mm_rows(g, &l->down, g->xh, T, EPI_RESID, g->x, g->H, NULL, NULL,
-                   next ? g->layers[li + 1].attn_norm : NULL, g->xa);
+    E(mm_rows(g, &l->down, g->xh, T, EPI_RESID, g->x, g->H, NULL, NULL,
+              next ? g->layers[li + 1].attn_norm : NULL, g->xa));
+    if (g->taps && g->tap_of[li] >= 0) E(tap_launch(g, g->tap_of[li], T));
+    return cudaSuccess;
 }
 
 static cudaError_t enqueue(gpu_model *g, int T, int mode) {
@@ -380,11 +392,24 @@ off:
     return NULL;
 }
 
-/* One chunk (T <= GPU_ROWS rows at pos0); outputs stay on the device until copied. */
-static int pass(gpu_model *g, gpu_kv *kv, int pos0, const int32_t *ids, int T, int mode) {
+/* One pass over the rows of seqs[0..n) (their ids at their positions, one after another,
+ * T <= GPU_ROWS rows, n <= GPU_SEQS); outputs stay on the device until copied. */
+struct pass_seq {
+    gpu_kv *kv;
+    int pos0, n;
+    const int32_t *ids;
+};
+
+static int pass(gpu_model *g, const pass_seq *seqs, int n, int T, int mode) {
     step_params *sp = g->hsp;
-    sp->pos0 = pos0, sp->cap = kv->cap, sp->kc = kv->k, sp->vc = kv->v;
-    memcpy(sp->ids, ids, sizeof(int32_t) * (size_t)T);
+    sp->n_seq = n;
+    for (int i = 0, row = 0; i < n; i++) {
+        const pass_seq *q = &seqs[i];
+        sp->seq[i] = (seq_params){row, q->n, q->pos0, q->kv->cap, q->kv->k, q->kv->v};
+        memcpy(sp->ids + row, q->ids, sizeof(int32_t) * (size_t)q->n);
+        memset(sp->row_seq + row, i, (size_t)q->n);
+        row += q->n;
+    }
     CK(cudaMemcpyAsync(g->dsp, sp, offsetof(step_params, ids) + sizeof(int32_t) * (size_t)T,
                        cudaMemcpyHostToDevice, g->stream));
     cudaGraphExec_t ge = T <= GPU_GROUP && g->use_graphs ? graph_for(g, T, mode) : NULL;
@@ -396,44 +421,131 @@ static int pass(gpu_model *g, gpu_kv *kv, int pos0, const int32_t *ids, int T, i
     return OK;
 }
 
-static int forward(gpu_model *g, gpu_kv *kv, int pos0, const int32_t *ids, int n, float *logits,
-                   int32_t *out_ids, int all_rows) {
-    int V = g->V;
-    if (pos0 + n > kv->cap) return ERR_FULL;
-    int greedy = out_ids != NULL;
-    for (int done = 0; done < n; done += GPU_ROWS) {
-        int T = n - done < GPU_ROWS ? n - done : GPU_ROWS, last = done + T == n;
-        int mode = MODE_NONE;
-        if (logits || out_ids) {
-            if (all_rows)
-                mode = greedy ? MODE_GREEDY_ALL : MODE_ALL;
-            else if (last)
-                mode = greedy ? MODE_GREEDY_LAST : MODE_LAST;
+/* The outputs of a pass that its sequences asked for: logits and greedy ids of every row
+ * (all_rows) or of a sequence's last row when the pass holds it, and taps of every row. */
+static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq *ps, int n,
+                   int mode) {
+    int V = g->V, H = g->H, all_mode = mode == MODE_ALL || mode == MODE_GREEDY_ALL;
+    for (int i = 0, row = 0; i < n; row += ps[i].n, i++) {
+        gpu_seq_io *s = &io[i];
+        int last = done[i] + ps[i].n == s->n;
+        int r0 = s->all_rows ? row : row + ps[i].n - 1, rows = s->all_rows ? ps[i].n : 1;
+        size_t at = s->all_rows ? (size_t)done[i] : 0;
+        if (!s->all_rows && !last) rows = 0;
+        int dev_r0 = all_mode ? r0 : 0; /* MODE_LAST computes only the pass's last row */
+        if (rows && s->logits)
+            CK(cudaMemcpyAsync(s->logits + at * V, g->logits + (size_t)dev_r0 * V,
+                               sizeof(float) * (size_t)rows * V, cudaMemcpyDeviceToHost,
+                               g->stream));
+        if (s->taps && g->taps)
+            CK(cudaMemcpyAsync(s->taps + (size_t)done[i] * g->n_taps * H,
+                               g->taps + (size_t)row * g->n_taps * H,
+                               sizeof(float) * (size_t)ps[i].n * g->n_taps * H,
+                               cudaMemcpyDeviceToHost, g->stream));
+    }
+    if (mode == MODE_GREEDY_ALL || mode == MODE_GREEDY_LAST) {
+        int T = 0;
+        for (int i = 0; i < n; i++) T += ps[i].n;
+        CK(cudaMemcpyAsync(g->hids, g->out_ids, sizeof(int32_t) * (size_t)(all_mode ? T : 1),
+                           cudaMemcpyDeviceToHost, g->stream));
+    }
+    CK(cudaStreamSynchronize(g->stream)); /* the pinned parameters are reused next pass */
+    CK(cudaGetLastError());
+    if (mode != MODE_GREEDY_ALL && mode != MODE_GREEDY_LAST) return OK;
+    for (int i = 0, row = 0; i < n; row += ps[i].n, i++) {
+        gpu_seq_io *s = &io[i];
+        if (!s->out_ids) continue;
+        if (s->all_rows) {
+            memcpy(s->out_ids + done[i], g->hids + (all_mode ? row : 0),
+                   sizeof(int32_t) * (size_t)ps[i].n);
+        } else if (done[i] + ps[i].n == s->n) {
+            s->out_ids[0] = g->hids[all_mode ? row + ps[i].n - 1 : 0];
         }
-        int rc = pass(g, kv, pos0 + done, ids + done, T, mode);
-        if (rc) return rc;
-        int rows = mode == MODE_ALL || mode == MODE_GREEDY_ALL ? T : 1;
-        size_t at = all_rows ? (size_t)done : 0;
-        if (mode == MODE_ALL || mode == MODE_LAST)
-            CK(cudaMemcpyAsync(logits + at * V, g->logits, sizeof(float) * (size_t)rows * V,
-                               cudaMemcpyDeviceToHost, g->stream));
-        if (mode == MODE_GREEDY_ALL || mode == MODE_GREEDY_LAST)
-            CK(cudaMemcpyAsync(g->hids, g->out_ids, sizeof(int32_t) * (size_t)rows,
-                               cudaMemcpyDeviceToHost, g->stream));
-        CK(cudaStreamSynchronize(g->stream)); /* the pinned parameters are reused next chunk */
-        CK(cudaGetLastError());
-        if (mode == MODE_GREEDY_ALL || mode == MODE_GREEDY_LAST)
-            memcpy(out_ids + at, g->hids, sizeof(int32_t) * (size_t)rows);
+    }
+    return OK;
+}
+
+extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
+    for (int i = 0; i < n; i++)
+        if (io[i].n < 1 || io[i].pos0 < 0 || io[i].pos0 + io[i].n > io[i].kv->cap) return ERR_FULL;
+    int done[GPU_SEQS];
+    pass_seq ps[GPU_SEQS];
+    for (int first = 0; first < n;) {
+        int k = n - first < GPU_SEQS ? n - first : GPU_SEQS;
+        gpu_seq_io *io_k = io + first;
+        for (int i = 0; i < k; i++) done[i] = 0;
+        for (;;) { /* passes until every sequence of this group has run all its rows */
+            int T = 0, m = 0, idx[GPU_SEQS], ids = 0, out = 0, all = 0;
+            for (int i = 0; i < k && T < GPU_ROWS; i++) {
+                if (done[i] == io_k[i].n) continue;
+                int take = io_k[i].n - done[i];
+                if (take > GPU_ROWS - T) take = GPU_ROWS - T;
+                ps[m] = (pass_seq){io_k[i].kv, io_k[i].pos0 + done[i], take, io_k[i].ids + done[i]};
+                idx[m++] = i;
+                T += take;
+                int last = done[i] + take == io_k[i].n;
+                if (io_k[i].all_rows || last) {
+                    out |= io_k[i].logits != NULL || io_k[i].out_ids != NULL;
+                    ids |= io_k[i].out_ids != NULL;
+                    all |= io_k[i].all_rows;
+                }
+            }
+            if (!m) break;
+            int single_last = m == 1 && !all && done[idx[0]] + ps[0].n == io_k[idx[0]].n;
+            int mode = !out          ? MODE_NONE
+                       : single_last ? (ids ? MODE_GREEDY_LAST : MODE_LAST)
+                                     : (ids ? MODE_GREEDY_ALL : MODE_ALL);
+            int rc = pass(g, ps, m, T, mode);
+            gpu_seq_io sub[GPU_SEQS];
+            int dsub[GPU_SEQS];
+            for (int j = 0; j < m; j++) sub[j] = io_k[idx[j]], dsub[j] = done[idx[j]];
+            if (!rc) rc = collect(g, sub, dsub, ps, m, mode);
+            if (rc) return rc;
+            for (int j = 0; j < m; j++) done[idx[j]] += ps[j].n;
+        }
+        first += k;
     }
     return OK;
 }
 
 extern "C" int gpu_forward(gpu_model *g, gpu_kv *kv, int pos0, const int32_t *ids, int n,
                            float *logits, int all_rows) {
-    return forward(g, kv, pos0, ids, n, logits, NULL, all_rows);
+    gpu_seq_io s = {kv, pos0, ids, n, logits, NULL, NULL, all_rows};
+    return gpu_forward_batch(g, &s, 1);
 }
 
 extern "C" int gpu_forward_greedy(gpu_model *g, gpu_kv *kv, int pos0, const int32_t *ids, int n,
                                   int32_t *out_ids, int all_rows) {
-    return forward(g, kv, pos0, ids, n, NULL, out_ids, all_rows);
+    gpu_seq_io s = {kv, pos0, ids, n, NULL, out_ids, NULL, all_rows};
+    return gpu_forward_batch(g, &s, 1);
+}
+
+extern "C" int gpu_set_taps(gpu_model *g, const int *layers, int n) {
+    if (n < 0 || n > MAX_TAPS_GPU) return ERR_ARG;
+    int same = n == g->n_taps;
+    for (int i = 0; same && i < n; i++)
+        same = layers[i] >= 0 && layers[i] < g->d.n_layers && g->tap_of[layers[i]] == i;
+    if (same) return OK; /* keep the captured graphs */
+    if (n > 0 && !g->taps) {
+        int rc =
+            dev_alloc(g, (void **)&g->taps, sizeof(float) * GPU_ROWS * (size_t)MAX_TAPS_GPU * g->H);
+        if (rc) return rc;
+    }
+    for (int i = 0; i < GPU_MAX_LAYERS; i++) g->tap_of[i] = -1;
+    for (int i = 0; i < n; i++) {
+        if (layers[i] < 0 || layers[i] >= g->d.n_layers) return ERR_ARG;
+        if (g->tap_of[layers[i]] >= 0) {
+            log_error("layer %d is tapped twice: the GPU taps each layer once", layers[i]);
+            return ERR_UNSUPPORTED;
+        }
+        g->tap_of[layers[i]] = i;
+    }
+    g->n_taps = n;
+    for (int t = 0; t <= GPU_GROUP; t++) /* the graphs hold the tap copies */
+        for (int m = 0; m < GPU_MODES; m++)
+            if (g->graphs[t][m].exec) {
+                cudaGraphExecDestroy(g->graphs[t][m].exec);
+                g->graphs[t][m].exec = NULL;
+            }
+    return OK;
 }

@@ -90,7 +90,6 @@ static size_t mm_smem(int NT) { /* max(two input chunks, per-warp tiles + final 
 __device__ void qkv_epilogue(const qkv_epi &e, const float *val, int T, int row0, int M) {
     const int D = e.D, half = D / 2, QD = e.nh * D, KD = e.nkv * D;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hpb = 128 / D;
-    const int pos0 = e.sp->pos0 + row0;
     for (int task = warp; task < T * hpb; task += 8) { /* a warp per (row, head) */
         int t = task / hpb, hh = task % hpb, m0 = blockIdx.x * 128 + hh * D;
         if (m0 >= M) continue;
@@ -99,9 +98,11 @@ __device__ void qkv_epilogue(const qkv_epi &e, const float *val, int T, int row0
                    : m0 < QD + KD ? 1
                                   : 2,
             h = kind == 0 ? m0 / D : (m0 - QD - (kind - 1) * KD) / D;
-        size_t cache = (((size_t)e.layer * e.nkv + h) * e.sp->cap + pos0 + t) * D;
+        float *kc, *vc;
+        size_t cache = row_cache(e.sp, row0 + t, e.layer, e.nkv, h, D, &kc, &vc);
+        const int pos = row_pos(e.sp, row0 + t);
         if (kind == 2) {
-            for (int d = lane; d < D; d += 32) e.sp->vc[cache + d] = x[d];
+            for (int d = lane; d < D; d += 32) vc[cache + d] = x[d];
             continue;
         }
         const float *nw = kind == 0 ? e.q_norm : e.k_norm;
@@ -115,14 +116,14 @@ __device__ void qkv_epilogue(const qkv_epi &e, const float *val, int T, int row0
         for (int i = lane; i < half; i += 32) {
             float a = x[i], b = x[i + half];
             if (nw) a = nw[i] * (a * inv), b = nw[i + half] * (b * inv);
-            float ang = (float)(pos0 + t) * e.inv_freq[i];
+            float ang = (float)pos * e.inv_freq[i];
             float c = (float)cos((double)ang), sn = (float)sin((double)ang);
             float ra = a * c - b * sn, rb = b * c + a * sn;
             if (kind == 0) {
                 float *o = e.q + ((size_t)(row0 + t) * e.nh + h) * D;
                 o[i] = ra, o[i + half] = rb;
             } else {
-                e.sp->kc[cache + i] = ra, e.sp->kc[cache + i + half] = rb;
+                kc[cache + i] = ra, kc[cache + i + half] = rb;
             }
         }
     }

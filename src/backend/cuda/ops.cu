@@ -18,6 +18,21 @@ cudaError_t embed_launch(gpu_model *g, int T) {
                   g->embed, g->embed_dtype, g->H, T);
 }
 
+/* taps[t][slot] = x[t] for the T rows of the pass (n_taps slots per row) */
+__global__ void k_tap(float *taps, const float *x, int slot, int n_taps, int H, int T) {
+    pdl_wait();
+    pdl_launch();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * H) return;
+    int t = (int)(i / H), c = (int)(i % H);
+    taps[((size_t)t * n_taps + slot) * H + c] = __ldcg(x + i);
+}
+
+cudaError_t tap_launch(gpu_model *g, int slot, int T) {
+    return launch(k_tap, dim3(cdiv((size_t)T * g->H, 256)), dim3(256), 0, g->stream, g->taps, g->x,
+                  slot, g->n_taps, g->H, T);
+}
+
 __global__ void __launch_bounds__(256)
     k_norm_split(uint16_t *xb, int KT, const float *x, int row0, const float *w, int H, float eps) {
     pdl_wait();

@@ -78,7 +78,7 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
             c.w = &g->lm_head, c.xb = g->xa, c.y = g->logits, c.ldy = g->V;
             break;
         case OP_ATTN:
-            e = attn_launch(g, li, n);
+            e = attn_launch(g, li, n, 0, n);
             break;
         case OP_NORM:
             e = norm_launch(g, g->xa, l->attn_norm, 0, n);
@@ -114,8 +114,9 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
 extern "C" int gpu_profile(gpu_model *g, gpu_kv *kv, int pos0, int n, gpu_op_time *out, int max) {
     if (n < 1 || n > GPU_GROUP || pos0 + n > kv->cap) return ERR_ARG;
     step_params *sp = g->hsp;
-    sp->pos0 = pos0, sp->cap = kv->cap, sp->kc = kv->k, sp->vc = kv->v;
-    for (int i = 0; i < n; i++) sp->ids[i] = 0;
+    sp->n_seq = 1;
+    sp->seq[0] = (seq_params){0, n, pos0, kv->cap, kv->k, kv->v};
+    for (int i = 0; i < n; i++) sp->ids[i] = 0, sp->row_seq[i] = 0;
     CK(cudaMemcpy(g->dsp, sp, sizeof *sp, cudaMemcpyHostToDevice));
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
