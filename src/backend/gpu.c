@@ -42,6 +42,26 @@ void gpu_kv_free(struct gpu_kv *kv) {
     (void)kv;
 }
 
+int gpu_kv_copy(struct gpu_kv *dst, const struct gpu_kv *src, int n, int heads, int D) {
+    (void)dst, (void)src, (void)n, (void)heads, (void)D;
+    return ERR_UNSUPPORTED;
+}
+
+int gpu_kv_export(const struct gpu_kv *kv, int n, int heads, int D, float *out) {
+    (void)kv, (void)n, (void)heads, (void)D, (void)out;
+    return ERR_UNSUPPORTED;
+}
+
+int gpu_kv_import(struct gpu_kv *kv, const float *in, int n_in, int n, int heads, int D) {
+    (void)kv, (void)in, (void)n_in, (void)n, (void)heads, (void)D;
+    return ERR_UNSUPPORTED;
+}
+
+int gpu_kv_grow(struct gpu_kv *kv, int cap, int len, int heads, int D) {
+    (void)kv, (void)cap, (void)len, (void)heads, (void)D;
+    return ERR_UNSUPPORTED;
+}
+
 int gpu_forward(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids, int n,
                 float *logits, int all_rows) {
     (void)g, (void)kv, (void)pos0, (void)ids, (void)n, (void)logits, (void)all_rows;

@@ -63,7 +63,12 @@ void kv_truncate(struct kv_cache *kv, int n) {
 
 int kv_reserve(struct kv_cache *kv, int cap) {
     if (cap <= kv->cap) return OK;
-    if (kv->gpu) return ERR_UNSUPPORTED; /* device caches do not grow yet */
+    if (kv->gpu) {
+        int rc = gpu_kv_grow(kv->gpu, cap, kv->len, (int)((size_t)kv->n_layers * kv->n_kv_heads),
+                             kv->head_dim);
+        if (!rc) kv->cap = cap;
+        return rc;
+    }
     size_t D = (size_t)kv->head_dim, heads = (size_t)kv->n_layers * kv->n_kv_heads;
     float *k = malloc(sizeof(float) * heads * (size_t)cap * D);
     float *v = malloc(sizeof(float) * heads * (size_t)cap * D);
@@ -98,10 +103,15 @@ size_t kv_row_floats(const struct kv_cache *kv) {
 }
 
 int kv_copy_prefix(struct kv_cache *dst, const struct kv_cache *src, int n) {
-    if (dst->gpu || src->gpu) return ERR_UNSUPPORTED;
+    if (!dst->gpu != !src->gpu) return ERR_UNSUPPORTED;
     if (n < 0 || n > src->len || n > dst->cap || dst->n_layers != src->n_layers ||
         dst->n_kv_heads != src->n_kv_heads || dst->head_dim != src->head_dim)
         return ERR_ARG;
+    if (dst->gpu) {
+        int rc = gpu_kv_copy(dst->gpu, src->gpu, n, (int)heads_of(src), src->head_dim);
+        if (!rc) dst->len = n;
+        return rc;
+    }
     size_t D = (size_t)src->head_dim, rows = sizeof(float) * (size_t)n * D;
     for (size_t h = 0; h < heads_of(src); h++) {
         memcpy(dst->k + h * (size_t)dst->cap * D, src->k + h * (size_t)src->cap * D, rows);
@@ -112,8 +122,8 @@ int kv_copy_prefix(struct kv_cache *dst, const struct kv_cache *src, int n) {
 }
 
 int kv_export(const struct kv_cache *kv, int n, float *out) {
-    if (kv->gpu) return ERR_UNSUPPORTED;
     if (n < 0 || n > kv->len) return ERR_ARG;
+    if (kv->gpu) return gpu_kv_export(kv->gpu, n, (int)heads_of(kv), kv->head_dim, out);
     size_t D = (size_t)kv->head_dim, per = (size_t)n * D, H = heads_of(kv);
     for (size_t h = 0; h < H; h++) {
         memcpy(out + h * per, kv->k + h * (size_t)kv->cap * D, sizeof(float) * per);
@@ -123,8 +133,12 @@ int kv_export(const struct kv_cache *kv, int n, float *out) {
 }
 
 int kv_import(struct kv_cache *kv, const float *in, int n_in, int n) {
-    if (kv->gpu) return ERR_UNSUPPORTED;
     if (n < 0 || n > n_in || n > kv->cap) return ERR_ARG;
+    if (kv->gpu) {
+        int rc = gpu_kv_import(kv->gpu, in, n_in, n, (int)heads_of(kv), kv->head_dim);
+        if (!rc) kv->len = n;
+        return rc;
+    }
     size_t D = (size_t)kv->head_dim, per = (size_t)n_in * D, H = heads_of(kv);
     for (size_t h = 0; h < H; h++) {
         memcpy(kv->k + h * (size_t)kv->cap * D, in + h * per, sizeof(float) * (size_t)n * D);

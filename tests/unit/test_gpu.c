@@ -7,6 +7,7 @@
 #include "test.h"
 
 #include "backend/gpu.h"
+#include "cache/prefix.h"
 #include "base/fs.h"
 #include "engine/generate.h"
 #include "format/safetensors.h"
@@ -14,8 +15,10 @@
 #include "spec/block_model.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int argmax(const float *x, int n) {
     int b = 0;
@@ -306,6 +309,70 @@ TEST(gpu_engine_batch) {
     model_free(m);
 }
 
+static int same_ids(const struct gen_result *a, const struct gen_result *b) {
+    return a->n_ids == b->n_ids && !memcmp(a->ids, b->ids, sizeof(int32_t) * (size_t)a->n_ids);
+}
+
+/* The prefix cache over device caches: a follow-up turn served from RAM (a device-to-device
+ * copy) and from the spill folder (exported to and imported from the host) prefills only its
+ * suffix and answers as a cold run does, in baseline and dspark modes. */
+TEST(gpu_prefix_cache) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder-dspark")) SKIP("models/ absent");
+    struct model *m;
+    struct block_model *ds;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2, .gpu = 1}, &m) == 0);
+    REQUIRE(block_model_load("models/pycoder-dspark", m, &ds) == 0);
+    char dir[] = "/tmp/dspark-gpu-spill-XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    int ok = 0, runs = 0;
+    for (int mode = 0; mode < 2; mode++) {
+        struct prefix_cache *pc;
+        REQUIRE(prefix_cache_new(m, &(struct prefix_cache_opts){.max_entries = 1, .spill_dir = dir},
+                                 &pc) == 0);
+        struct gen_engine cached = {.target = m, .block = ds, .cache = pc},
+                          plain = {.target = m, .block = ds};
+        struct gen_params gp = {.max_tokens = 24,
+                                .ignore_eos = 1,
+                                .top_logprobs = -1,
+                                .mode = mode ? GEN_DSPARK : GEN_BASELINE};
+        int32_t p1[120], other[40], p2[160], p3[190];
+        for (int i = 0; i < 120; i++) p1[i] = 20 + (i * 131 + mode) % 8000;
+        for (int i = 0; i < 40; i++) other[i] = 30 + (i * 577) % 8000;
+        struct gen_result a, b, c, d, e, f;
+        REQUIRE(gen_run(&cached, p1, 120, &gp, NULL, NULL, &a) == 0);
+        REQUIRE(gen_run(&cached, other, 40, &gp, NULL, NULL, &b) == 0); /* turn 1 to disk */
+        memcpy(p2, p1, sizeof p1);
+        memcpy(p2 + 120, a.ids, sizeof(int32_t) * 24);
+        for (int i = 144; i < 160; i++) p2[i] = 40 + i;
+        REQUIRE(gen_run(&cached, p2, 160, &gp, NULL, NULL, &c) == 0); /* from disk */
+        REQUIRE(gen_run(&plain, p2, 160, &gp, NULL, NULL, &d) == 0);
+        memcpy(p3, p2, sizeof p2);
+        memcpy(p3 + 160, c.ids, sizeof(int32_t) * 24);
+        for (int i = 184; i < 190; i++) p3[i] = 50 + i;
+        REQUIRE(gen_run(&cached, p3, 190, &gp, NULL, NULL, &e) == 0); /* from RAM */
+        REQUIRE(gen_run(&plain, p3, 190, &gp, NULL, NULL, &f) == 0);
+        struct prefix_stats ps = prefix_cache_stats(pc);
+        printf("  %s on the GPU: follow-up from disk reused %d of 160 tokens, from RAM %d of 190; "
+               "outputs equal cold: %s, %s\n",
+               mode ? "dspark" : "baseline", c.stats.cached_tokens, e.stats.cached_tokens,
+               same_ids(&c, &d) ? "yes" : "NO", same_ids(&e, &f) ? "yes" : "NO");
+        runs++;
+        ok += ps.spill_reads >= 1 && c.stats.cached_tokens == 143 && e.stats.cached_tokens == 183 &&
+              same_ids(&c, &d) && same_ids(&e, &f);
+        gen_result_free(&a), gen_result_free(&b), gen_result_free(&c);
+        gen_result_free(&d), gen_result_free(&e), gen_result_free(&f);
+        prefix_cache_free(pc);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s/*", dir);
+        CHECK(system(cmd) == 0);
+    }
+    CHECK(ok == runs);
+    rmdir(dir);
+    block_model_free(ds);
+    model_free(m);
+}
+
 /* test_gpu [NAME...]: only the named tests (e.g. under compute-sanitizer) */
 static int wanted(int argc, char **argv, const char *name) {
     if (argc < 2) return 1;
@@ -320,5 +387,6 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_exact_modes")) RUN(gpu_exact_modes);
     if (wanted(argc, argv, "gpu_multi_sequence")) RUN(gpu_multi_sequence);
     if (wanted(argc, argv, "gpu_engine_batch")) RUN(gpu_engine_batch);
+    if (wanted(argc, argv, "gpu_prefix_cache")) RUN(gpu_prefix_cache);
     return test_report();
 }

@@ -263,6 +263,7 @@ struct gpu_model {
 struct gpu_kv {
     float *k, *v; /* [n_layers][n_kv][cap][D] */
     int cap;
+    int max_cap; /* the model's positions: attention's scratch holds no more */
 };
 
 #define ARGMAX_BLOCKS 32

@@ -280,8 +280,63 @@ extern "C" int gpu_kv_new(gpu_model *g, int cap, gpu_kv **out) {
         gpu_kv_free(kv);
         return ERR_NOMEM;
     }
-    kv->cap = cap;
+    kv->cap = cap, kv->max_cap = g->d.max_pos;
     *out = kv;
+    return OK;
+}
+
+/* rows [0, n) of each of heads blocks: from pitch sp floats to pitch dp floats */
+static int copy_rows(void *dst, size_t dp, const void *src, size_t sp, int n, int heads, int D,
+                     cudaMemcpyKind kind) {
+    if (n <= 0) return OK;
+    CK(cudaMemcpy2D(dst, dp * sizeof(float), src, sp * sizeof(float), (size_t)n * D * sizeof(float),
+                    (size_t)heads, kind));
+    return OK;
+}
+
+extern "C" int gpu_kv_copy(gpu_kv *dst, const gpu_kv *src, int n, int heads, int D) {
+    if (n > dst->cap || n > src->cap) return ERR_ARG;
+    size_t dp = (size_t)dst->cap * D, sp = (size_t)src->cap * D;
+    int rc = copy_rows(dst->k, dp, src->k, sp, n, heads, D, cudaMemcpyDeviceToDevice);
+    return rc ? rc : copy_rows(dst->v, dp, src->v, sp, n, heads, D, cudaMemcpyDeviceToDevice);
+}
+
+extern "C" int gpu_kv_export(const gpu_kv *kv, int n, int heads, int D, float *out) {
+    size_t per = (size_t)n * D, sp = (size_t)kv->cap * D;
+    int rc = copy_rows(out, per, kv->k, sp, n, heads, D, cudaMemcpyDeviceToHost);
+    return rc ? rc
+              : copy_rows(out + heads * per, per, kv->v, sp, n, heads, D, cudaMemcpyDeviceToHost);
+}
+
+extern "C" int gpu_kv_import(gpu_kv *kv, const float *in, int n_in, int n, int heads, int D) {
+    if (n > kv->cap || n > n_in) return ERR_ARG;
+    size_t per = (size_t)n_in * D, dp = (size_t)kv->cap * D;
+    int rc = copy_rows(kv->k, dp, in, per, n, heads, D, cudaMemcpyHostToDevice);
+    return rc ? rc
+              : copy_rows(kv->v, dp, in + heads * per, per, n, heads, D, cudaMemcpyHostToDevice);
+}
+
+extern "C" int gpu_kv_grow(gpu_kv *kv, int cap, int len, int heads, int D) {
+    if (cap <= kv->cap) return OK;
+    if (cap > kv->max_cap) {
+        log_error("a GPU KV cache of %d positions exceeds the model's %d", cap, kv->max_cap);
+        return ERR_ARG;
+    }
+    gpu_kv bigger = {NULL, NULL, cap, kv->max_cap};
+    size_t bytes = sizeof(float) * (size_t)heads * cap * D;
+    if (cudaMalloc(&bigger.k, bytes) != cudaSuccess ||
+        cudaMalloc(&bigger.v, bytes) != cudaSuccess) {
+        if (bigger.k) cudaFree(bigger.k);
+        log_error("cannot grow a GPU KV cache to %d positions (%.1f MB)", cap, 2.0 * bytes / 1e6);
+        return ERR_NOMEM;
+    }
+    int rc = gpu_kv_copy(&bigger, kv, len, heads, D);
+    if (rc) {
+        cudaFree(bigger.k), cudaFree(bigger.v);
+        return rc;
+    }
+    cudaFree(kv->k), cudaFree(kv->v);
+    *kv = bigger;
     return OK;
 }
 
