@@ -44,7 +44,8 @@ int cli_mode_auto(const char *model_dir, const char *drafter, int gpu, enum gen_
         *drafter_out = buf;
         fprintf(stderr, "mode auto: %s (%s %s%s)\n", registry_mode_name(c.mode),
                 given >= 0 ? "given drafter" : "drafter", buf,
-                gpu && given < 0 ? "; the GPU backend runs no DSpark or DFlash drafter yet" : "");
+                gpu && given < 0 ? "; with --gpu DSpark and DFlash drafters run on the CPU, slower"
+                                 : "");
     } else {
         fprintf(stderr,
                 "mode auto: lookup (no %sdraft model found for %s; `dspark models` shows the "

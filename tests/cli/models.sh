@@ -63,7 +63,7 @@ grep -q "mode auto: draft (given drafter models/pycoder-draft)" "$tmp/given.err"
 # on the GPU the block drafters are passed over (whether or not this build has CUDA)
 "$D" generate --model $M --prompt "$P" --max-tokens 8 --mode auto --gpu --no-progress \
     >/dev/null 2>"$tmp/gpu.err"
-grep -q "mode auto: draft (drafter models/pycoder-draft; the GPU backend runs no DSpark" \
+grep -q "mode auto: draft (drafter models/pycoder-draft; with --gpu DSpark and DFlash" \
     "$tmp/gpu.err" && ok "--gpu: auto picks the draft model" || bad "--gpu auto"
 # a copy of the target alone, run elsewhere (no ./models): nothing fits, n-gram lookup
 mkdir -p "$tmp/alone/solo"
