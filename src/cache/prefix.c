@@ -2,11 +2,11 @@
  * lookups compare token prefixes, which is cheap next to the prefill they save.
  * A hit that reuses a whole entry nobody holds lends the entry's own cache to the sequence (no
  * copy: the usual follow-up turn). The entry stays listed: while lent, its rows [0, n) are
- * still valid, because the sequence only writes after its prompt, so other sequences can copy
- * them. Other hits copy the prefix's rows into a new cache. A lent cache comes back through
- * prefix_cache_put(), which replaces the entry with the longer sequence. An entry's storage is
- * shrunk to the rows it holds when it comes in. GPU caches cannot be copied on the host yet:
- * they are only ever lent. A drafter context is never lent: the sequence copies its rows. */
+ * still valid, because the sequence only writes after its prompt, so other sequences can share
+ * them. Other hits get a cache that reads the prefix's rows from the entry's (kv_new_shared; a
+ * copy on the GPU). A lent cache comes back through prefix_cache_put(), which replaces the
+ * entry with the longer sequence. An entry's storage is shrunk to the rows it holds when it
+ * comes in. A drafter context is never lent: the sequence copies its rows. */
 #include "cache/prefix.h"
 
 #include "base/err.h"
@@ -114,7 +114,8 @@ static void touch(struct prefix_cache *pc, int i) {
     pc->e[pc->n - 1] = e;
 }
 
-/* The first len rows of RAM entry i: the entry's own cache when it can be lent, else a copy. */
+/* The first len rows of RAM entry i: the entry's own cache when it can be lent, else a cache
+ * that shares them (a copy on the GPU). */
 static struct kv_cache *from_ram(struct prefix_cache *pc, int i, int len, int cap) {
     struct entry *e = &pc->e[i];
     struct kv_cache *kv = NULL;
@@ -122,8 +123,10 @@ static struct kv_cache *from_ram(struct prefix_cache *pc, int i, int len, int ca
         pc->st.bytes -= kv_bytes(e->kv); /* the sequence's now; counted again when back */
         e->lent = 1;
         kv = e->kv;
-    } else if (kv_new(pc->m, cap, &kv) == OK && kv_copy_prefix(kv, e->kv, len)) {
-        kv_free(kv), kv = NULL;
+    } else if (kv_new_shared(pc->m, cap, e->kv, len, &kv) == OK) {
+        pc->st.shared_tokens += kv_shared(kv);
+    } else {
+        kv = NULL;
     }
     if (kv) touch(pc, i);
     return kv;

@@ -47,6 +47,7 @@ struct prefix_ctx {
 struct prefix_stats {
     long hits, misses;
     long reused_tokens; /* prompt tokens not prefilled thanks to the cache */
+    long shared_tokens; /* of those, tokens whose rows a sequence reads from an entry (no copy) */
     int entries;
     size_t bytes;
     /* the spill folder */

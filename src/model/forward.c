@@ -33,13 +33,13 @@ static void embed_rows(const struct model *m, const int32_t *ids, int T, float *
 static void kv_store(struct kv_cache *kv, int layer, int pos0, int T, const float *k,
                      const float *v) {
     int D = kv->head_dim, nkv = kv->n_kv_heads;
-    for (int h = 0; h < nkv; h++) {
-        size_t base = (((size_t)layer * nkv + h) * kv->cap + (size_t)pos0) * D;
+    for (int h = 0; h < nkv; h++)
         for (int t = 0; t < T; t++) {
-            memcpy(kv->k + base + (size_t)t * D, k + ((size_t)t * nkv + h) * D, sizeof(float) * D);
-            memcpy(kv->v + base + (size_t)t * D, v + ((size_t)t * nkv + h) * D, sizeof(float) * D);
+            memcpy(kv_row(kv, 0, layer, h, pos0 + t), k + ((size_t)t * nkv + h) * D,
+                   sizeof(float) * D);
+            memcpy(kv_row(kv, 1, layer, h, pos0 + t), v + ((size_t)t * nkv + h) * D,
+                   sizeof(float) * D);
         }
-    }
 }
 
 /* Rows [row0, row0 + n) of the step belong to one sequence, at positions pos0.. of kv. */
@@ -73,15 +73,21 @@ static void attention_block(struct model *m, const struct seg *sg, int n_seg, in
         cpu_rope(q, g->n, c->n_heads, D, g->pos0, m->inv_freq, bf);
         cpu_rope(k, g->n, c->n_kv_heads, D, g->pos0, m->inv_freq, bf);
         kv_store(g->kv, li, g->pos0, g->n, k, m->v + (size_t)g->row0 * KD);
-        size_t layer_off = (size_t)li * c->n_kv_heads * g->kv->cap * D;
+        const struct kv_cache *kv = g->kv, *b = kv->base;
+        int own = kv->cap - kv->nb; /* own rows per head, from position nb */
+        size_t layer_off = (size_t)li * c->n_kv_heads * own * D;
         struct cpu_attn a = {
             .out = m->att + (size_t)g->row0 * QD,
             .q = q,
-            .k = g->kv->k + layer_off,
-            .v = g->kv->v + layer_off,
+            .k = kv->k + layer_off,
+            .v = kv->v + layer_off,
+            .kb = b ? b->k + (size_t)li * c->n_kv_heads * b->cap * D : NULL,
+            .vb = b ? b->v + (size_t)li * c->n_kv_heads * b->cap * D : NULL,
+            .nb = kv->nb,
+            .cap_b = b ? b->cap : 0,
             .n = g->n,
             .pos0 = g->pos0,
-            .cap = g->kv->cap,
+            .cap = own,
             .n_heads = c->n_heads,
             .n_kv_heads = c->n_kv_heads,
             .head_dim = D,
@@ -146,6 +152,10 @@ static int check_ids(const struct model *m, struct kv_cache *kv, const int32_t *
     if (n > kv->cap - kv->len) {
         log_error("context full: %d positions held, %d more do not fit in %d", kv->len, n, kv->cap);
         return ERR_FULL;
+    }
+    if (kv->len < kv->nb) { /* a rollback into shared rows that could not be copied */
+        log_error("out of memory: the cache's shared prefix could not be made its own");
+        return ERR_NOMEM;
     }
     for (int i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= m->cfg.vocab_size) {

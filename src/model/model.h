@@ -37,15 +37,23 @@ size_t model_weight_bytes(const struct model *m); /* bytes read per decode step 
 
 /* A KV cache for up to max_ctx positions (<= 0: the model's max_position_embeddings). */
 int kv_new(const struct model *m, int max_ctx, struct kv_cache **out);
+/* A cache holding src's first n positions without copying them: it reads src's rows (or the
+ * rows src itself shares) and keeps src alive until both are freed, so any number of caches can
+ * share one prefix. src must not change those rows while shared (the prefix cache's entries
+ * never do). A device cache gets a copy instead. */
+int kv_new_shared(const struct model *m, int max_ctx, struct kv_cache *src, int n,
+                  struct kv_cache **out);
+int kv_shared(const struct kv_cache *kv); /* positions read from another cache */
 void kv_free(struct kv_cache *kv);
 int kv_len(const struct kv_cache *kv); /* positions held */
 int kv_capacity(const struct kv_cache *kv);
-void kv_truncate(struct kv_cache *kv, int n); /* roll back to the first n positions */
+/* Rolls back to the first n positions (below the shared ones, they are copied first). */
+void kv_truncate(struct kv_cache *kv, int n);
 /* Makes room for at least cap positions (keeping the contents), up to max_position_embeddings.
  * ERR_NOMEM leaves the cache as it was. */
 int kv_reserve(struct kv_cache *kv, int cap);
-size_t kv_bytes(const struct kv_cache *kv); /* memory held */
-/* ---- moving rows between caches (host caches only: a GPU cache gives ERR_UNSUPPORTED) ---- */
+size_t kv_bytes(const struct kv_cache *kv); /* memory held (shared rows count with their owner) */
+/* ---- moving rows between caches (a host and a device cache: ERR_UNSUPPORTED) ---- */
 size_t kv_row_floats(const struct kv_cache *kv); /* K and V floats of one position */
 /* dst (same model, capacity >= n) gets src's first n positions and holds exactly those. */
 int kv_copy_prefix(struct kv_cache *dst, const struct kv_cache *src, int n);

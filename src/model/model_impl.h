@@ -37,11 +37,25 @@ struct model {
 
 struct kv_cache {
     int n_layers, n_kv_heads, head_dim;
-    int cap;            /* positions per head */
-    int len;            /* positions filled */
-    float *k;           /* [n_layers][n_kv_heads][cap][D] */
-    float *v;           /* same */
+    int cap; /* positions per head, the shared ones included */
+    int len; /* positions filled */
+    /* own rows: [n_layers][n_kv_heads][cap - nb][D], row r holding position nb + r */
+    float *k, *v;
+    /* positions [0, nb) are the first rows of base, shared and never written here; base
+     * holds no base of its own */
+    struct kv_cache *base;
+    int nb;
+    int refs;           /* 1 + the caches using this one as their base */
     struct gpu_kv *gpu; /* the K/V in device memory instead, for GPU models */
 };
+
+/* Position j's K (or V, with v != 0) row of (layer, kv head h). */
+static inline float *kv_row(const struct kv_cache *kv, int v, int layer, int h, int j) {
+    const struct kv_cache *src = j < kv->nb ? kv->base : kv;
+    int rows = src->cap - src->nb;
+    size_t off = (((size_t)layer * kv->n_kv_heads + h) * rows + (size_t)(j - src->nb)) *
+                 (size_t)kv->head_dim;
+    return (v ? src->v : src->k) + off;
+}
 
 #endif

@@ -114,6 +114,9 @@ char *metrics_render(struct server *s) {
             m.cache_misses);
     counter(&o, "dspark_prefix_cache_reused_tokens_total", "Prompt tokens not prefilled.",
             m.cache_reused_tokens);
+    counter(&o, "dspark_prefix_cache_shared_tokens_total",
+            "Reused tokens whose rows a sequence reads from a cache entry instead of a copy.",
+            m.cache_shared_tokens);
     gauge(&o, "dspark_prefix_cache_bytes", "Memory held by the prefix cache.",
           (double)m.cache_bytes);
     counter(&o, "dspark_prefix_cache_spill_writes_total",

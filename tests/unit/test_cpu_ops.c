@@ -158,20 +158,20 @@ TEST(attention) {
         for (size_t i = 0; i < qn; i++) q[i] = 2 * frand();
         for (size_t i = 0; i < kn; i++) k[i] = 2 * frand(), v[i] = frand();
         for (int bf = 0; bf < 2; bf++) {
-            struct cpu_attn a = {out,
-                                 q,
-                                 k,
-                                 v,
-                                 n,
-                                 cases[ci].pos0,
-                                 cap,
-                                 H,
-                                 KVH,
-                                 D,
-                                 cases[ci].window,
-                                 1.0f / sqrtf((float)D),
-                                 bf,
-                                 cases[ci].noncausal};
+            struct cpu_attn a = {.out = out,
+                                 .q = q,
+                                 .k = k,
+                                 .v = v,
+                                 .n = n,
+                                 .pos0 = cases[ci].pos0,
+                                 .cap = cap,
+                                 .n_heads = H,
+                                 .n_kv_heads = KVH,
+                                 .head_dim = D,
+                                 .window = cases[ci].window,
+                                 .scale = 1.0f / sqrtf((float)D),
+                                 .bf16 = bf,
+                                 .noncausal = cases[ci].noncausal};
             cpu_attention(pools[1], &a);
             attn_ref(&a, ref);
             double err = 0;
@@ -200,6 +200,32 @@ TEST(attention) {
                 same = !memcmp(out, one, sizeof(float) * qn);
             }
             CHECK(same);
+            /* the first nb positions read from a shared prefix's rows (another buffer and
+             * stride), the rest from the cache's own: the same bits */
+            int nb = cases[ci].pos0 / 2 + 1, capb = nb + 5, own = cap - nb;
+            float *kb = malloc(sizeof(float) * KVH * capb * D),
+                  *vb = malloc(sizeof(float) * KVH * capb * D);
+            float *ko = malloc(sizeof(float) * KVH * own * D),
+                  *vo = malloc(sizeof(float) * KVH * own * D);
+            REQUIRE(kb && vb && ko && vo);
+            for (int g = 0; g < KVH; g++) {
+                size_t row = sizeof(float) * D;
+                for (int j = 0; j < cap; j++) {
+                    const float *ks = k + ((size_t)g * cap + j) * D,
+                                *vs = v + ((size_t)g * cap + j) * D;
+                    float *kd = j < nb ? kb + ((size_t)g * capb + j) * D
+                                       : ko + ((size_t)g * own + j - nb) * D;
+                    float *vd = j < nb ? vb + ((size_t)g * capb + j) * D
+                                       : vo + ((size_t)g * own + j - nb) * D;
+                    memcpy(kd, ks, row), memcpy(vd, vs, row);
+                }
+            }
+            struct cpu_attn sh = a;
+            sh.out = one, sh.k = ko, sh.v = vo, sh.kb = kb, sh.vb = vb, sh.nb = nb, sh.cap_b = capb;
+            sh.cap = own;
+            cpu_attention(pools[1], &sh);
+            CHECK(!memcmp(out, one, sizeof(float) * qn));
+            free(kb), free(vb), free(ko), free(vo);
         }
         free(q), free(k), free(v), free(out), free(one), free(ref);
     }

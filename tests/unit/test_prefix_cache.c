@@ -130,6 +130,51 @@ TEST(kv_rows_move_exactly) {
     model_free(m);
 }
 
+/* Caches over a shared prefix read the other cache's rows instead of copying them: they hold
+ * only their own rows, outlive the cache they share, continue bit for bit as a copy does, share
+ * through a cache that shares itself, and copy the rows before a rollback into them. */
+TEST(shared_prefix_rows) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *m = load(TARGET);
+    REQUIRE(m);
+    int V = model_config(m)->vocab_size;
+    int32_t ids[120];
+    tokens(ids, 120, 7);
+    struct kv_cache *a = prefilled(m, ids, 80), *b = NULL, *c = NULL, *d = NULL, *e = NULL;
+    REQUIRE(a && kv_new_shared(m, 200, a, 60, &b) == 0 && kv_new(m, 200, &c) == 0);
+    REQUIRE(kv_copy_prefix(c, a, 60) == 0);
+    CHECK(kv_shared(b) == 60 && kv_len(b) == 60 && same_rows(b, c, 60));
+    CHECK(kv_bytes(b) * 200 == kv_bytes(c) * 140); /* its own 140 positions only */
+    float *lb = malloc(sizeof(float) * V * 30), *lc = malloc(sizeof(float) * V * 30);
+    REQUIRE(lb && lc);
+    REQUIRE(model_forward(m, b, ids + 60, 20, lb, 1) == 0);
+    REQUIRE(model_forward(m, c, ids + 60, 20, lc, 1) == 0);
+    CHECK(!memcmp(lb, lc, sizeof(float) * V * 20));
+    kv_free(a); /* b still reads its rows */
+    REQUIRE(model_forward(m, b, ids + 80, 5, lb, 1) == 0);
+    REQUIRE(model_forward(m, c, ids + 80, 5, lc, 1) == 0);
+    CHECK(!memcmp(lb, lc, sizeof(float) * V * 5) && same_rows(b, c, 85));
+    /* from a cache that shares: the same base, b's own rows copied */
+    REQUIRE(kv_new_shared(m, 200, b, 75, &d) == 0);
+    CHECK(kv_shared(d) == 60 && same_rows(d, c, 75));
+    float *rb = malloc(sizeof(float) * kv_row_floats(c) * 75),
+          *rc = malloc(sizeof(float) * kv_row_floats(c) * 75);
+    REQUIRE(rb && rc && kv_export(d, 75, rb) == 0 && kv_export(c, 75, rc) == 0);
+    CHECK(!memcmp(rb, rc, sizeof(float) * kv_row_floats(c) * 75));
+    /* a rollback below the shared rows copies them first; the cache goes on exactly */
+    kv_truncate(d, 40);
+    kv_truncate(c, 40);
+    CHECK(kv_shared(d) == 0 && kv_len(d) == 40);
+    REQUIRE(model_forward(m, d, ids + 100, 20, lb, 1) == 0);
+    REQUIRE(model_forward(m, c, ids + 100, 20, lc, 1) == 0);
+    CHECK(!memcmp(lb, lc, sizeof(float) * V * 20));
+    /* more rows than the source holds are refused */
+    CHECK(kv_new_shared(m, 200, b, 86, &e) != 0 && !e);
+    free(lb), free(lc), free(rb), free(rc);
+    kv_free(b), kv_free(c), kv_free(d);
+    model_free(m);
+}
+
 TEST(spill_round_trip_survives_restart) {
     if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
     struct model *m = load(TARGET);
@@ -463,7 +508,7 @@ TEST(chunked_prefill_and_abandoned_sequences) {
     CHECK(same_ids(&whole, &r1) && same_ids(&whole, &r2));
     /* the finished sequences replaced the 70-token entry they extend */
     struct prefix_stats ps = prefix_cache_stats(pc);
-    CHECK(ps.entries == 1 && ps.hits == 2);
+    CHECK(ps.entries == 1 && ps.hits == 2 && ps.shared_tokens == 70); /* s2 read s1's rows */
     gen_result_free(&whole), gen_result_free(&chunked), gen_result_free(&r1);
     gen_result_free(&r2);
     prefix_cache_free(pc);
@@ -534,6 +579,7 @@ int main(void) {
     log_set_quiet(1);
     RUN(fingerprint_tells_models_apart);
     RUN(kv_rows_move_exactly);
+    RUN(shared_prefix_rows);
     RUN(spill_round_trip_survives_restart);
     RUN(corrupt_files_are_deleted_never_used);
     RUN(another_models_files_are_not_used);

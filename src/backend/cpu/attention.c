@@ -17,6 +17,23 @@
 /* Scores of a task's queries, per thread (no per-call malloc once warm). */
 static _Thread_local struct thread_buf scores_buf;
 
+/* One kv head's rows: position j < nb from the shared prefix, the rest from the cache's own. */
+struct rows {
+    const float *own, *shared;
+    int nb;
+};
+
+static inline struct rows head_rows(const struct cpu_attn *a, const float *own, const float *shared,
+                                    int g) {
+    const size_t D = (size_t)a->head_dim;
+    return (struct rows){own + (size_t)g * a->cap * D,
+                         shared ? shared + (size_t)g * a->cap_b * D : NULL, a->nb};
+}
+
+static inline const float *row_at(const struct rows *r, int j, int D) {
+    return j < r->nb ? r->shared + (size_t)j * D : r->own + (size_t)(j - r->nb) * D;
+}
+
 #ifdef __AVX512F__
 
 /* Lane i of the result is the sum of the 16 lanes of a[i], by the tree 16 -> 8 -> 4 -> 2 -> 1
@@ -41,7 +58,7 @@ static inline __m512 reduce16(const __m512 a[16]) {
 
 /* Scores of the keys [lo, p] for one query row q of one head, scaled (and rounded as the
  * bf16 path does), into sc[lo..p]; returns their maximum. */
-static float scores(const struct cpu_attn *a, const float *q, const float *k, int lo, int p,
+static float scores(const struct cpu_attn *a, const float *q, const struct rows *k, int lo, int p,
                     float *sc) {
     const int D = a->head_dim, nv = (D + 15) / 16;
     const __mmask16 dm = (D & 15) ? (__mmask16)((1u << (D & 15)) - 1) : 0xffff;
@@ -52,7 +69,7 @@ static float scores(const struct cpu_attn *a, const float *q, const float *k, in
         /* a partial block repeats key p in its unused lanes (masked off below), so every
          * loop here has a constant trip count and the accumulators stay in registers */
         const float *kr[16];
-        for (int i = 0; i < 16; i++) kr[i] = k + (size_t)(i < nk ? j0 + i : p) * D;
+        for (int i = 0; i < 16; i++) kr[i] = row_at(k, i < nk ? j0 + i : p, D);
         __m512 acc[16];
         for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
         for (int d = 0; d < nv; d++) {
@@ -107,8 +124,10 @@ struct query {
 /* out[0..D) of each query = sum over its keys j, in increasing order, of w_j * v[j], where sc
  * already holds the weights w_j. NQ (constant after inlining) queries share each load of a V
  * row; a query's sum has the same order whichever queries it shares the pass with. */
-static inline __attribute__((always_inline)) void
-weighted_sums_n(const int NQ, const struct cpu_attn *a, const float *v, const struct query *qs) {
+static inline __attribute__((always_inline)) void weighted_sums_n(const int NQ,
+                                                                  const struct cpu_attn *a,
+                                                                  const struct rows *v,
+                                                                  const struct query *qs) {
     const int D = a->head_dim;
     int lo_min = qs[0].lo, lo_max = qs[0].lo, p_min = qs[0].p, p_max = qs[0].p;
     for (int i = 1; i < NQ; i++) {
@@ -130,7 +149,7 @@ weighted_sums_n(const int NQ, const struct cpu_attn *a, const float *v, const st
             for (int c = 0; c < 4; c++) o[i][c] = _mm512_setzero_ps();
 #define ROW_LOAD(j)                                                                                \
     __m512 vr[4];                                                                                  \
-    for (int c = 0; c < 4; c++) vr[c] = _mm512_maskz_loadu_ps(m[c], v + (size_t)(j)*D + d0 + 16 * c)
+    for (int c = 0; c < 4; c++) vr[c] = _mm512_maskz_loadu_ps(m[c], row_at(v, j, D) + d0 + 16 * c)
 #define ROW_ADD(i, j)                                                                              \
     do {                                                                                           \
         __m512 vw = _mm512_set1_ps(qs[i].sc[j]);                                                   \
@@ -160,7 +179,7 @@ weighted_sums_n(const int NQ, const struct cpu_attn *a, const float *v, const st
     }
 }
 
-static void weighted_sums(const struct cpu_attn *a, const float *v, const struct query *qs,
+static void weighted_sums(const struct cpu_attn *a, const struct rows *v, const struct query *qs,
                           int nq) {
     switch (nq) {
     case 1:
@@ -207,8 +226,7 @@ static void attn_task(void *ctx, int ith, int nth) {
     for (int task = ith; task < n_tasks; task += nth) {
         const int g = task / row_blocks, t0 = task % row_blocks * rpt;
         const int t1 = t0 + rpt < a->n ? t0 + rpt : a->n;
-        const float *k = a->k + (size_t)g * a->cap * D;
-        const float *v = a->v + (size_t)g * a->cap * D;
+        const struct rows k = head_rows(a, a->k, a->kb, g), v = head_rows(a, a->v, a->vb, g);
         if (!sc || !qs || !mx) { /* no memory: the kernel has no error path, so NaN */
             for (int t = t0; t < t1; t++)
                 for (int i = 0; i < group * D; i++)
@@ -234,12 +252,12 @@ static void attn_task(void *ctx, int ith, int nth) {
                 int j0 = c0 > qs[i].lo ? c0 : qs[i].lo;
                 int j1 = c0 + KEY_CHUNK - 1 < qs[i].p ? c0 + KEY_CHUNK - 1 : qs[i].p;
                 if (j0 > j1) continue;
-                float m = scores(a, qs[i].q, k, j0, j1, qs[i].sc);
+                float m = scores(a, qs[i].q, &k, j0, j1, qs[i].sc);
                 mx[i] = m > mx[i] ? m : mx[i];
             }
         for (int i = 0; i < nq; i++) softmax_weights(qs[i].sc, qs[i].lo, qs[i].p, mx[i], a->bf16);
         for (int i = 0; i < nq; i += QMAX)
-            weighted_sums(a, v, qs + i, nq - i < QMAX ? nq - i : QMAX);
+            weighted_sums(a, &v, qs + i, nq - i < QMAX ? nq - i : QMAX);
     }
     if (qs != qbuf) free(qs), free(mx);
 }
@@ -270,11 +288,11 @@ static void attn_task(void *ctx, int ith, int nth) {
         int p = a->noncausal ? a->pos0 + a->n - 1 : a->pos0 + t;
         int lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
         const float *q = a->q + (size_t)task * D;
-        const float *k = a->k + (size_t)(h / group) * a->cap * D;
-        const float *v = a->v + (size_t)(h / group) * a->cap * D;
+        const struct rows k = head_rows(a, a->k, a->kb, h / group),
+                          v = head_rows(a, a->v, a->vb, h / group);
         float mx = -INFINITY;
         for (int j = lo; j <= p; j++) {
-            float d = dot(q, k + (size_t)j * D, D);
+            float d = dot(q, row_at(&k, j, D), D);
             sc[j] = a->bf16 ? bf16_round(bf16_round(d) * a->scale) : d * a->scale;
             if (sc[j] > mx) mx = sc[j];
         }
@@ -288,7 +306,7 @@ static void attn_task(void *ctx, int ith, int nth) {
         memset(o, 0, sizeof(float) * (size_t)D);
         for (int j = lo; j <= p; j++) {
             float w = sc[j] * inv;
-            axpy(o, a->bf16 ? bf16_round(w) : w, v + (size_t)j * D, D);
+            axpy(o, a->bf16 ? bf16_round(w) : w, row_at(&v, j, D), D);
         }
         if (a->bf16)
             for (int i = 0; i < D; i++) o[i] = bf16_round(o[i]);

@@ -60,7 +60,10 @@ void cpu_rope(float *x, int n, int n_heads, int head_dim, int pos0, const float 
  * window > 0 restricts row p to keys in (p - window, p]. */
 struct cpu_attn {
     float *out;
-    const float *q, *k, *v;
+    /* keys and values of position j >= nb: k, v + ((head * cap) + j - nb) * head_dim; of
+     * j < nb (a shared prefix): kb, vb + (head * cap_b + j) * head_dim */
+    const float *q, *k, *v, *kb, *vb;
+    int nb, cap_b;
     int n, pos0, cap, n_heads, n_kv_heads, head_dim, window;
     float scale;
     int bf16;      /* round scores, probabilities and output as transformers' bf16 path does */
