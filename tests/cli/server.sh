@@ -1,6 +1,7 @@
 #!/bin/sh
 # Black-box tests of `dspark serve`: starts the real binary on models/pycoder (one open, one
-# with an API key) on free ports, drives both with the openai SDK (tests/js/server.test.mjs),
+# with an API key, and one each in draft, dspark and dflash modes) on free ports, drives them
+# with the openai SDK (tests/js/server.test.mjs),
 # and checks /metrics with promtool when it is installed.
 set -u
 D=${DSPARK:-build/dspark}
@@ -36,8 +37,13 @@ start open --max-batch 8
 OPEN=$URL
 start keyed --api-key sekret --mode baseline --no-prefix-cache
 KEYED=$URL
+MODES=""
+for mode in draft dspark dflash; do # the same exactness under concurrency in every mode
+    start $mode --mode $mode --max-batch 16
+    MODES="$MODES${MODES:+,}$URL"
+done
 fail=0
-DSPARK_URL=$OPEN DSPARK_URL_KEY=$KEYED node tests/js/server.test.mjs || fail=1
+DSPARK_URL=$OPEN DSPARK_URL_KEY=$KEYED DSPARK_URL_MODES=$MODES node tests/js/server.test.mjs || fail=1
 if command -v promtool >/dev/null; then
     curl -s "$OPEN/metrics" | promtool check metrics && echo "ok   promtool check metrics" ||
         { echo "FAIL promtool check metrics"; fail=1; }

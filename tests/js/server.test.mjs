@@ -187,7 +187,10 @@ await test('disconnect mid-stream, then a normal request', async () => {
   assert(spent < 2000, `the aborted generation went on: ${spent} tokens`);
 });
 
-await test('16 concurrent requests give what each gives alone', async () => {
+// 16 requests with mixed temperatures, penalties, top_p, logprobs and seeds, at once against
+// one at a time: the same text and logprobs, on the server at url
+async function concurrentEqualsAlone(url) {
+  const c = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
   const reqs = [];
   for (let i = 0; i < 16; i++) {
     const r = { model: 'pycoder', max_tokens: 16 + (i % 5) * 6, seed: 40 + i, messages: user(`Write function number ${i} that ${['sorts', 'parses', 'adds', 'reads'][i % 4]} things.`) };
@@ -198,13 +201,26 @@ await test('16 concurrent requests give what each gives alone', async () => {
     reqs.push(r);
   }
   const alone = [];
-  for (const r of reqs) alone.push(await client.chat.completions.create(r));
-  const together = await Promise.all(reqs.map((r) => client.chat.completions.create(r)));
+  for (const r of reqs) alone.push(await c.chat.completions.create(r));
+  const together = await Promise.all(reqs.map((r) => c.chat.completions.create(r)));
   for (let i = 0; i < 16; i++) {
     assert(together[i].choices[0].message.content === alone[i].choices[0].message.content, `request ${i} differs under concurrency`);
     if (reqs[i].logprobs) assert(JSON.stringify(together[i].choices[0].logprobs) === JSON.stringify(alone[i].choices[0].logprobs), `logprobs ${i}`);
   }
+  return together[0].x_dspark.mode;
+}
+
+await test('16 concurrent requests give what each gives alone', async () => {
+  await concurrentEqualsAlone(base);
 });
+
+// DSPARK_URL_MODES: more servers, each in another speculative mode (draft, dspark, dflash)
+for (const url of (process.env.DSPARK_URL_MODES || '').split(',').filter(Boolean)) {
+  const mode = (await (await fetch(`${url}/health`)).json()).mode || url;
+  await test(`16 concurrent requests give what each gives alone (${mode} mode)`, async () => {
+    await concurrentEqualsAlone(url);
+  });
+}
 
 await test('a follow-up turn reuses the cached prefix and answers the same', async () => {
   const system = { role: 'system', content: 'You are a careful Python assistant. Answer with short, correct code and a one-line explanation.' };
