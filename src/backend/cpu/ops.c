@@ -140,10 +140,12 @@ float cpu_softmax(float *x, int n) {
     }
     sum = hsum16(vs);
 #else
+    double dsum = 0.0; /* one float accumulator would lose up to n ulps over long rows */
     for (; i < n; i++) {
         x[i] = expf(x[i] - mx);
-        sum += x[i];
+        dsum += x[i];
     }
+    sum = (float)dsum;
 #endif
     cpu_scale(x, 1.0f / sum, n);
     return sum;
