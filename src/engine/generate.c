@@ -336,9 +336,11 @@ int gen_seq_start(const struct gen_engine *e, const int32_t *prompt, int n_promp
     if (p->tune && p->mode != GEN_BASELINE) {
         r->tuned = 1;
         if (r->max_draft > p->tune->costs.max_cap) r->max_draft = p->tune->costs.max_cap;
+        /* a sampled sequence starts from the prior, not from what earlier sequences saw: its
+         * caps, hence its random draws, depend on nothing but its own rounds */
         for (int src = 0; src < 2; src++)
             tune_ctl_init(&r->ctl[src], &p->tune->costs, src == TUNE_SRC_LOOKUP,
-                          p->tune->seen[src]);
+                          p->sp.temperature > 0 ? NULL : p->tune->seen[src]);
     }
     r->cap = (long)n_prompt + p->max_tokens + max_draft + 1;
     /* with some room to spare, a follow-up turn often fits in this cache: it is then lent to
@@ -405,6 +407,9 @@ static int propose_lookup(struct gen_seq *r, int n_seqs, int *want) {
         r->done = 1;
         return OK;
     }
+    /* a sampled sequence's drafts decide which random draws it makes, so they must not depend
+     * on the other sequences: its caps are priced as if it ran alone */
+    if (r->p->sp.temperature > 0) n_seqs = 1;
     int kmax = r->max_draft;
     if (kmax > remaining - 1) kmax = remaining - 1;
     if (kmax > room) kmax = room;
@@ -446,7 +451,10 @@ static void trim_load_aware(struct gen_seq **seqs, int n) {
     for (int i = 0; i < n; i++) {
         struct gen_seq *r = seqs[i];
         if (r->done) continue;
-        int has = r->d.conf && r->d.n > 0 && !r->from_lookup && r->confs[0] >= 0;
+        /* sampled sequences keep their drafts (as in propose_lookup: their random draws must not
+         * depend on the batch); they count in the batch's tokens all the same */
+        int has = r->d.conf && r->d.n > 0 && !r->from_lookup && r->confs[0] >= 0 &&
+                  r->p->sp.temperature <= 0;
         if (has && !costs) costs = r->p->load_aware;
         any |= has;
         a[R] = has ? r->confs : NULL;

@@ -24,7 +24,7 @@ start() { # start NAME FLAGS...: sets URL
     shift
     "$D" serve --model $M --port 0 --threads 2 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
     pids="$pids $!"
-    for i in $(seq 1 100); do
+    for i in $(seq 1 600); do
         URL=$(sed -n "s/.* on \(http:[^ ]*\) .*/\1/p" "$tmp/$name.out" 2>/dev/null)
         [ -n "$URL" ] && return 0
         sleep 0.1
@@ -42,6 +42,11 @@ for mode in draft dspark dflash; do # the same exactness under concurrency in ev
     start $mode --mode $mode --max-batch 16
     MODES="$MODES${MODES:+,}$URL"
 done
+# and with draft lengths that adapt to the load (they must not change a sampled request's draws)
+start auto --mode lookup --max-draft auto --max-batch 16 --calibration-file "$tmp/calib.json"
+MODES="$MODES,$URL"
+start load_aware --mode dspark --load-aware --max-batch 16 --calibration-file "$tmp/calib.json"
+MODES="$MODES,$URL"
 fail=0
 DSPARK_URL=$OPEN DSPARK_URL_KEY=$KEYED DSPARK_URL_MODES=$MODES node tests/js/server.test.mjs || fail=1
 if command -v promtool >/dev/null; then

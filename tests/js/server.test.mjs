@@ -214,10 +214,11 @@ await test('16 concurrent requests give what each gives alone', async () => {
   await concurrentEqualsAlone(base);
 });
 
-// DSPARK_URL_MODES: more servers, each in another speculative mode (draft, dspark, dflash)
-for (const url of (process.env.DSPARK_URL_MODES || '').split(',').filter(Boolean)) {
+// DSPARK_URL_MODES: more servers, each in another speculative mode (draft, dspark, dflash) or
+// with --max-draft auto or --load-aware
+for (const [i, url] of (process.env.DSPARK_URL_MODES || '').split(',').filter(Boolean).entries()) {
   const mode = (await (await fetch(`${url}/health`)).json()).mode || url;
-  await test(`16 concurrent requests give what each gives alone (${mode} mode)`, async () => {
+  await test(`16 concurrent requests give what each gives alone (server ${i + 2}, ${mode} mode)`, async () => {
     await concurrentEqualsAlone(url);
   });
 }
