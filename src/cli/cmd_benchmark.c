@@ -54,7 +54,7 @@ static void usage(FILE *f) {
         "  --limit N               prompts per file, evenly spaced through it (default 10)\n"
         "  --max-new-tokens N      new tokens per prompt at most (default 128)\n"
         "  --max-draft N           drafts per round (default: 15 lookup, 3 draft, 4 dspark,\n"
-        "                          the whole block for dflash)\n"
+        "                          auto for dflash)\n"
         "  --trials N              timed passes over the prompts; medians reported (default 3)\n"
         "  --threads N             CPU threads (default: all cores)\n"
         "  --temperature T         0 = greedy (default 0); > 0 samples with seed = prompt\n"
@@ -636,6 +636,10 @@ int cmd_benchmark(int argc, char **argv) {
     }
     char dm[4096], ds[4096], df[4096], da[4096];
     if (resolve_auto(o, da, sizeof da)) return 2;
+    for (int i = 0; i < o->n_runs; i++) /* modes whose default is --max-draft auto */
+        if (o->runs[i].max_draft == -1 && o->max_draft <= 0 &&
+            gen_default_auto_draft(o->runs[i].mode))
+            o->runs[i].max_draft = RUN_AUTO_DRAFT;
     if (!o->drafter_dir) o->drafter_dir = beside(dm, sizeof dm, o->model_dir, "-draft");
     if (!o->dspark_dir) o->dspark_dir = beside(ds, sizeof ds, o->model_dir, "-dspark");
     if (!o->dflash_dir) o->dflash_dir = beside(df, sizeof df, o->model_dir, "-dflash");

@@ -44,9 +44,9 @@ static void usage(FILE *f) {
                "  --drafter DIR          drafter folder for draft, dspark and dflash modes\n"
                "                         (default: DIR-draft, DIR-dspark, DIR-dflash)\n"
                "  --max-draft N|auto     drafts verified per round at most (default 15 lookup,\n"
-               "                         3 draft, 4 dspark, the whole block for dflash; 0:\n"
-               "                         the whole block); auto: chosen every few rounds from\n"
-               "                         this machine's measured costs and the acceptance so far\n"
+               "                         3 draft, 4 dspark, auto dflash; 0: the whole block);\n"
+               "                         auto: chosen every few rounds from this machine's\n"
+               "                         measured costs and the acceptance so far\n"
                "  --calibration-file F   --max-draft auto's cost cache (default\n"
                "                         ~/.cache/dspark/calibration.json)\n"
                "  --recalibrate          measure the costs again even when they are cached\n"
@@ -286,6 +286,7 @@ int cmd_generate(int argc, char **argv) {
         snprintf(draft_default, sizeof draft_default, "%s%s", o.model_dir, suffix[o.gp.mode]);
         o.drafter_dir = draft_default;
     }
+    if (o.max_draft < 0 && gen_default_auto_draft(o.gp.mode)) o.auto_draft = 1;
     o.gp.max_draft = o.max_draft >= 0 ? o.max_draft : gen_default_max_draft(o.gp.mode);
     o.gp.stop = o.stop;
     o.gp.n_stop = o.n_stop;

@@ -21,7 +21,7 @@ static void usage(FILE *f) {
                "                           (default lookup; auto: the best drafter found for\n"
                "                           the model, see `dspark models`)\n"
                "  --max-draft N|auto       drafts verified per round at most (default 15 lookup,\n"
-               "                           3 draft, 4 dspark, whole block dflash); auto: chosen\n"
+               "                           3 draft, 4 dspark, auto dflash); auto: chosen\n"
                "                           per sequence every few rounds from this machine's\n"
                "                           measured costs (at start, once) and its acceptance\n"
                "  --calibration-file F     --max-draft auto's cost cache (default\n"
@@ -162,6 +162,7 @@ int cmd_serve(int argc, char **argv) {
                        : 0;
     if (rc) return rc;
     static const char *suffix[] = {"", "", "-draft", "-dspark", "-dflash"};
+    if (o.max_draft < 0 && gen_default_auto_draft(o.mode)) o.auto_draft = 1;
     if (o.max_draft < 0) o.max_draft = gen_default_max_draft(o.mode);
     if (o.mode >= GEN_DRAFT && !o.drafter_dir) {
         snprintf(draft_default, sizeof draft_default, "%s%s", o.model_dir, suffix[o.mode]);

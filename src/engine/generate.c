@@ -638,6 +638,10 @@ int gen_default_max_draft(enum gen_mode m) {
     return m == GEN_LOOKUP ? 15 : m == GEN_DRAFT ? 3 : m == GEN_DSPARK ? 4 : 0;
 }
 
+int gen_default_auto_draft(enum gen_mode m) {
+    return m == GEN_DFLASH;
+}
+
 int gen_mode_parse(const char *name, enum gen_mode *out) {
     for (size_t i = 0; i < sizeof mode_names / sizeof mode_names[0]; i++)
         if (!strcmp(name, mode_names[i])) return *out = (enum gen_mode)i, 0;
