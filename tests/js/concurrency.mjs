@@ -9,11 +9,8 @@
 // what else is in the batch).
 import OpenAI from 'openai';
 import fs from 'node:fs';
+import { arg } from './bench_util.mjs';
 
-const arg = (name, def) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? process.argv[i + 1] : def;
-};
 const url = arg('url', process.env.DSPARK_URL);
 const levels = arg('levels', '1,4,16,64').split(',').map(Number);
 const nreq = Number(arg('requests', 64));

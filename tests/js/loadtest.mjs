@@ -12,11 +12,8 @@
 // (plus 16 MiB) from the end of the warm-up to the end of the run.
 import OpenAI from 'openai';
 import fs from 'node:fs';
+import { arg } from './bench_util.mjs';
 
-const arg = (name, def) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? process.argv[i + 1] : def;
-};
 const url = arg('url', process.env.DSPARK_URL);
 const pid = arg('pid', null);
 const clients = Number(arg('clients', 64));

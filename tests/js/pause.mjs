@@ -7,23 +7,13 @@
 // and the stream's median gap between events otherwise. Medians over the trials after the
 // first (a warm-up).
 import OpenAI from 'openai';
+import { arg, source } from './bench_util.mjs';
 
-const arg = (name, def) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? process.argv[i + 1] : def;
-};
 const url = arg('url', process.env.DSPARK_URL);
 const functions = Number(arg('functions', 62));
 const trials = Number(arg('trials', 5));
 const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
 const model = (await client.models.list()).data[0].id;
-
-function source(seed, n) {
-  let s = `# module ${seed}\n`;
-  for (let i = 0; i < n; i++)
-    s += `def f_${seed}_${i}(x, y):\n    z = x * ${(i * 7 + seed) % 97} + y\n    return z - ${i}\n\n`;
-  return s;
-}
 
 const rows = [];
 for (let t = 0; t <= trials; t++) {

@@ -6,11 +6,8 @@
 //                                    [--json FILE]
 import OpenAI from 'openai';
 import fs from 'node:fs';
+import { arg, source, metric } from './bench_util.mjs';
 
-const arg = (name, def) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? process.argv[i + 1] : def;
-};
 const url = arg('url', process.env.DSPARK_URL);
 const pid = Number(arg('pid', 0));
 const target = Number(arg('prefix', 2000));
@@ -19,22 +16,10 @@ const jsonOut = arg('json', null);
 const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
 const model = (await client.models.list()).data[0].id;
 
-function source(seed, n) {
-  let s = `# module ${seed}\n`;
-  for (let i = 0; i < n; i++)
-    s += `def f_${seed}_${i}(x, y):\n    z = x * ${(i * 7 + seed) % 97} + y\n    return z - ${i}\n\n`;
-  return s;
-}
 const rssMiB = () => {
   const m = fs.readFileSync(`/proc/${pid}/status`, 'utf8').match(/^VmRSS:\s+(\d+) kB/m);
   return m ? Number(m[1]) / 1024 : NaN;
 };
-async function metric(name) {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const m = text.match(new RegExp(`^${name} (\\S+)$`, 'm'));
-  return m ? Number(m[1]) : 0;
-}
-
 const prefix = source(7, Math.round(target / 31));
 const warm = await client.completions.create({ model, prompt: prefix, max_tokens: 1, temperature: 0 });
 const before = rssMiB();
@@ -62,8 +47,8 @@ const res = {
   rss_peak_mib: peak,
   rss_growth_mib: peak - before,
   seconds,
-  reused_tokens: await metric('dspark_prefix_cache_reused_tokens_total'),
-  shared_tokens: await metric('dspark_prefix_cache_shared_tokens_total'),
+  reused_tokens: await metric(url, 'dspark_prefix_cache_reused_tokens_total'),
+  shared_tokens: await metric(url, 'dspark_prefix_cache_shared_tokens_total'),
   prompt_tokens: runs.reduce((s, r) => s + r.usage.prompt_tokens, 0),
 };
 console.log(

@@ -10,11 +10,8 @@
 // follow-up reads it from there.
 import OpenAI from 'openai';
 import fs from 'node:fs';
+import { arg, source, metric } from './bench_util.mjs';
 
-const arg = (name, def) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? process.argv[i + 1] : def;
-};
 const url = arg('url', process.env.DSPARK_URL);
 const target = Number(arg('prefix', 2000));
 const trials = Number(arg('trials', 7));
@@ -22,14 +19,6 @@ const jsonOut = arg('json', null);
 const fromDisk = process.argv.includes('--from-disk');
 const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
 const model = (await client.models.list()).data[0].id;
-
-// Python source: distinct functions of about 30 tokens each.
-function source(seed, n) {
-  let s = `# module ${seed}\n`;
-  for (let i = 0; i < n; i++)
-    s += `def f_${seed}_${i}(x, y):\n    z = x * ${(i * 7 + seed) % 97} + y\n    return z - ${i}\n\n`;
-  return s;
-}
 
 async function tokens(text) {
   const r = await client.completions.create({ model, prompt: text, max_tokens: 1, temperature: 0 });
@@ -53,16 +42,10 @@ async function timed(prompt, maxTokens) {
   return { ms: first, text, usage };
 }
 
-async function metric(name) {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const m = text.match(new RegExp(`^${name} (\\S+)$`, 'm'));
-  return m ? Number(m[1]) : NaN;
-}
-
 // Evicts the last entry with an unrelated request, then waits until its file is written.
 async function evict(i) {
   await tokens(`print(${i})\n`.repeat(8));
-  for (let k = 0; k < 500 && (await metric('dspark_prefix_cache_spill_pending_bytes')) > 0; k++)
+  for (let k = 0; k < 500 && (await metric(url, 'dspark_prefix_cache_spill_pending_bytes')) > 0; k++)
     await new Promise((r) => setTimeout(r, 10));
 }
 
