@@ -68,7 +68,19 @@ static size_t ctx_bytes(const struct prefix_ctx *c) {
     return c->rows ? sizeof(float) * (size_t)c->width * (size_t)c->n : 0;
 }
 
+/* kv leaves the cache: entries whose caches read its rows copy them, so that the memory the
+ * entries hold is the memory they count (kv's rows live on while sequences read them). */
+static void detach_readers(struct prefix_cache *pc, const struct kv_cache *kv) {
+    for (int j = 0; j < pc->n; j++) {
+        struct entry *e = &pc->e[j];
+        if (e->kv == kv || !kv_reads(e->kv, kv)) continue;
+        size_t before = kv_bytes(e->kv);
+        if (kv_unshare(e->kv) == OK && !e->lent) pc->st.bytes += kv_bytes(e->kv) - before;
+    }
+}
+
 static void unlink_entry(struct prefix_cache *pc, int i) {
+    detach_readers(pc, pc->e[i].kv);
     if (!pc->e[i].lent) pc->st.bytes -= kv_bytes(pc->e[i].kv);
     pc->st.bytes -= ctx_bytes(&pc->e[i].ctx);
     free(pc->e[i].ctx.rows);
@@ -244,6 +256,9 @@ void prefix_cache_put_ctx(struct prefix_cache *pc, const int32_t *tokens, int n,
              common_prefix(pc->e[i].tokens, pc->e[i].n, tokens, n) == pc->e[i].n))
             drop(pc, i);
     if (pc->n == pc->max_entries) evict(pc, 0);
+    int base_listed = !kv_shared(kv); /* a cache reading rows of no entry's: it copies them */
+    for (int j = 0; !base_listed && j < pc->n; j++) base_listed = kv_reads(kv, pc->e[j].kv);
+    if (!base_listed) kv_unshare(kv);
     pc->e[pc->n++] = (struct entry){t, n, kv, 0, c};
     pc->st.bytes += kv_bytes(kv) + ctx_bytes(&c);
     while (pc->max_bytes && pc->st.bytes > pc->max_bytes && pc->n > 1) evict(pc, 0);

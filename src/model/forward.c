@@ -128,12 +128,12 @@ int model_set_taps(struct model *m, const int *layers, int n) {
                       m->cfg.n_layers);
             return ERR_ARG;
         }
-        m->tap_layers[i] = layers[i];
     }
     if (m->gpu) {
         int rc = gpu_set_taps(m->gpu, layers, n);
         if (rc) return rc;
     }
+    for (int i = 0; i < n; i++) m->tap_layers[i] = layers[i];
     if (n && !m->taps_scratch) {
         size_t b = sizeof(float) * MODEL_CHUNK * MODEL_MAX_TAPS * (size_t)m->cfg.hidden_size;
         if (!(m->taps_scratch = malloc(b))) return ERR_NOMEM;

@@ -25,7 +25,7 @@ int verify_init(struct verify *v, struct model *m, struct kv_cache *kv, struct s
     v->dense = calloc((size_t)V, sizeof(float));
     if (tap_width > 0)
         v->taps = malloc(sizeof(float) * (size_t)tap_width * (size_t)(v->max_draft + 1));
-    v->ids = malloc(sizeof(int32_t) * (size_t)(v->max_draft + 1));
+    v->ids = calloc((size_t)(v->max_draft + 1), sizeof(int32_t));
     const struct sample_params *sp = sampler_params(s);
     v->greedy_ids = model_on_gpu(m) && sp->temperature <= 0 && sp->presence_penalty == 0 &&
                     sp->frequency_penalty == 0 && top_logprobs < 0;

@@ -131,14 +131,18 @@ static int grid_measure(const struct tune_subject *s, struct meter *m, const int
     struct model_batch_item *items = calloc((size_t)max_n, sizeof *items);
     int V = model_config(s->target)->vocab_size;
     float *logits = malloc(sizeof(float) * (size_t)max_n * (size_t)(B + 1) * (size_t)V);
+    int32_t *out_ids = malloc(sizeof(int32_t) * (size_t)max_n * (size_t)(B + 1));
+    int ids_only = model_on_gpu(s->target); /* as the engine's greedy rounds there */
     double *t = malloc(sizeof(double) * GRID_REPS * (size_t)(B + 2));
-    if (!kvs || !items || !logits || !t) rc = ERR_NOMEM;
+    if (!kvs || !items || !logits || !t || !out_ids) rc = ERR_NOMEM;
     for (int i = 0; !rc && i < max_n; i++) {
         if (!(rc = kv_new(s->target, n_ctx + B + 2, &kvs[i])))
             rc = model_forward(s->target, kvs[i], ids, n_ctx, NULL, 0);
         items[i] = (struct model_batch_item){
-            kvs[i], ids + n_ctx, 0, logits + (size_t)i * (size_t)(B + 1) * (size_t)V,
-            NULL,   NULL,        0};
+            kvs[i], ids + n_ctx,
+            0,      ids_only ? NULL : logits + (size_t)i * (size_t)(B + 1) * (size_t)V,
+            NULL,   ids_only ? out_ids + (size_t)i * (size_t)(B + 1) : NULL,
+            0};
     }
     for (int b = 0; !rc && b < out->n_batches; b++) {
         int n = out->batch[b];
@@ -155,8 +159,17 @@ static int grid_measure(const struct tune_subject *s, struct meter *m, const int
         if (!rc) quiet_curves(t, 1, B + 1, NULL, 0, -1, GRID_REPS, out->grid[b], NULL);
     }
     for (int i = 0; kvs && i < max_n; i++) kv_free(kvs[i]);
-    free(kvs), free(items), free(logits), free(t);
+    free(kvs), free(items), free(logits), free(t), free(out_ids);
     return rc;
+}
+
+/* One verify pass of w rows as the engine runs it: logits back, or on a GPU in greedy rounds
+ * only the rows' greedy ids (verify.greedy_ids). */
+static int verify_pass(struct model *t, struct kv_cache *kv, const int32_t *in, int w,
+                       struct verify *v) {
+    if (!v->greedy_ids) return model_forward_taps(t, kv, in, w, v->logits, 1, v->taps);
+    struct model_batch_item it = {kv, in, w, NULL, v->taps, v->ids, 0};
+    return model_forward_batch(t, &it, 1);
 }
 
 static int measure_once(const struct tune_subject *s, int show_progress, struct tune_costs *out) {
@@ -201,7 +214,7 @@ static int measure_once(const struct tune_subject *s, int show_progress, struct 
     for (int r = 0; !rc && r < WARMUP + REPS; r++) {
         for (int w = 1; !rc && w <= B + 1; w++) {
             double t0 = timer_now();
-            rc = model_forward_taps(s->target, kv, pend, w, v.logits, 1, v.taps);
+            rc = verify_pass(s->target, kv, pend, w, &v);
             if (r >= WARMUP) tv[w * REPS + r - WARMUP] = timer_now() - t0;
             kv_truncate(kv, n_ctx);
             tick(&m, 1);
@@ -216,7 +229,7 @@ static int measure_once(const struct tune_subject *s, int show_progress, struct 
     if (!rc) quiet_curves(tv, 1, B + 1, td, 1, B, REPS, out->verify, out->draft);
     /* the per-round decision on a one-row pass */
     static const struct draft none = {0};
-    if (!rc) rc = model_forward_taps(s->target, kv, pend, 1, v.logits, 1, v.taps);
+    if (!rc) rc = verify_pass(s->target, kv, pend, 1, &v);
     kv_truncate(kv, n_ctx);
     for (int r = 0; !rc && r < REPS; r++) {
         int acc, stopped;

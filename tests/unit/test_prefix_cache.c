@@ -175,6 +175,40 @@ TEST(shared_prefix_rows) {
     model_free(m);
 }
 
+/* An entry whose cache reads another entry's rows copies them when that entry leaves, so the
+ * bytes the cache reports are the bytes it holds; its rows stay exact. */
+TEST(shared_rows_are_counted) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *m = load(TARGET);
+    REQUIRE(m);
+    struct prefix_cache *pc = NULL;
+    REQUIRE(prefix_cache_new(m, &(struct prefix_cache_opts){.max_entries = 2}, &pc) == 0);
+    int32_t a[80], b[100], u[40];
+    tokens(a, 80, 11);
+    memcpy(b, a, sizeof(int32_t) * 60);
+    tokens(b + 60, 40, 12);
+    tokens(u, 40, 13);
+    struct kv_cache *ka = prefilled(m, a, 80), *ku = prefilled(m, u, 40),
+                    *plain = prefilled(m, b, 100);
+    REQUIRE(ka && ku && plain);
+    prefix_cache_put(pc, a, 80, ka);
+    int reused = 0;
+    struct kv_cache *kb = prefix_cache_take(pc, b, 100, 128, &reused);
+    REQUIRE(kb);
+    CHECK(reused == 60 && kv_shared(kb) == 60);
+    REQUIRE(model_forward(m, kb, b + 60, 40, NULL, 0) == 0);
+    prefix_cache_put(pc, b, 100, kb); /* reads a's entry, which stays */
+    CHECK(kv_shared(kb) == 60 && prefix_cache_stats(pc).bytes == kv_bytes(ka) + kv_bytes(kb));
+    prefix_cache_put(pc, u, 40, ku); /* evicts a's entry: b's copies the rows it read */
+    struct prefix_stats ps = prefix_cache_stats(pc);
+    CHECK(ps.entries == 2 && kv_shared(kb) == 0);
+    CHECK(ps.bytes == kv_bytes(kb) + kv_bytes(ku));
+    CHECK(same_rows(kb, plain, 100));
+    prefix_cache_free(pc);
+    kv_free(plain);
+    model_free(m);
+}
+
 TEST(spill_round_trip_survives_restart) {
     if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
     struct model *m = load(TARGET);
@@ -580,6 +614,7 @@ int main(void) {
     RUN(fingerprint_tells_models_apart);
     RUN(kv_rows_move_exactly);
     RUN(shared_prefix_rows);
+    RUN(shared_rows_are_counted);
     RUN(spill_round_trip_survives_restart);
     RUN(corrupt_files_are_deleted_never_used);
     RUN(another_models_files_are_not_used);

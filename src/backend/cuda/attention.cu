@@ -378,6 +378,14 @@ cudaError_t attn_launch(gpu_model *g, int layer, int T, int row0, int n) {
 
 int attn_init(int G, int D, int spans) {
     if (D % 16 || D > 256 || G > ATT_GMAX) return ERR_UNSUPPORTED;
+    size_t need = attn_smem(G, D), merge = sizeof(float) * (size_t)spans, most = 227 << 10;
+    if (need > most || merge > most) {
+        log_error("GPU attention needs %zu KB of shared memory for head_dim %d, %d query heads per "
+                  "kv head and %d positions; the GPU has %zu KB a block",
+                  (need > merge ? need : merge) >> 10, D, G, spans * ATT_SPAN, most >> 10);
+        log_hint("run on the CPU (without --gpu)");
+        return ERR_UNSUPPORTED;
+    }
     CK(cudaFuncSetAttribute(attn_kernels[D / 16], cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)attn_smem(G, D)));
     CK(cudaFuncSetAttribute(k_attn_merge, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -522,7 +522,10 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
 
 extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
     for (int i = 0; i < n; i++)
-        if (io[i].n < 1 || io[i].pos0 < 0 || io[i].pos0 + io[i].n > io[i].kv->cap) return ERR_FULL;
+        if (io[i].n < 1 || io[i].pos0 < 0)
+            return ERR_ARG;
+        else if (io[i].pos0 + io[i].n > io[i].kv->cap)
+            return ERR_FULL;
     int done[GPU_SEQS];
     pass_seq ps[GPU_SEQS];
     for (int first = 0; first < n;) {
