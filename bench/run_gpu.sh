@@ -2,7 +2,9 @@
 # bench/run_gpu.sh: the CUDA backend's checks and benchmarks in one go, on the GPU machine.
 # Expects test_gpu, bench_gpu (built with `make CUDA=1`) and the shared libraries they need
 # in $BIN (default .gpu); writes logs to $OUT (default /tmp/dspark-gpu). STEPS picks what runs
-# (default all): info test sanitize pycoder spec 8b cpucheck variants torch (ncu on request);
+# (default all): info test sanitize pycoder spec 8b cpucheck variants torch (ncu and serve on
+# request); serve runs `dspark serve --gpu` on models/pycoder in each of SERVE_MODES and drives
+# it with bench/concurrency.py (1, 4, 16, 64 concurrent clients against serialised);
 # spec runs `dspark benchmark --gpu` (needs $BIN/dspark and the prompt sets in
 # ../shared/bench/prompts, copied there from $BIN/prompts when missing); variants reruns the 8B
 # decode (and VARIANT_ARGS, e.g. --batch 1,16) with each VARIANTS entry (VAR=value,
@@ -75,6 +77,25 @@ if has variants; then
         # shellcheck disable=SC2086
         env $(echo "$v" | tr , ' ') timeout 120 "$BIN/bench_gpu" "$M8B" --decode-only \
             ${VARIANT_ARGS:-} 2>&1 | grep -E "decode|batch" | tee -a "$OUT/variants.log"
+    done
+fi
+if has serve; then
+    for mode in $(echo "${SERVE_MODES:-baseline,lookup,draft,dspark,dflash}" | tr , ' '); do
+        stamp "serve --gpu --mode $mode"
+        log="$OUT/serve-$mode.log"
+        "$BIN/dspark" serve --gpu --model models/pycoder --mode "$mode" --port 0 --threads 8 \
+            --max-batch 64 --max-queue 128 >"$log" 2>&1 &
+        spid=$!
+        url=""
+        for i in $(seq 1 600); do
+            url=$(sed -n 's/.* on \(http:[^ ]*\) .*/\1/p' "$log")
+            [ -n "$url" ] && break
+            sleep 0.2
+        done
+        [ -n "$url" ] && timeout 240 python3 bench/concurrency.py --url "$url" \
+            --levels 1,4,16,64 --requests 64 --json "$OUT/serve-$mode.json"
+        kill $spid 2>/dev/null
+        wait $spid 2>/dev/null
     done
 fi
 if has ncu && command -v ncu >/dev/null; then # a few decode kernels of one layer
