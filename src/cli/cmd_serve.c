@@ -45,6 +45,8 @@ static void usage(FILE *f) {
                "  --prefix-cache-entries N finished conversations kept so a follow-up turn\n"
                "                           prefills only its new tokens (default 4)\n"
                "  --kv-cache-mb N          memory the prefix cache may hold (default 0: no limit)\n"
+               "  --kv-pool-mb N           K/V memory the running requests may hold; others wait\n"
+               "                           in the queue (default 0: no limit)\n"
                "  --no-prefix-cache        do not reuse prompt prefixes\n"
                "  --prefix-cache-dir DIR   save entries leaving RAM here and reuse them, also\n"
                "                           after a restart (compressed, checksummed)\n"
@@ -130,6 +132,8 @@ int cmd_serve(int argc, char **argv) {
             bad = args_int("--prefix-cache-entries", a.value, 0, 1024, &o.prefix_cache_entries);
         } else if (args_flag(&a, "--kv-cache-mb")) {
             bad = args_int("--kv-cache-mb", a.value, 0, 1 << 24, &o.kv_cache_mb);
+        } else if (args_flag(&a, "--kv-pool-mb")) {
+            bad = args_int("--kv-pool-mb", a.value, 0, 1 << 24, &o.kv_pool_mb);
         } else if (args_flag(&a, "--prefix-cache-dir")) {
             bad = !(o.prefix_cache_dir = a.value);
         } else if (args_flag(&a, "--prefix-cache-dir-mb")) {

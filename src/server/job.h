@@ -30,6 +30,7 @@ struct job {
     char id[48];
     long created;
     double t_queued; /* when the job entered the queue (monotonic seconds) */
+    int pool_waited; /* it waited for room in the K/V pool (counted once) */
     char model[128];
     atomic_int cancelled; /* set by the HTTP side when the client went away */
     void *run;            /* the engine thread's generations (response.c) */

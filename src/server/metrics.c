@@ -114,6 +114,11 @@ char *metrics_render(struct server *s) {
             m.cache_misses);
     counter(&o, "dspark_prefix_cache_reused_tokens_total", "Prompt tokens not prefilled.",
             m.cache_reused_tokens);
+    gauge(&o, "dspark_kv_pool_bytes",
+          "K/V memory the running requests may hold (from their prompt and max_tokens).",
+          m.kv_pool_bytes);
+    counter(&o, "dspark_kv_pool_waits_total", "Requests that waited for room in --kv-pool-mb.",
+            m.kv_pool_waits);
     counter(&o, "dspark_prefix_cache_shared_tokens_total",
             "Reused tokens whose rows a sequence reads from a cache entry instead of a copy.",
             m.cache_shared_tokens);

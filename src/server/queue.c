@@ -12,6 +12,8 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "cache/prefix.h"
+#include "model/model.h"
+#include "spec/verify.h"
 
 #define MAX_ACTIVE GEN_MAX_BATCH
 
@@ -80,6 +82,13 @@ static long prefill_step(struct server *s, struct job **active, int n_active, in
     return chunks;
 }
 
+/* A job's K/V at most: each choice holds its prompt, max_tokens and a round's drafts. */
+static long job_kv_bytes(const struct server *s, const struct job *j) {
+    const struct hf_config *c = model_config(s->eng.target);
+    long row = 2L * (long)sizeof(float) * c->n_layers * c->n_kv_heads * c->head_dim;
+    return (long)j->n_choices * ((long)j->n_prompt + j->gp.max_tokens + VERIFY_MAX_DRAFT + 1) * row;
+}
+
 void *engine_main(void *arg) {
     struct server *s = arg;
     struct job *active[MAX_ACTIVE];
@@ -95,15 +104,25 @@ void *engine_main(void *arg) {
             pthread_mutex_unlock(&s->mu);
             return NULL;
         }
-        /* admit while the batch has room (a job bigger than the batch runs alone) */
+        /* admit while the batch has room and, with --kv-pool-mb, the pool too (a job bigger
+         * than either runs alone); the first job that does not fit waits, and all behind it */
         struct job *joining[MAX_ACTIVE];
         int n_join = 0, room = max_batch - n_seqs;
+        long pool = (long)s->opts.kv_pool_mb << 20, used = 0;
+        for (int i = 0; i < n_active; i++) used += job_kv_bytes(s, active[i]);
         while (s->q_len && n_active + n_join < MAX_ACTIVE) {
             struct job *j = s->queue[s->q_head];
             if (j->n_choices > room && (n_active || n_join)) break;
+            long need = job_kv_bytes(s, j);
+            if (pool && used + need > pool && (n_active || n_join)) {
+                if (!j->pool_waited) j->pool_waited = 1, s->m.kv_pool_waits++;
+                break;
+            }
             joining[n_join++] = pop(s);
             room -= j->n_choices;
+            used += need;
         }
+        s->m.kv_pool_bytes = used;
         s->running = n_active + n_join;
         double now = timer_now();
         for (int i = 0; i < n_join; i++) {
@@ -154,12 +173,15 @@ void *engine_main(void *arg) {
             job_release(j);
         }
         n_active = kept;
+        long held = 0;
+        for (int i = 0; i < n_active; i++) held += job_kv_bytes(s, active[i]);
         n_seqs = 0;
         for (int i = 0; i < n_active; i++) n_seqs += oa_job_seqs(active[i], seqs + n_seqs);
         pthread_mutex_lock(&s->mu);
         if (stepped) metrics_round(s, stepped);
         s->m.prefill_chunks += chunks;
         s->running = n_active;
+        s->m.kv_pool_bytes = held;
         if (s->eng.cache) {
             struct prefix_stats ps = prefix_cache_stats(s->eng.cache);
             s->m.cache_hits = ps.hits, s->m.cache_misses = ps.misses;

@@ -24,9 +24,11 @@ struct server_opts {
     int default_top_k;                        /* < 0: unset */
     size_t max_body_bytes;                    /* larger bodies get 413 (default 8 MiB) */
     int max_queue;                            /* queued requests beyond this get 503 (default 64) */
-    int max_batch;                /* sequences generated together (default 1: one at a time) */
-    int prefix_cache_entries;     /* finished sequences kept for prefix reuse (0: off) */
-    int kv_cache_mb;              /* memory the prefix cache may hold (0: no limit) */
+    int max_batch;            /* sequences generated together (default 1: one at a time) */
+    int prefix_cache_entries; /* finished sequences kept for prefix reuse (0: off) */
+    int kv_cache_mb;          /* memory the prefix cache may hold (0: no limit) */
+    int kv_pool_mb;           /* K/V the running requests may hold (estimated from their prompt and
+                               * max_tokens); later ones wait in the queue (0: no limit) */
     const char *prefix_cache_dir; /* entries leaving RAM are saved here (NULL: dropped) */
     int prefix_cache_dir_mb;      /* disk the folder may hold for this model (0: no limit) */
     int prefill_chunk; /* prompt tokens per engine step while others decode (default 2048) */

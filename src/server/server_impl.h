@@ -31,6 +31,8 @@ struct metrics {
     long batch_hist[METRICS_BATCH_BUCKETS]; /* rounds by sequences stepped: 1,2,4,..,64 */
     double queue_seconds;                   /* total time jobs waited for the engine */
     long queued_jobs;
+    long kv_pool_bytes; /* estimated K/V of the running requests (--kv-pool-mb) */
+    long kv_pool_waits; /* requests that waited for room in it */
     double last_tokens_per_sec;
     long cap_rounds[GEN_MAX_CAP + 1]; /* --max-draft auto: rounds by cap */
     int auto_cap;                     /* ... the last finished sequence's cap, acceptance */

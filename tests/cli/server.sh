@@ -47,8 +47,11 @@ start auto --mode lookup --max-draft auto --max-batch 16 --calibration-file "$tm
 MODES="$MODES,$URL"
 start load_aware --mode dspark --load-aware --max-batch 16 --calibration-file "$tmp/calib.json"
 MODES="$MODES,$URL"
+start pool --max-batch 8 --kv-pool-mb 1 # room for about one request's K/V at a time
+POOL=$URL
 fail=0
-DSPARK_URL=$OPEN DSPARK_URL_KEY=$KEYED DSPARK_URL_MODES=$MODES node tests/js/server.test.mjs || fail=1
+DSPARK_URL=$OPEN DSPARK_URL_KEY=$KEYED DSPARK_URL_MODES=$MODES DSPARK_URL_POOL=$POOL \
+    node tests/js/server.test.mjs || fail=1
 if command -v promtool >/dev/null; then
     curl -s "$OPEN/metrics" | promtool check metrics && echo "ok   promtool check metrics" ||
         { echo "FAIL promtool check metrics"; fail=1; }

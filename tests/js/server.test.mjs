@@ -223,6 +223,18 @@ for (const [i, url] of (process.env.DSPARK_URL_MODES || '').split(',').filter(Bo
   });
 }
 
+// DSPARK_URL_POOL: a server with a K/V pool (--kv-pool-mb) too small for two requests at once
+if (process.env.DSPARK_URL_POOL) {
+  const url = process.env.DSPARK_URL_POOL;
+  await test('requests beyond the K/V pool wait their turn and answer the same', async () => {
+    await concurrentEqualsAlone(url);
+    const text = await (await fetch(`${url}/metrics`)).text();
+    const value = (name) => Number((text.match(new RegExp(`^${name} (\\S+)$`, 'm')) || [])[1]);
+    assert(value('dspark_kv_pool_waits_total') > 0, 'no request waited for the pool');
+    assert(value('dspark_kv_pool_bytes') === 0, 'the pool still holds K/V after the requests');
+  });
+}
+
 await test('a follow-up turn reuses the cached prefix and answers the same', async () => {
   const system = { role: 'system', content: 'You are a careful Python assistant. Answer with short, correct code and a one-line explanation.' };
   const first = [system, ...user('Write a function that returns the square of a number.')];
