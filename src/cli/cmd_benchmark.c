@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 
 #include "backend/gpu.h"
+#include "base/cpuload.h"
 #include "base/fs.h"
 #include "base/thread.h"
 #include "base/timer.h"
@@ -25,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #define DEFAULT_MODEL  "models/pycoder"
@@ -463,42 +463,17 @@ static int run_one(struct bench *b, int pi, const struct run_spec *r, struct gen
     return rc;
 }
 
-/* CPU seconds used by the whole machine and by this process so far. */
-static void cpu_seconds(double *machine, double *self) {
-    unsigned long long v[10] = {0};
-    FILE *f = fopen("/proc/stat", "r");
-    *machine = 0;
-    if (f && fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
-                    &v[4], &v[5], &v[6], &v[7]) == 8)
-        *machine = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
-    if (f) fclose(f);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    *self = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
-            (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
-}
-
-/* Share of the machine's CPUs that other processes used since the *_0 readings. */
-static double others_share(double t0, double machine0, double self0) {
-    double machine, self, wall = timer_now() - t0;
-    cpu_seconds(&machine, &self);
-    double others = (machine - machine0) - (self - self0);
-    return wall > 0 && machine0 > 0 ? (others > 0 ? others : 0) / (wall * cpu_count()) : 0;
-}
-
 static int measure(struct bench *b) {
     const struct opts *o = &b->o;
     struct gen_result res;
-    double t0 = timer_now(), machine0, self0;
-    cpu_seconds(&machine0, &self0);
+    struct cpu_mark all = cpu_mark_now();
     for (int ri = 0; ri < o->n_runs; ri++) { /* warm-up: caches, page faults, thread pool */
         if (run_one(b, 0, &o->runs[ri], &res)) return -1;
         gen_result_free(&res);
     }
     b->total = o->trials * b->n_prompts * o->n_runs;
     for (int t = 0; t < o->trials; t++) {
-        double tt = timer_now(), m0, s0;
-        cpu_seconds(&m0, &s0);
+        struct cpu_mark trial = cpu_mark_now();
         for (int pi = 0; pi < b->n_prompts; pi++) {
             struct prompt *p = &b->prompts[pi];
             for (int ri = 0; ri < o->n_runs; ri++) {
@@ -519,9 +494,9 @@ static int measure(struct bench *b) {
                 progress(b, r->name, b->cats[p->cat], t);
             }
         }
-        b->busy[t] = others_share(tt, m0, s0);
+        b->busy[t] = cpu_others_share(&trial);
     }
-    b->busy_all = others_share(t0, machine0, self0);
+    b->busy_all = cpu_others_share(&all);
     /* prompts on which no lookup run's index ever proposed a draft */
     for (int ri = 0; ri < o->n_runs; ri++) {
         if (o->runs[ri].mode != GEN_LOOKUP) continue;

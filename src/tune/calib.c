@@ -7,6 +7,7 @@
  * MAX_PASSES runs, keeping the quietest), and the curves are made monotone (monotone()). */
 #include "tune/calib.h"
 
+#include "base/cpuload.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/thread.h"
@@ -20,8 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #define CTX        256
 #define WARMUP     3
@@ -255,21 +254,6 @@ static int measure_once(const struct tune_subject *s, int show_progress, struct 
     return rc;
 }
 
-/* CPU seconds used by the whole machine and by this process so far. */
-static void cpu_seconds(double *machine, double *self) {
-    unsigned long long v[8] = {0};
-    FILE *f = fopen("/proc/stat", "r");
-    *machine = 0;
-    if (f && fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
-                    &v[4], &v[5], &v[6], &v[7]) == 8)
-        *machine = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
-    if (f) fclose(f);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    *self = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
-            (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
-}
-
 /* Timings only ever gain from a disturbance, and a pass of more rows (or more drafts) cannot
  * cost less than one of fewer: each point becomes the least of itself and every wider one. */
 static void monotone(double *v, int lo, int hi) {
@@ -285,28 +269,18 @@ static double curve_sum(const struct tune_costs *c) {
     return sum;
 }
 
-/* Share of the machine's CPUs other processes used since the readings t0, m0, s0. */
-static double others_share(double t0, double m0, double s0) {
-    double m1, s1;
-    cpu_seconds(&m1, &s1);
-    double wall = timer_now() - t0, others = (m1 - m0) - (s1 - s0);
-    return wall > 0 && m0 > 0 && others > 0 ? others / (wall * cpu_count()) : 0;
-}
-
 int tune_measure(const struct tune_subject *s, int show_progress, struct tune_costs *out) {
-    double t0 = timer_now(), m0, s0;
-    cpu_seconds(&m0, &s0);
+    struct cpu_mark mark = cpu_mark_now();
     int rc = measure_once(s, show_progress, out);
-    double busy = others_share(t0, m0, s0);
+    double busy = cpu_others_share(&mark);
     /* disturbed: measure again (a few times at most), keeping the quietest run */
     for (int pass = 1; !rc && busy > 0.2 && pass < MAX_PASSES; pass++) {
         struct tune_costs again;
         log_info("other processes used %.0f%% of the CPUs while calibrating: measuring again",
                  100 * busy);
-        t0 = timer_now();
-        cpu_seconds(&m0, &s0);
+        mark = cpu_mark_now();
         if ((rc = measure_once(s, show_progress, &again))) break;
-        busy = others_share(t0, m0, s0);
+        busy = cpu_others_share(&mark);
         if (curve_sum(&again) < curve_sum(out)) *out = again;
     }
     if (rc) return rc;
