@@ -542,24 +542,12 @@ static int apply(struct gen_seq *r) {
     return rc;
 }
 
-/* What the target must report for r's rows this round: logits, or on a GPU in plain greedy
- * rounds only each row's greedy token (verify's greedy_ids). */
-static struct model_batch_item target_item(struct gen_seq *r) {
-    int ids = r->v.greedy_ids;
-    return (struct model_batch_item){
-        r->kv, r->in, r->n_in, ids ? NULL : r->v.logits, r->v.taps, ids ? r->v.ids : NULL, 0};
-}
-
 int gen_seq_step(struct gen_seq *r) {
     if (r->done || r->prefilling) return OK;
     int rc = propose_all(&r, 1, 1);
     if (rc || r->done) return rc;
-    if (r->v.greedy_ids) {
-        struct model_batch_item it = target_item(r);
-        rc = model_forward_batch(r->e->target, &it, 1);
-    } else {
-        rc = model_forward_taps(r->e->target, r->kv, r->in, r->n_in, r->v.logits, 1, r->v.taps);
-    }
+    struct model_batch_item it = verify_item(&r->v, r->in, r->n_in);
+    rc = model_forward_batch(r->e->target, &it, 1);
     if (!rc) rc = apply(r);
     if (rc) r->failed = 1;
     return rc;
@@ -580,7 +568,7 @@ int gen_step_batch(struct gen_seq **seqs, int n) {
     for (int i = 0; i < n_step; i++) {
         struct gen_seq *r = step[i];
         if (r->done) continue;
-        items[k] = target_item(r);
+        items[k] = verify_item(&r->v, r->in, r->n_in);
         live[k++] = r;
     }
     if (!k) return OK;

@@ -129,6 +129,12 @@ int verify_decide(struct verify *v, const struct draft *d, verify_commit_fn *cb,
     return rc;
 }
 
+struct model_batch_item verify_item(const struct verify *v, const int32_t *in, int n) {
+    int ids = v->greedy_ids;
+    return (struct model_batch_item){
+        v->kv, in, n, ids ? NULL : v->logits, v->taps, ids ? v->ids : NULL, 0};
+}
+
 int verify_round(struct verify *v, int32_t pending, const struct draft *d, verify_commit_fn *cb,
                  void *ctx, int *n_accepted, int *stopped) {
     static const struct draft none = {0};
@@ -141,11 +147,8 @@ int verify_round(struct verify *v, int32_t pending, const struct draft *d, verif
     int base = kv_len(v->kv);
     struct draft dk = *d;
     dk.n = k;
-    struct model_batch_item it = {
-        v->kv, in, k + 1, v->greedy_ids ? NULL : v->logits, v->taps, v->greedy_ids ? v->ids : NULL,
-        0};
-    int rc = v->greedy_ids ? model_forward_batch(v->m, &it, 1)
-                           : model_forward_taps(v->m, v->kv, in, k + 1, v->logits, 1, v->taps);
+    struct model_batch_item it = verify_item(v, in, k + 1);
+    int rc = model_forward_batch(v->m, &it, 1);
     if (rc) {
         *n_accepted = *stopped = 0;
         return rc;

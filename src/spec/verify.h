@@ -10,12 +10,12 @@
 #ifndef DSPARK_SPEC_VERIFY_H
 #define DSPARK_SPEC_VERIFY_H
 
+#include "model/model.h"
 #include "sample/logprobs.h"
 #include "spec/drafter.h"
 
 #include <stdint.h>
 
-struct model;
 struct kv_cache;
 struct sampler;
 struct sample_dist;
@@ -53,6 +53,9 @@ void verify_deinit(struct verify *v);
  * Returns OK or an error code (then generation must end). */
 int verify_round(struct verify *v, int32_t pending, const struct draft *d, verify_commit_fn *cb,
                  void *ctx, int *n_accepted, int *stopped);
+/* The target pass of a round over in[0..n) as v decides from it: every row's logits into
+ * v->logits, or with greedy_ids only their greedy tokens into v->ids; taps into v->taps. */
+struct model_batch_item verify_item(const struct verify *v, const int32_t *in, int n);
 /* The decision half of verify_round(), on logits already in v->logits (rows 0..d->n), or with
  * greedy_ids on the greedy tokens in v->ids: commits through cb and leaves the cache alone.
  * Exposed so tests can replay one round many times. */

@@ -162,15 +162,6 @@ static int grid_measure(const struct tune_subject *s, struct meter *m, const int
     return rc;
 }
 
-/* One verify pass of w rows as the engine runs it: logits back, or on a GPU in greedy rounds
- * only the rows' greedy ids (verify.greedy_ids). */
-static int verify_pass(struct model *t, struct kv_cache *kv, const int32_t *in, int w,
-                       struct verify *v) {
-    if (!v->greedy_ids) return model_forward_taps(t, kv, in, w, v->logits, 1, v->taps);
-    struct model_batch_item it = {kv, in, w, NULL, v->taps, v->ids, 0};
-    return model_forward_batch(t, &it, 1);
-}
-
 static int measure_once(const struct tune_subject *s, int show_progress, struct tune_costs *out) {
     const struct hf_config *c = model_config(s->target);
     int B = s->max_cap;
@@ -213,7 +204,8 @@ static int measure_once(const struct tune_subject *s, int show_progress, struct 
     for (int r = 0; !rc && r < WARMUP + REPS; r++) {
         for (int w = 1; !rc && w <= B + 1; w++) {
             double t0 = timer_now();
-            rc = verify_pass(s->target, kv, pend, w, &v);
+            struct model_batch_item it = verify_item(&v, pend, w); /* as the engine's rounds */
+            rc = model_forward_batch(s->target, &it, 1);
             if (r >= WARMUP) tv[w * REPS + r - WARMUP] = timer_now() - t0;
             kv_truncate(kv, n_ctx);
             tick(&m, 1);
@@ -228,7 +220,8 @@ static int measure_once(const struct tune_subject *s, int show_progress, struct 
     if (!rc) quiet_curves(tv, 1, B + 1, td, 1, B, REPS, out->verify, out->draft);
     /* the per-round decision on a one-row pass */
     static const struct draft none = {0};
-    if (!rc) rc = verify_pass(s->target, kv, pend, 1, &v);
+    struct model_batch_item one = verify_item(&v, pend, 1);
+    if (!rc) rc = model_forward_batch(s->target, &one, 1);
     kv_truncate(kv, n_ctx);
     for (int r = 0; !rc && r < REPS; r++) {
         int acc, stopped;
