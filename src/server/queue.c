@@ -94,6 +94,7 @@ void *engine_main(void *arg) {
     struct job *active[MAX_ACTIVE];
     struct gen_seq *seqs[MAX_ACTIVE];
     int n_active = 0, n_seqs = 0;
+    long held = 0; /* the running jobs' K/V estimate (--kv-pool-mb) */
     int max_batch = s->opts.max_batch > 0 ? s->opts.max_batch : 1;
     if (max_batch > MAX_ACTIVE) max_batch = MAX_ACTIVE;
     for (;;) {
@@ -108,8 +109,7 @@ void *engine_main(void *arg) {
          * than either runs alone); the first job that does not fit waits, and all behind it */
         struct job *joining[MAX_ACTIVE];
         int n_join = 0, room = max_batch - n_seqs;
-        long pool = (long)s->opts.kv_pool_mb << 20, used = 0;
-        for (int i = 0; i < n_active; i++) used += job_kv_bytes(s, active[i]);
+        long pool = (long)s->opts.kv_pool_mb << 20, used = held;
         while (s->q_len && n_active + n_join < MAX_ACTIVE) {
             struct job *j = s->queue[s->q_head];
             if (j->n_choices > room && (n_active || n_join)) break;
@@ -173,7 +173,7 @@ void *engine_main(void *arg) {
             job_release(j);
         }
         n_active = kept;
-        long held = 0;
+        held = 0; /* what the jobs still running hold, for the next admission */
         for (int i = 0; i < n_active; i++) held += job_kv_bytes(s, active[i]);
         n_seqs = 0;
         for (int i = 0; i < n_active; i++) n_seqs += oa_job_seqs(active[i], seqs + n_seqs);
