@@ -23,9 +23,7 @@ while [ $# -gt 0 ]; do
     *) echo "usage: sh bench/concurrency.sh [--modes LIST] [--levels LIST] [--requests N] [--max-tokens N] [--threads N] [--model DIR] [-- SERVE FLAGS]" >&2; exit 2 ;;
     esac
 done
-[ -x build/dspark ] || { echo "build/dspark is missing: run make" >&2; exit 1; }
-[ -d tests/js/node_modules/openai ] || { echo "run: npm ci --prefix tests/js" >&2; exit 1; }
-mkdir -p build/bench
+serve_needs
 max=$(echo "$LEVELS" | tr , '\n' | sort -n | tail -1)
 rc=0
 pid=""

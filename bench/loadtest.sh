@@ -24,9 +24,7 @@ while [ $# -gt 0 ]; do
     *) echo "usage: sh bench/loadtest.sh [--duration S] [--clients N] [--model DIR] [--threads N] [--max-batch N] [-- SERVE FLAGS]" >&2; exit 2 ;;
     esac
 done
-[ -x build/dspark ] || { echo "build/dspark is missing: run make" >&2; exit 1; }
-[ -d tests/js/node_modules/openai ] || { echo "run: npm ci --prefix tests/js" >&2; exit 1; }
-mkdir -p build/bench
+serve_needs
 log=build/bench/loadtest-server.log
 # the queue holds every client, so a full batch never turns one away
 build/dspark serve --model "$MODEL" --port 0 --threads "$THREADS" --max-batch "$BATCH" \

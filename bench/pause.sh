@@ -16,8 +16,7 @@ while [ $# -gt 0 ]; do
     *) echo "usage: sh bench/pause.sh [--chunks LIST] [--trials N] [-- SERVE FLAGS]" >&2; exit 2 ;;
     esac
 done
-[ -x build/dspark ] || { echo "build/dspark is missing: run make" >&2; exit 1; }
-[ -d tests/js/node_modules/openai ] || { echo "run: npm ci --prefix tests/js" >&2; exit 1; }
+serve_needs
 out=$(mktemp)
 pid=""
 trap '[ -z "$pid" ] || kill $pid 2>/dev/null; rm -f "$out"' EXIT

@@ -21,9 +21,7 @@ while [ $# -gt 0 ]; do
     *) echo "usage: sh bench/shared_prefix.sh [--model DIR] [--prefix N] [--clients N] [--bin PATH] [-- SERVE FLAGS]" >&2; exit 2 ;;
     esac
 done
-[ -x "$BIN" ] || { echo "$BIN is missing: run make" >&2; exit 1; }
-[ -d tests/js/node_modules/openai ] || { echo "run: npm ci --prefix tests/js" >&2; exit 1; }
-mkdir -p build/bench
+serve_needs "$BIN"
 out=$(mktemp)
 "$BIN" serve --model "$MODEL" --port 0 --threads 2 --max-batch "$CLIENTS" "$@" >"$out" 2>&1 &
 pid=$!

@@ -23,9 +23,7 @@ while [ $# -gt 0 ]; do
     *) echo "usage: sh bench/ttft.sh [--model DIR] [--threads N] [--prefix N] [--trials N] [--from-disk] [-- SERVE FLAGS]" >&2; exit 2 ;;
     esac
 done
-[ -x build/dspark ] || { echo "build/dspark is missing: run make" >&2; exit 1; }
-[ -d tests/js/node_modules/openai ] || { echo "run: npm ci --prefix tests/js" >&2; exit 1; }
-mkdir -p build/bench
+serve_needs
 out=$(mktemp)
 json=build/bench/ttft.json
 if [ -n "$DISK" ]; then
