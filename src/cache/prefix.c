@@ -68,21 +68,36 @@ static size_t ctx_bytes(const struct prefix_ctx *c) {
     return c->rows ? sizeof(float) * (size_t)c->width * (size_t)c->n : 0;
 }
 
-/* kv leaves the cache: entries whose caches read its rows copy them, so that the memory the
- * entries hold is the memory they count (kv's rows live on while sequences read them). */
-static void detach_readers(struct prefix_cache *pc, const struct kv_cache *kv) {
-    for (int j = 0; j < pc->n; j++) {
-        struct entry *e = &pc->e[j];
-        if (e->kv == kv || !kv_reads(e->kv, kv)) continue;
-        size_t before = kv_bytes(e->kv);
-        if (kv_unshare(e->kv) == OK && !e->lent) pc->st.bytes += kv_bytes(e->kv) - before;
+/* Whether kv is an entry's cache. */
+static int listed(const struct prefix_cache *pc, const struct kv_cache *kv) {
+    for (int j = 0; j < pc->n; j++)
+        if (pc->e[j].kv == kv) return 1;
+    return 0;
+}
+
+/* The memory the entries keep alive: their own rows (a lent one's are its sequence's) and
+ * their drafter contexts, and once each the caches they read rows of that are no entry's. */
+static size_t held_bytes(const struct prefix_cache *pc) {
+    size_t b = 0;
+    for (int i = 0; i < pc->n; i++) {
+        const struct entry *e = &pc->e[i];
+        if (!e->lent) b += kv_bytes(e->kv);
+        b += ctx_bytes(&e->ctx);
+        const struct kv_cache *base = kv_base(e->kv);
+        if (!base || listed(pc, base)) continue;
+        int seen = 0; /* an earlier entry reads it too */
+        for (int j = 0; j < i && !seen; j++) seen = kv_base(pc->e[j].kv) == base;
+        if (!seen) b += kv_bytes(base);
     }
+    return b;
+}
+
+/* st.bytes after the entries changed (a put, a lent entry) */
+static void recount(struct prefix_cache *pc) {
+    pc->st.bytes = held_bytes(pc);
 }
 
 static void unlink_entry(struct prefix_cache *pc, int i) {
-    detach_readers(pc, pc->e[i].kv);
-    if (!pc->e[i].lent) pc->st.bytes -= kv_bytes(pc->e[i].kv);
-    pc->st.bytes -= ctx_bytes(&pc->e[i].ctx);
     free(pc->e[i].ctx.rows);
     free(pc->e[i].tokens);
     memmove(pc->e + i, pc->e + i + 1, sizeof *pc->e * (size_t)(pc->n - i - 1));
@@ -132,7 +147,6 @@ static struct kv_cache *from_ram(struct prefix_cache *pc, int i, int len, int ca
     struct entry *e = &pc->e[i];
     struct kv_cache *kv = NULL;
     if (!e->lent && len == e->n && kv_capacity(e->kv) >= cap) {
-        pc->st.bytes -= kv_bytes(e->kv); /* the sequence's now; counted again when back */
         e->lent = 1;
         kv = e->kv;
     } else if (kv_new_shared(pc->m, cap, e->kv, len, &kv) == OK) {
@@ -198,6 +212,7 @@ struct kv_cache *prefix_cache_take_ctx(struct prefix_cache *pc, const int32_t *p
     }
     pc->st.hits++;
     pc->st.reused_tokens += *n_reused;
+    recount(pc);
     return kv;
 }
 
@@ -221,8 +236,8 @@ static int covers(uint64_t have, uint64_t need) {
     return !need || have == need;
 }
 
-void prefix_cache_put_ctx(struct prefix_cache *pc, const int32_t *tokens, int n,
-                          struct kv_cache *kv, struct prefix_ctx *ctx) {
+static void put_entry(struct prefix_cache *pc, const int32_t *tokens, int n, struct kv_cache *kv,
+                      struct prefix_ctx *ctx) {
     struct prefix_ctx c = ctx && ctx->rows && ctx->tag ? *ctx : (struct prefix_ctx){0};
     if (ctx && !c.rows) free(ctx->rows);
     if (c.rows && n > c.n) n = c.n;
@@ -256,12 +271,14 @@ void prefix_cache_put_ctx(struct prefix_cache *pc, const int32_t *tokens, int n,
              common_prefix(pc->e[i].tokens, pc->e[i].n, tokens, n) == pc->e[i].n))
             drop(pc, i);
     if (pc->n == pc->max_entries) evict(pc, 0);
-    int base_listed = !kv_shared(kv); /* a cache reading rows of no entry's: it copies them */
-    for (int j = 0; !base_listed && j < pc->n; j++) base_listed = kv_reads(kv, pc->e[j].kv);
-    if (!base_listed) kv_unshare(kv);
     pc->e[pc->n++] = (struct entry){t, n, kv, 0, c};
-    pc->st.bytes += kv_bytes(kv) + ctx_bytes(&c);
-    while (pc->max_bytes && pc->st.bytes > pc->max_bytes && pc->n > 1) evict(pc, 0);
+    while (pc->max_bytes && held_bytes(pc) > pc->max_bytes && pc->n > 1) evict(pc, 0);
+}
+
+void prefix_cache_put_ctx(struct prefix_cache *pc, const int32_t *tokens, int n,
+                          struct kv_cache *kv, struct prefix_ctx *ctx) {
+    put_entry(pc, tokens, n, kv, ctx);
+    recount(pc);
 }
 
 struct prefix_stats prefix_cache_stats(const struct prefix_cache *pc) {

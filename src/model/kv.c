@@ -126,12 +126,8 @@ int kv_shared(const struct kv_cache *kv) {
     return kv->nb;
 }
 
-int kv_reads(const struct kv_cache *kv, const struct kv_cache *other) {
-    return kv->base && kv->base == other;
-}
-
-int kv_unshare(struct kv_cache *kv) {
-    return kv->base ? unshare(kv, kv->len) : OK;
+const struct kv_cache *kv_base(const struct kv_cache *kv) {
+    return kv->base;
 }
 
 void kv_truncate(struct kv_cache *kv, int n) {

@@ -44,9 +44,8 @@ int kv_new(const struct model *m, int max_ctx, struct kv_cache **out);
 int kv_new_shared(const struct model *m, int max_ctx, struct kv_cache *src, int n,
                   struct kv_cache **out);
 int kv_shared(const struct kv_cache *kv); /* positions read from another cache */
-int kv_reads(const struct kv_cache *kv, const struct kv_cache *other); /* 1: kv reads other's */
-/* Copies the shared positions into kv's own rows: it reads no other cache from then on. */
-int kv_unshare(struct kv_cache *kv);
+/* The cache whose rows kv reads for its shared positions, or NULL. */
+const struct kv_cache *kv_base(const struct kv_cache *kv);
 void kv_free(struct kv_cache *kv);
 int kv_len(const struct kv_cache *kv); /* positions held */
 int kv_capacity(const struct kv_cache *kv);
