@@ -38,7 +38,7 @@ $(BUILD)/bench_gpu: bench/bench_gpu.c $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 $(CUDA_ARCH) -lineinfo -std=c++17 -Isrc -Xcompiler -Wall,-Wextra,-Werror -c $< -o $@
+	$(NVCC) -O3 $(CUDA_ARCH) -lineinfo -std=c++17 -Isrc -MMD -MP -Xcompiler -Wall,-Wextra,-Werror -c $< -o $@
 endif
 
 .PHONY: all test san fuzz format check-format clean bench

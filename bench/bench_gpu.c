@@ -5,7 +5,8 @@
  * tokens against the CPU's on the same weights. Build with `make CUDA=1 build/cuda/bench_gpu`;
  * run on the GPU machine:
  *   bench_gpu MODEL_DIR [--bw GBps] [--ctx N,N..] [--long N] [--cpu-check N] [--quick]
- *             [--decode-only] [--batch B,B..]
+ *             [--decode-only] [--lab] [--batch B,B..]
+ * --lab: decode, the verify curve and the kernel table only (for comparing variants).
  * --batch: continuous-batching decode, B sequences at the first context stepping one token
  * each per pass (model_forward_batch, greedy ids back): aggregate tokens/s against B = 1.
  * Times are the median of repeated runs (minimum in brackets). */
@@ -145,7 +146,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     double bw = 4300;
-    int ctxs[8] = {512}, n_ctx = 1, longp = 0, check = 0, quick = 0, decode_only = 0;
+    int ctxs[8] = {512}, n_ctx = 1, longp = 0, check = 0, quick = 0, decode_only = 0, lab = 0;
     int batches[8], n_batch = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc)
@@ -160,6 +161,8 @@ int main(int argc, char **argv) {
             quick = 1;
         else if (!strcmp(argv[i], "--decode-only"))
             decode_only = 1, quick = 1;
+        else if (!strcmp(argv[i], "--lab"))
+            decode_only = 1, quick = 1, lab = 1;
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             n_batch = parse_list(argv[++i], batches, 8);
     }
@@ -208,7 +211,7 @@ int main(int argc, char **argv) {
                "with logits copied back %.3f ms [%.3f]\n",
                P, g1.med * 1e3, g1.min * 1e3, 1 / g1.med, 100 * roof / g1.med, l1.med * 1e3,
                l1.min * 1e3);
-        if (ci || decode_only) continue;
+        if (ci || (decode_only && !lab)) continue;
         printf("verify cost by width (x one token, greedy ids of every row):\n");
         for (int k = 1; k <= 32; k++) {
             if (quick && k != 1 && k != 2 && k != 4 && k != 8 && k != 16 && k != 32) continue;

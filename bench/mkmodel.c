@@ -29,18 +29,19 @@ struct tensor {
 
 static uint64_t rng;
 
-static uint32_t next_u32(void) { /* xorshift64* */
+static uint64_t next_u64(void) { /* xorshift64* */
     rng ^= rng >> 12;
     rng ^= rng << 25;
     rng ^= rng >> 27;
-    return (uint32_t)((rng * 0x2545f4914f6cdd1dull) >> 32);
+    return rng * 0x2545f4914f6cdd1dull;
 }
 
-/* Roughly normal (sum of four uniforms, variance 1). */
+/* Roughly normal (sum of four 16-bit uniforms from one draw, variance 1). */
 static float gauss(void) {
-    float s = 0;
-    for (int i = 0; i < 4; i++) s += (float)next_u32() * (1.0f / 4294967296.0f);
-    return (s - 2.0f) * 1.7320508f;
+    uint64_t r = next_u64();
+    float s = (float)((r & 0xffff) + (r >> 16 & 0xffff) + (r >> 32 & 0xffff) + (r >> 48)) +
+              2.0f; /* each uniform centred in its step */
+    return (s * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
 }
 
 static uint16_t to_bf16(float f) {

@@ -3,8 +3,9 @@
 # Expects test_gpu, bench_gpu (built with `make CUDA=1`) and the shared libraries they need
 # in $BIN (default .gpu); writes logs to $OUT (default /tmp/dspark-gpu). STEPS picks what runs
 # (default all): info test sanitize pycoder spec 8b cpucheck variants torch (ncu and serve on
-# request); serve runs `dspark serve --gpu` on models/pycoder in each of SERVE_MODES and drives
-# it with bench/concurrency.py (1, 4, 16, 64 concurrent clients against serialised);
+# request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
+# mangled name, of `bench_gpu --lab`); serve runs `dspark serve --gpu` on models/pycoder in
+# each of SERVE_MODES and drives it with bench/concurrency.py (1, 4, 16, 64 concurrent clients against serialised);
 # spec runs `dspark benchmark --gpu` (needs $BIN/dspark and the prompt sets in
 # ../shared/bench/prompts, copied there from $BIN/prompts when missing); variants reruns the 8B
 # decode (and VARIANT_ARGS, e.g. --batch 1,16) with each VARIANTS entry (VAR=value,
@@ -75,8 +76,9 @@ if has variants; then
         stamp "variant $v"
         # shellcheck disable=SC2046
         # shellcheck disable=SC2086
+        echo "== $v" >>"$OUT/variants.log"
         env $(echo "$v" | tr , ' ') timeout 120 "$BIN/bench_gpu" "$M8B" --decode-only \
-            ${VARIANT_ARGS:-} 2>&1 | grep -E "decode|batch" | tee -a "$OUT/variants.log"
+            ${VARIANT_ARGS:-} 2>&1 | tee -a "$OUT/variants.log" | grep -E "decode|batch| 16: "
     done
 fi
 if has serve; then
@@ -98,13 +100,17 @@ if has serve; then
         wait $spid 2>/dev/null
     done
 fi
-if has ncu && command -v ncu >/dev/null; then # a few decode kernels of one layer
+if has ncu && command -v ncu >/dev/null; then # NCU_COUNT kernels matching NCU_KERNEL
     stamp ncu
-    timeout 200 ncu --clock-control none --launch-skip ${NCU_SKIP:-1500} --launch-count 12 \
+    timeout 300 ncu --clock-control none -k "regex:${NCU_KERNEL:-k_mm}" --kernel-name-base mangled \
+        --launch-skip "${NCU_SKIP:-0}" --launch-count "${NCU_COUNT:-4}" --import-source yes \
         --section SpeedOfLight --section WarpStateStats --section Occupancy \
-        --section MemoryWorkloadAnalysis "$BIN/bench_gpu" "$M8B" --decode-only \
-        >"$OUT/ncu.log" 2>&1
-    grep -E "k_mm|k_attn|k_norm|k_embed|k_argmax|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|One or More|Block Limit" "$OUT/ncu.log" | head -150
+        --section MemoryWorkloadAnalysis --section SourceCounters --section LaunchStats \
+        -o "$OUT/ncu" -f "$BIN/bench_gpu" "$M8B" ${NCU_ARGS:---lab} >"$OUT/ncu.log" 2>&1
+    ncu -i "$OUT/ncu.ncu-rep" --page details >"$OUT/ncu-details.txt" 2>&1
+    ncu -i "$OUT/ncu.ncu-rep" --page source --print-source sass --csv >"$OUT/ncu-source.csv" 2>&1
+    grep -E "k_mm|Duration|DRAM Throughput|Registers Per|Warp Cycles Per Issued|Achieved Occ" \
+        "$OUT/ncu-details.txt" | head -60
 fi
 if has torch; then
     stamp "transformers anchor"

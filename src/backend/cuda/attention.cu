@@ -70,6 +70,7 @@ struct attn_args {
     float *acc, *ml;  /* span partials: [GPU_GROUP][nh][spans][D] and [..][2] */
     int T, r0, nr;    /* the chunk's rows (xb layout); this launch's rows [r0, r0 + nr) */
     int nh, nkv, G, KT_out, layer, window, spans;
+    int early; /* the merge lets the output projection start (and load weights) at once */
     float scale;
 };
 
@@ -313,8 +314,9 @@ template <int D> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_a
 __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
     extern __shared__ float w[]; /* [spans] the row's span weights */
     __shared__ float Ls;
+    if (a.early) pdl_launch();
     pdl_wait();
-    pdl_launch();
+    if (!a.early) pdl_launch();
     const int t = a.r0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     const int p = row_pos(a.sp, t), sa = att_lo(p, a.window) / ATT_SPAN, sb = p / ATT_SPAN;
     const size_t base = ((size_t)(t - a.r0) * a.nh + h) * a.spans;
@@ -369,6 +371,7 @@ cudaError_t attn_launch(gpu_model *g, int layer, int T, int row0, int n) {
     a.nh = d->n_heads, a.nkv = d->n_kv_heads, a.G = g->G;
     a.KT_out = g->KT_QD, a.layer = layer, a.window = d->window, a.spans = g->att_spans;
     a.scale = 1.0f / sqrtf((float)g->D);
+    a.early = g->early_merge;
     cudaError_t e = launch(attn_kernels[g->D / 16], dim3(g->att_grid), dim3(ATT_THREADS),
                            attn_smem(g->G, g->D), g->stream, a);
     if (e != cudaSuccess) return e;

@@ -199,7 +199,8 @@ struct dmat {
     int dtype; /* enum dtype of the row-major form */
     int mma;   /* 1: fragment layout, tensor cores */
     int M, K, MS, KT;
-    int ks;          /* blocks splitting K (fixed per matrix: results never depend on T) */
+    int nb;          /* blocks of a launch (fixed per matrix: results never depend on T) */
+    int ks;          /* > 0: K ranges per strip group; 0: nb even ranges across groups */
     int interleaved; /* gate/up strips alternate (fused SwiGLU); M counts both halves */
 };
 
@@ -237,7 +238,7 @@ struct gpu_model {
     uint16_t *xf;               /* xb of the FFN input (K = H) */
     uint16_t *xh;               /* xb of the FFN hidden (K = I) */
     float *logits;              /* [T, V] */
-    float *part;                /* matmul partial sums [ks][GPU_GROUP][Mpad] */
+    float *part;                /* matmul partial sums [blocks][2][GPU_GROUP][128] */
     unsigned *cnt;              /* matmul and attention arrival counters, left at 0 */
     float *att_acc;             /* [GPU_GROUP][n_heads][att_spans][D] per-span partials */
     float *att_ml;              /* [GPU_GROUP][n_heads][att_spans][2] */
@@ -254,7 +255,7 @@ struct gpu_model {
     int32_t *hids;    /* pinned [GPU_ROWS] */
     cudaStream_t stream;
     gpu_graph graphs[GPU_GROUP + 1][GPU_MODES];
-    int use_graphs, use_pdl, prefetch, layout, slots;
+    int use_graphs, use_pdl, slots, even_split, early_merge;
     int launch_err; /* first launch error since the last check */
     void **allocs;
     int n_allocs, cap_allocs;

@@ -117,7 +117,7 @@ static int env_int(const char *name, int def) {
 }
 
 static size_t part_floats(const dmat *m) {
-    return m->mma && m->ks > 1 ? (size_t)m->ks * GPU_GROUP * cdiv(m->MS, 8) * 128 : 0;
+    return m->mma ? (size_t)m->nb * 2 * GPU_GROUP * 128 : 0;
 }
 
 static int check_shape(const gpu_model_desc *d) {
@@ -240,8 +240,8 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->G = d->n_heads / d->n_kv_heads;
     g->KT_H = (g->H + 15) / 16, g->KT_QD = (g->QD + 15) / 16, g->KT_I = (g->I + 15) / 16;
     g->use_graphs = env_int("DSPARK_GPU_GRAPHS", 1);
-    g->prefetch = env_int("DSPARK_GPU_PREFETCH", 0);
-    g->layout = env_int("DSPARK_GPU_LAYOUT", 1);
+    g->even_split = env_int("DSPARK_GPU_SK", 1);
+    g->early_merge = env_int("DSPARK_GPU_EARLY", 1);
     int sms = 132;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     g->slots = sms * env_int("DSPARK_GPU_BLOCKS_PER_SM", 2);

@@ -2,15 +2,18 @@
  * launch). BF16 weights run on the tensor cores (mma.m16n8k16) against the three-term bf16
  * split of the float32 input (cuda.cuh), so every product is exact and each result is the
  * float32-accumulated dot product, summed in an order fixed per matrix: k-tiles in order
- * within a block, then the K-split blocks in order. Nothing depends on the number of rows.
+ * within a block's piece, then the pieces in order. Nothing depends on the number of rows.
  *
- * Work: a block of 8 warps owns 8 strips of 16 output rows and one of the matrix's ks
- * K-ranges. Each warp streams its strip's weight fragments (16-byte loads, two batches of U
- * k-tiles in flight in turn, the first two loaded before the wait on the previous kernel),
- * while the block stages the shared input in shared memory (cp.async, two chunk buffers).
- * With ks > 1 every block writes its sums to a partial buffer and the last block of each
- * strip group adds them in order and runs the epilogue (store, residual add and optionally
- * the next RMSNorm, SwiGLU into the next input, or q/k norm + RoPE + cache append).
+ * Work: 8 strips of 16 output rows make a strip group, and a matrix is the flattened space
+ * of (strip group, k-tile). Each block owns a contiguous range of it (mm_partition: each group
+ * split into the same K ranges, or, where that would leave SMs idle, even ranges that cross
+ * groups), cut at group boundaries into pieces. In a piece, each of the 8 warps streams its
+ * strip's weight fragments (16-byte loads, two batches of U k-tiles in flight in turn, the
+ * block's first two loaded before the wait on the previous kernel) while the block stages the
+ * shared input in shared memory (cp.async, two chunk buffers). A piece that is not a whole
+ * group writes its sums to a partial buffer and the last piece of the group to arrive adds
+ * them in order and runs the epilogue (store, residual add and optionally the next RMSNorm,
+ * SwiGLU into the next input, or q/k norm + RoPE + cache append).
  * Other weight types take a plain warp-per-row kernel with the store and residual epilogues. */
 #include "backend/cuda/cuda.cuh"
 
@@ -53,15 +56,17 @@ __device__ __forceinline__ float silu_mul(float gv, float uv) {
 struct mm_args {
     const uint4 *w;    /* fragments [MS][KT][32] */
     const uint2 *xb;   /* this group's B operand [KT][NT][32] */
-    int KT, MS, M, ks; /* M: real rows (both halves when interleaved) */
-    int T, T_chunk, row0, prefetch, layout;
+    int KT, MS, M; /* M: real rows (both halves when interleaved) */
+    int T, T_chunk, row0;
     int epi;
     float *y;
     int ldy;
     const float *bias;
     uint16_t *xb_out;
     int KT_out;
-    float *part; /* [ks][GPU_GROUP][gridDim.x * 128] */
+    int ks;         /* > 0: each group split into ks K ranges; 0: even ranges (mm_start) */
+    unsigned total; /* groups x KT */
+    float *part;    /* [gridDim.x][2][GPU_GROUP][128]: each block's first and last piece */
     unsigned *cnt;
     qkv_epi qe;          /* EPI_QKV */
     const float *norm_w; /* EPI_RESID: then the RMSNorm of the rows into norm_out */
@@ -87,11 +92,11 @@ static size_t mm_smem(int NT) { /* max(two input chunks, per-warp tiles + final 
 
 /* The last block of a strip group has rows [128 b, 128 b + 128) of q|k|v for every row t in
  * val[t * 128 + i]: whole heads (D divides 128), normed, rotated and stored here. */
-__device__ void qkv_epilogue(const qkv_epi &e, const float *val, int T, int row0, int M) {
+__device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val, int T, int row0, int M, int g) {
     const int D = e.D, half = D / 2, QD = e.nh * D, KD = e.nkv * D;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hpb = 128 / D;
     for (int task = warp; task < T * hpb; task += 8) { /* a warp per (row, head) */
-        int t = task / hpb, hh = task % hpb, m0 = blockIdx.x * 128 + hh * D;
+        int t = task / hpb, hh = task % hpb, m0 = g * 128 + hh * D;
         if (m0 >= M) continue;
         const float *x = val + t * 128 + hh * D;
         int kind = m0 < QD        ? 0
@@ -129,12 +134,18 @@ __device__ void qkv_epilogue(const qkv_epi &e, const float *val, int T, int row0
     }
 }
 
-/* r = the U fragments of k-tiles [b0, b0 + U) that exist */
+/* A warp's fragments of one k-tile are MM_WS uint4 after those of the previous one (the 8
+ * strips of a group side by side) */
+#define MM_WS 256
+
+/* r = the U fragments of k-tiles [b0, b0 + U), zeros past nk (so that r is new on every path
+ * and not kept alive from one batch to the next) */
 template <int U>
-__device__ __forceinline__ void mm_fetch(uint4 (&r)[U], const uint4 *wp, int ws, int b0, int nk) {
+__device__ __forceinline__ void mm_fetch(uint4 (&r)[U], const uint4 *wp, int b0, int nk) {
+    const uint4 *p = wp + (size_t)b0 * MM_WS;
 #pragma unroll
     for (int u = 0; u < U; u++)
-        if (b0 + u < nk) r[u] = ld_stream(wp + (b0 + u) * ws);
+        r[u] = b0 + u < nk ? ld_stream(p + u * MM_WS) : make_uint4(0, 0, 0, 0);
 }
 
 /* acc[n] += fragments r (left k-tiles in the batch) x staged inputs b (this lane's, per
@@ -151,136 +162,14 @@ __device__ __forceinline__ void mm_compute(float (&acc)[NT][4], const uint4 (&r)
     }
 }
 
-template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
-    constexpr int U = mm_unroll(NT), KC = mm_chunk(NT), CH = KC * NT * 32; /* uint2 per chunk */
-    extern __shared__ __align__(16) unsigned char smem[];
-    uint2 *bbuf = (uint2 *)smem; /* [2][CH]: input chunks during the loop */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int strip = blockIdx.x * 8 + warp, kp = blockIdx.y;
-    const int kb = (int)((long)a.KT * kp / a.ks), nk = (int)((long)a.KT * (kp + 1) / a.ks) - kb;
-    const bool active = strip < a.MS;
-    /* a warp's fragments are ws uint4 apart from one k-tile to the next */
-    const int ws = a.layout ? 256 : 32, sa = active ? strip : 0;
-    const uint4 *wp = a.w + lane +
-                      (a.layout ? (((size_t)(sa >> 3) * a.KT + kb) * 8 + (sa & 7)) * 32
-                                : ((size_t)sa * a.KT + kb) * 32);
-
-    float acc[NT][4];
-#pragma unroll
-    for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    /* two register batches in turn, both in flight while the older one is consumed */
-    uint4 ra[U], rb[U];
-    if (active) { /* weights never change: fetch before waiting on the previous kernel */
-        mm_fetch<U>(ra, wp, ws, 0, nk);
-        mm_fetch<U>(rb, wp, ws, U, nk);
-        if (!(lane & 7))
-            for (int kt = 2 * U; kt < min(nk, U * (2 + a.prefetch)); kt++)
-                prefetch_l2(wp + kt * ws);
-    }
-    pdl_wait();
-    pdl_launch();
-
-    const uint2 *xg = a.xb + (size_t)kb * NT * 32;
-    const int nchunks = (nk + KC - 1) / KC;
-    for (int i = threadIdx.x; i < min(KC, nk) * NT * 16; i += 256)
-        cp_async16((uint4 *)bbuf + i, (const uint4 *)xg + i);
-    cp_async_commit();
-    cp_async_wait0();
-    __syncthreads();
-    if (nchunks > 1) {
-        for (int i = threadIdx.x; i < min(KC, nk - KC) * NT * 16; i += 256)
-            cp_async16((uint4 *)(bbuf + CH) + i, (const uint4 *)(xg + (size_t)KC * NT * 32) + i);
-        cp_async_commit();
-    }
-    /* at the first batch of input chunk c (c > 0): it has landed and chunk c - 1 is free */
-    auto next_chunk = [&](int b0) {
-        if (b0 == 0 || b0 % KC) return;
-        int c = b0 / KC;
-        cp_async_wait0();
-        __syncthreads();
-        if (c + 1 < nchunks) {
-            const uint4 *src = (const uint4 *)(xg + (size_t)(c + 1) * KC * NT * 32);
-            uint4 *dst = (uint4 *)(bbuf + ((c + 1) & 1) * CH);
-            for (int i = threadIdx.x; i < min(KC, nk - (c + 1) * KC) * NT * 16; i += 256)
-                cp_async16(dst + i, src + i);
-            cp_async_commit();
-        }
-    };
-    /* optional L2 prefetch further ahead (DSPARK_GPU_PREFETCH), one lane per 128-byte line */
-    auto prefetch_ahead = [&](int b0) {
-        int pf = b0 + U * (2 + a.prefetch);
-        if (a.prefetch > 0 && active && !(lane & 7))
-            for (int kt = pf; kt < min(nk, pf + U); kt++) prefetch_l2(wp + kt * ws);
-    };
-    for (int b0 = 0; b0 < nk; b0 += 2 * U) {
-        next_chunk(b0);
-        if (active) {
-            mm_compute<NT, U>(acc, ra, bbuf + ((b0 / KC) & 1) * CH + (b0 % KC) * NT * 32 + lane,
-                              nk - b0);
-            mm_fetch<U>(ra, wp, ws, b0 + 2 * U, nk);
-        }
-        prefetch_ahead(b0);
-        if (b0 + U >= nk) break;
-        next_chunk(b0 + U);
-        if (active) {
-            int b1 = b0 + U;
-            mm_compute<NT, U>(acc, rb, bbuf + ((b1 / KC) & 1) * CH + (b1 % KC) * NT * 32 + lane,
-                              nk - b1);
-            mm_fetch<U>(rb, wp, ws, b0 + 3 * U, nk);
-        }
-        prefetch_ahead(b0 + U);
-    }
-    cp_async_wait0();
-    __syncthreads(); /* the tiles below reuse the input buffers */
-
-    /* each warp's 16 x 8NT tile of sums; a row's value adds its three columns in order */
-    float *fin = (float *)smem, *val = fin + 8 * 128 * NT;
-    {
-        float *f = fin + warp * 128 * NT;
-        int gq = lane >> 2, c = 2 * (lane & 3);
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-            f[gq * 8 * NT + n * 8 + c] = acc[n][0];
-            f[gq * 8 * NT + n * 8 + c + 1] = acc[n][1];
-            f[(gq + 8) * 8 * NT + n * 8 + c] = acc[n][2];
-            f[(gq + 8) * 8 * NT + n * 8 + c + 1] = acc[n][3];
-        }
-    }
-    __syncthreads();
-    const int nitems = 128 * a.T; /* (t, warp, row): m contiguous within t */
-    const size_t ldp = (size_t)gridDim.x * 128;
-    for (int i = threadIdx.x; i < nitems; i += 256) {
-        int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
-        const float *f = fin + w * 128 * NT + r * 8 * NT + 3 * t;
-        float v = (f[0] + f[1]) + f[2];
-        if (a.ks > 1)
-            a.part[((size_t)kp * GPU_GROUP + t) * ldp + blockIdx.x * 128 + (i & 127)] = v;
-        else
-            val[i] = v;
-    }
-    if (a.ks > 1) {
-        __shared__ int last;
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(&a.cnt[blockIdx.x], 1u) == (unsigned)a.ks - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
-        for (int i = threadIdx.x; i < nitems; i += 256) {
-            const float *p = a.part + (size_t)(i >> 7) * ldp + blockIdx.x * 128 + (i & 127);
-            float v = __ldcg(p);
-            for (int s = 1; s < a.ks; s++) v += __ldcg(p + (size_t)s * GPU_GROUP * ldp);
-            val[i] = v;
-        }
-        if (threadIdx.x == 0) a.cnt[blockIdx.x] = 0;
-    }
-    __syncthreads();
-
+/* The finished sums of strip group g (val[t * 128 + i]: row t, output g * 128 + i) into
+ * their destination. With a fused RMSNorm, whoever finishes the last group normalises. */
+__device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val, int nitems) {
     if (a.epi == EPI_SWIGLU) { /* strips 2p and 2p+1 are gate and up of the same 16 features */
         for (int i = threadIdx.x; i < 64 * a.T; i += 256) {
             int t = i >> 6, p = (i >> 4) & 3, r = i & 15;
-            int j = (blockIdx.x * 4 + p) * 16 + r;
-            if (blockIdx.x * 8 + 2 * p >= a.MS || j >= a.M / 2) continue;
+            int j = (g * 4 + p) * 16 + r;
+            if (g * 8 + 2 * p >= a.MS || j >= a.M / 2) continue;
             float h = silu_mul(val[t * 128 + 2 * p * 16 + r], val[t * 128 + (2 * p + 1) * 16 + r]);
             xb_put(a.xb_out, a.T_chunk, a.KT_out, a.row0 + t, j, h);
         }
@@ -289,16 +178,16 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
     if (a.epi == EPI_QKV) {
         if (a.bias) {
             for (int i = threadIdx.x; i < nitems; i += 256) {
-                int m = blockIdx.x * 128 + (i & 127);
+                int m = g * 128 + (i & 127);
                 if (m < a.M) val[i] += a.bias[m];
             }
             __syncthreads();
         }
-        qkv_epilogue(a.qe, val, a.T, a.row0, a.M);
+        qkv_epilogue(a.qe, val, a.T, a.row0, a.M, g);
         return;
     }
     for (int i = threadIdx.x; i < nitems; i += 256) {
-        int t = i >> 7, m = blockIdx.x * 128 + (i & 127);
+        int t = i >> 7, m = g * 128 + (i & 127);
         if (m >= a.M) continue;
         float *dst = a.y + (size_t)(a.row0 + t) * a.ldy + m;
         if (a.epi == EPI_RESID)
@@ -306,12 +195,13 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
         else
             *dst = val[i] + (a.bias ? a.bias[m] : 0.f);
     }
-    if (a.epi == EPI_RESID && a.norm_w) { /* the last block normalises the finished rows */
+    if (a.epi == EPI_RESID && a.norm_w) {
         __shared__ int glast;
         __shared__ double red[256];
         __threadfence();
         __syncthreads();
-        if (threadIdx.x == 0) glast = atomicAdd(a.cnt + CNT_GRID, 1u) == gridDim.x - 1;
+        if (threadIdx.x == 0)
+            glast = atomicAdd(a.cnt + CNT_GRID, 1u) == (unsigned)(a.MS + 7) / 8 - 1;
         __syncthreads();
         if (!glast) return;
         __threadfence();
@@ -319,6 +209,164 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
         for (int t = 0; t < a.T; t++)
             norm_row(a.y + (size_t)(a.row0 + t) * a.ldy, a.norm_w, a.H_norm, a.eps, a.norm_out,
                      a.T_chunk, a.KT_norm, a.row0 + t, red);
+    }
+}
+
+/* The block's weights for (strip group g, k-tiles [kb, kb + n)): this warp's fragments */
+__device__ __forceinline__ const uint4 *mm_wptr(const mm_args &a, int g, int kb, int lane,
+                                                int warp) {
+    return a.w + (((size_t)g * a.KT + kb) * 8 + warp) * 32 + lane; /* strips past MS: zeros */
+}
+
+/* Where block b's range of the flattened (strip group, k-tile) space starts (b = gridDim.x:
+ * the end), and the block whose range holds k-tile i: with ks, K range b % ks of group b / ks;
+ * otherwise even ranges cut anywhere. */
+__device__ __forceinline__ int mm_start(const mm_args &a, int b) {
+    if (a.ks) return (b / a.ks) * a.KT + a.KT * (b % a.ks) / a.ks;
+    return (int)(a.total * (unsigned)b / gridDim.x); /* < 2^32 (mm_partition) */
+}
+__device__ __forceinline__ int mm_block_of(const mm_args &a, int i) {
+    if (a.ks) return (i / a.KT) * a.ks + ((i % a.KT + 1) * a.ks - 1) / a.KT;
+    return (int)(((unsigned)(i + 1) * gridDim.x - 1) / a.total);
+}
+
+/* Blocks own contiguous ranges of the flattened (strip group, k-tile) space (fixed per
+ * matrix), so every block streams about the same bytes however the groups fall. A range is cut at group boundaries into pieces; a piece that is a whole group
+ * goes straight to the epilogue, otherwise its sums go to the partial buffer and the last
+ * piece of the group to arrive adds them in block order and runs the epilogue. */
+template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
+    constexpr int U = mm_unroll(NT), KC = mm_chunk(NT), CH = KC * NT * 32; /* uint2 per chunk */
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ int last;
+    uint2 *bbuf = (uint2 *)smem; /* [2][CH]: input chunks during the loop */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, blk = blockIdx.x;
+    const int KT = a.KT, s_begin = mm_start(a, blk), s_end = mm_start(a, blk + 1);
+    const int nitems = 128 * a.T; /* (t, warp, row): m contiguous within t */
+
+    int c0 = s_begin;
+    int g = c0 / KT, kb = c0 - g * KT, nk = min(s_end, (g + 1) * KT) - c0;
+    const uint4 *wp = mm_wptr(a, g, kb, lane, warp);
+    uint4 ra[U], rb[U];
+    /* weights never change: fetch before waiting on the previous kernel */
+    mm_fetch<U>(ra, wp, 0, nk);
+    mm_fetch<U>(rb, wp, U, nk);
+    pdl_wait();
+    pdl_launch();
+
+    for (;;) {
+        const bool active = g * 8 + warp < a.MS;
+        float acc[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+
+        const uint2 *xg = a.xb + (size_t)kb * NT * 32;
+        const int nchunks = (nk + KC - 1) / KC;
+        for (int i = threadIdx.x; i < min(KC, nk) * NT * 16; i += 256)
+            cp_async16((uint4 *)bbuf + i, (const uint4 *)xg + i);
+        cp_async_commit();
+        cp_async_wait0();
+        __syncthreads();
+        if (nchunks > 1) {
+            for (int i = threadIdx.x; i < min(KC, nk - KC) * NT * 16; i += 256)
+                cp_async16((uint4 *)(bbuf + CH) + i,
+                           (const uint4 *)(xg + (size_t)KC * NT * 32) + i);
+            cp_async_commit();
+        }
+        /* at the first batch of input chunk c (c > 0): it has landed and chunk c - 1 is free */
+        auto next_chunk = [&](int b0) {
+            if (b0 == 0 || b0 % KC) return;
+            int c = b0 / KC;
+            cp_async_wait0();
+            __syncthreads();
+            if (c + 1 < nchunks) {
+                const uint4 *src = (const uint4 *)(xg + (size_t)(c + 1) * KC * NT * 32);
+                uint4 *dst = (uint4 *)(bbuf + ((c + 1) & 1) * CH);
+                for (int i = threadIdx.x; i < min(KC, nk - (c + 1) * KC) * NT * 16; i += 256)
+                    cp_async16(dst + i, src + i);
+                cp_async_commit();
+            }
+        };
+        for (int b0 = 0; b0 < nk; b0 += 2 * U) {
+            next_chunk(b0);
+            if (active)
+                mm_compute<NT, U>(acc, ra, bbuf + ((b0 / KC) & 1) * CH + (b0 % KC) * NT * 32 + lane,
+                                  nk - b0);
+            mm_fetch<U>(ra, wp, b0 + 2 * U, nk);
+            if (b0 + U >= nk) break;
+            next_chunk(b0 + U);
+            int b1 = b0 + U;
+            if (active)
+                mm_compute<NT, U>(acc, rb, bbuf + ((b1 / KC) & 1) * CH + (b1 % KC) * NT * 32 + lane,
+                                  nk - b1);
+            mm_fetch<U>(rb, wp, b0 + 3 * U, nk);
+        }
+        /* the next piece's first weights head for L2 while this one finishes */
+        const int c1 = c0 + nk, g1 = g + 1;
+        const int nk1 = c1 < s_end ? min(s_end, (g1 + 1) * KT) - c1 : 0;
+        if (nk1 > 0 && !(lane & 7)) {
+            const uint4 *wp1 = mm_wptr(a, g1, 0, lane, warp);
+            for (int kt = 0; kt < min(nk1, 2 * U); kt++) prefetch_l2(wp1 + kt * MM_WS);
+        }
+        cp_async_wait0();
+        __syncthreads(); /* the tiles below reuse the input buffers */
+
+        /* each warp's 16 x 8NT tile of sums; a row's value adds its three columns in order */
+        float *fin = (float *)smem, *val = fin + 8 * 128 * NT;
+        {
+            float *f = fin + warp * 128 * NT;
+            int gq = lane >> 2, c = 2 * (lane & 3);
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                f[gq * 8 * NT + n * 8 + c] = acc[n][0];
+                f[gq * 8 * NT + n * 8 + c + 1] = acc[n][1];
+                f[(gq + 8) * 8 * NT + n * 8 + c] = acc[n][2];
+                f[(gq + 8) * 8 * NT + n * 8 + c + 1] = acc[n][3];
+            }
+        }
+        __syncthreads();
+        const bool whole = nk == KT;
+        const int slot = c0 != s_begin; /* 0: the block's first piece, 1: its last */
+        for (int i = threadIdx.x; i < nitems; i += 256) {
+            int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
+            const float *f = fin + w * 128 * NT + r * 8 * NT + 3 * t;
+            float v = (f[0] + f[1]) + f[2];
+            if (whole)
+                val[i] = v;
+            else
+                a.part[((size_t)(2 * blk + slot) * GPU_GROUP + t) * 128 + (i & 127)] = v;
+        }
+        bool mine = true;
+        if (!whole) {
+            const int2 gp = make_int2(mm_block_of(a, g * KT), mm_block_of(a, (g + 1) * KT - 1));
+            __threadfence();
+            __syncthreads();
+            if (threadIdx.x == 0) last = atomicAdd(&a.cnt[g], 1u) == (unsigned)(gp.y - gp.x);
+            __syncthreads();
+            mine = last;
+            if (mine) {
+                __threadfence();
+                for (int i = threadIdx.x; i < nitems; i += 256) {
+                    size_t off = (size_t)(i >> 7) * 128 + (i & 127);
+                    /* the first block's piece is its last (slot 1) unless it starts the group */
+                    float v = __ldcg(a.part + (size_t)(2 * gp.x + (mm_start(a, gp.x) < g * KT)) *
+                                                  GPU_GROUP * 128 + off);
+                    for (int b = gp.x + 1; b <= gp.y; b++)
+                        v += __ldcg(a.part + (size_t)(2 * b) * GPU_GROUP * 128 + off);
+                    val[i] = v;
+                }
+                if (threadIdx.x == 0) a.cnt[g] = 0;
+            }
+        }
+        if (mine) {
+            __syncthreads();
+            mm_epilogue(a, g, val, nitems);
+        }
+        if (nk1 <= 0) break;
+        __syncthreads(); /* val and the input buffers are the same memory */
+        c0 = c1, g = g1, kb = 0, nk = nk1;
+        wp = mm_wptr(a, g, 0, lane, warp);
+        mm_fetch<U>(ra, wp, 0, nk);
+        mm_fetch<U>(rb, wp, U, nk);
     }
 }
 
@@ -361,22 +409,17 @@ __global__ void k_mm_rows(const void *w, int dt, const uint16_t *xb, int T_chunk
 
 /* ---- weight preparation ---- */
 
-/* Fragment order (see struct dmat). With interleave, src holds [gate; up] (rows/2 each) and
- * strip s takes rows of gate (s even) or up (s odd) strip s / 2. Layout 1 stores the 8 strips
- * of a group side by side per k-tile (a block's warps read 4 KB runs); layout 0 each strip
- * whole. MS is a multiple of 8. */
+/* Fragment order (see struct dmat), the 8 strips of a group side by side per k-tile (a
+ * block's warps read 4 KB runs, and a block's range of k-tiles is one run of memory). With
+ * interleave, src holds [gate; up] (rows/2 each) and strip s takes rows of gate (s even) or up
+ * (s odd) strip s / 2. MS is a multiple of 8. */
 __global__ void k_relayout(uint4 *dst, const uint16_t *src, int M, int K, int MS, int KT,
-                           int interleave, int layout) {
+                           int interleave) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)MS * KT * 32) return;
-    int lane = (int)(i & 31), kt, s;
-    size_t f = i >> 5;
-    if (layout) {
-        size_t f2 = f >> 3;
-        kt = (int)(f2 % KT), s = (int)(f2 / KT) * 8 + (int)(f & 7);
-    } else {
-        kt = (int)(f % KT), s = (int)(f / KT);
-    }
+    const int lane = (int)(i & 31);
+    const size_t f = i >> 5, f2 = f >> 3;
+    const int kt = (int)(f2 % KT), s = (int)(f2 / KT) * 8 + (int)(f & 7);
     int g = lane >> 2, k0 = kt * 16 + 2 * (lane & 3);
     int half = M / 2;
     uint32_t e[2][4];
@@ -401,13 +444,26 @@ __global__ void k_relayout(uint4 *dst, const uint16_t *src, int M, int K, int MS
                         e[1][2] | e[1][3] << 16);
 }
 
-/* K-splits: about as many blocks as fit on the GPU at once (slots), at least 8 k-tiles each.
- * Fixed per matrix and device, so a row's sums never depend on the pass. */
-static int pick_ks(int MS, int KT, int slots) {
-    int groups = (MS + 7) / 8, ks = slots / groups;
+/* The blocks of a matrix's launches, fixed per matrix and device so that a row's sums never
+ * depend on the pass. Each strip group is split into ks K ranges (at least 8 k-tiles each)
+ * when that makes at least 90% of the blocks that fit on the GPU at once (slots); otherwise
+ * (gate/up of the Qwen3-8B shape: 192 groups on 264 slots) the flattened (group, k-tile)
+ * space is cut into slots even ranges, which may cross groups (ks = 0). DSPARK_GPU_SK=0 keeps
+ * the group split always, 2 takes even ranges always. */
+static void mm_partition(const gpu_model *g, dmat *m) {
+    const int G = (int)cdiv(m->MS, 8), KT = m->KT;
+    const long long total = (long long)G * KT;
+    int ks = g->slots / G;
     if (ks > KT / 8) ks = KT / 8;
     if (ks > 32) ks = 32;
-    return ks < 1 ? 1 : ks;
+    if (ks < 1) ks = 1;
+    int even = g->even_split == 2 || (g->even_split == 1 && (long)G * ks * 10 < 9L * g->slots);
+    long long nb = g->slots < total / 8 ? g->slots : total / 8;
+    if (even && nb > (long long)G * ks && (total + 1) * nb < (1LL << 32)) {
+        m->ks = 0, m->nb = (int)nb;
+    } else {
+        m->ks = ks, m->nb = G * ks;
+    }
 }
 
 /* Describes m for src (row-major [M, K] in device memory; [gate; up] when interleave). BF16
@@ -417,19 +473,19 @@ int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, 
     m->dtype = dtype, m->M = M, m->K = K, m->interleaved = 0;
     m->KT = (K + 15) / 16;
     if (dtype != DTYPE_BF16) {
-        m->mma = 0, m->w = src, m->MS = (M + 15) / 16, m->ks = 1;
+        m->mma = 0, m->w = src, m->MS = (M + 15) / 16, m->nb = 0;
         return OK;
     }
     m->mma = 1;
     m->interleaved = interleave;
     m->MS = interleave ? 2 * ((M / 2 + 15) / 16) : (M + 15) / 16;
-    m->ks = pick_ks(m->MS, m->KT, g->slots);
+    mm_partition(g, m);
     size_t n = (size_t)cdiv(m->MS, 8) * 8 * m->KT * 32;
     void *dst;
     int rc = dev_alloc(g, &dst, n * sizeof(uint4));
     if (rc) return rc;
     k_relayout<<<cdiv(n, 256), 256>>>((uint4 *)dst, (const uint16_t *)src, M, K,
-                                      (int)cdiv(m->MS, 8) * 8, m->KT, interleave, g->layout);
+                                      (int)cdiv(m->MS, 8) * 8, m->KT, interleave);
     CK(cudaGetLastError());
     m->w = dst;
     return OK;
@@ -462,15 +518,14 @@ cudaError_t mm_launch(gpu_model *g, const mm_call *c) {
     mm_args a;
     a.w = (const uint4 *)w->w;
     a.xb = (const uint2 *)c->xb + grp * xb_group_stride(KT);
-    a.KT = KT, a.MS = w->MS, a.M = w->M, a.ks = w->ks;
-    a.T = c->n, a.T_chunk = c->T, a.row0 = c->row0, a.prefetch = g->prefetch;
-    a.layout = g->layout;
+    a.KT = KT, a.MS = w->MS, a.M = w->M;
+    a.T = c->n, a.T_chunk = c->T, a.row0 = c->row0;
+    a.ks = w->ks, a.total = cdiv(w->MS, 8) * (unsigned)KT;
     a.epi = c->epi, a.y = c->y, a.ldy = c->ldy, a.bias = c->bias;
     a.xb_out = c->xb_out, a.KT_out = w->interleaved ? (w->M / 2 + 15) / 16 : 0;
     a.part = g->part, a.cnt = g->cnt + CNT_MM;
     if (c->epi == EPI_QKV) a.qe = *c->qe;
     a.norm_w = c->epi == EPI_RESID ? c->norm_w : NULL, a.norm_out = c->norm_out;
     a.H_norm = g->H, a.KT_norm = g->KT_H, a.eps = g->d.rms_eps;
-    return launch(mm_kernels[NT], dim3(cdiv(w->MS, 8), w->ks), dim3(256), mm_smem(NT), g->stream,
-                  a);
+    return launch(mm_kernels[NT], dim3(w->nb), dim3(256), mm_smem(NT), g->stream, a);
 }
