@@ -230,6 +230,62 @@ __device__ __forceinline__ int mm_block_of(const mm_args &a, int i) {
     return (int)(((unsigned)(i + 1) * gridDim.x - 1) / a.total);
 }
 
+/* The end of a piece of strip group g: the block's sums (acc of each warp) into val, or into
+ * the partial buffer (slot 0: the block's first piece, 1: its last) with the group's last
+ * piece to arrive adding them up; then the epilogue, by whoever has the group's whole sums.
+ * smem: at least 4096 NT + 512 mm_rows(NT) bytes, free for reuse. */
+template <int NT>
+__device__ __forceinline__ void mm_finish(const mm_args &a, const float (&acc)[NT][4], int g,
+                                          bool whole, int slot, unsigned char *smem) {
+    __shared__ int last;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, blk = blockIdx.x, KT = a.KT;
+    const int nitems = 128 * a.T; /* (t, warp, row): m contiguous within t */
+    /* each warp's 16 x 8NT tile of sums; a row's value adds its three columns in order */
+    float *fin = (float *)smem, *val = fin + 8 * 128 * NT;
+    {
+        float *f = fin + warp * 128 * NT;
+        int gq = lane >> 2, c = 2 * (lane & 3);
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            f[gq * 8 * NT + n * 8 + c] = acc[n][0];
+            f[gq * 8 * NT + n * 8 + c + 1] = acc[n][1];
+            f[(gq + 8) * 8 * NT + n * 8 + c] = acc[n][2];
+            f[(gq + 8) * 8 * NT + n * 8 + c + 1] = acc[n][3];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nitems; i += 256) {
+        int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
+        const float *f = fin + w * 128 * NT + r * 8 * NT + 3 * t;
+        float v = (f[0] + f[1]) + f[2];
+        if (whole)
+            val[i] = v;
+        else
+            a.part[((size_t)(2 * blk + slot) * GPU_GROUP + t) * 128 + (i & 127)] = v;
+    }
+    if (!whole) {
+        const int2 gp = make_int2(mm_block_of(a, g * KT), mm_block_of(a, (g + 1) * KT - 1));
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(&a.cnt[g], 1u) == (unsigned)(gp.y - gp.x);
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        for (int i = threadIdx.x; i < nitems; i += 256) {
+            size_t off = (size_t)(i >> 7) * 128 + (i & 127);
+            /* the first block's piece is its last (slot 1) unless it starts the group */
+            float v = __ldcg(a.part + (size_t)(2 * gp.x + (mm_start(a, gp.x) < g * KT)) *
+                                          GPU_GROUP * 128 + off);
+            for (int b = gp.x + 1; b <= gp.y; b++)
+                v += __ldcg(a.part + (size_t)(2 * b) * GPU_GROUP * 128 + off);
+            val[i] = v;
+        }
+        if (threadIdx.x == 0) a.cnt[g] = 0;
+    }
+    __syncthreads();
+    mm_epilogue(a, g, val, nitems);
+}
+
 /* Blocks own contiguous ranges of the flattened (strip group, k-tile) space (fixed per
  * matrix), so every block streams about the same bytes however the groups fall. A range is cut at group boundaries into pieces; a piece that is a whole group
  * goes straight to the epilogue, otherwise its sums go to the partial buffer and the last
@@ -237,11 +293,9 @@ __device__ __forceinline__ int mm_block_of(const mm_args &a, int i) {
 template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
     constexpr int U = mm_unroll(NT), KC = mm_chunk(NT), CH = KC * NT * 32; /* uint2 per chunk */
     extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ int last;
     uint2 *bbuf = (uint2 *)smem; /* [2][CH]: input chunks during the loop */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, blk = blockIdx.x;
     const int KT = a.KT, s_begin = mm_start(a, blk), s_end = mm_start(a, blk + 1);
-    const int nitems = 128 * a.T; /* (t, warp, row): m contiguous within t */
 
     int c0 = s_begin;
     int g = c0 / KT, kb = c0 - g * KT, nk = min(s_end, (g + 1) * KT) - c0;
@@ -310,57 +364,7 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
         cp_async_wait0();
         __syncthreads(); /* the tiles below reuse the input buffers */
 
-        /* each warp's 16 x 8NT tile of sums; a row's value adds its three columns in order */
-        float *fin = (float *)smem, *val = fin + 8 * 128 * NT;
-        {
-            float *f = fin + warp * 128 * NT;
-            int gq = lane >> 2, c = 2 * (lane & 3);
-#pragma unroll
-            for (int n = 0; n < NT; n++) {
-                f[gq * 8 * NT + n * 8 + c] = acc[n][0];
-                f[gq * 8 * NT + n * 8 + c + 1] = acc[n][1];
-                f[(gq + 8) * 8 * NT + n * 8 + c] = acc[n][2];
-                f[(gq + 8) * 8 * NT + n * 8 + c + 1] = acc[n][3];
-            }
-        }
-        __syncthreads();
-        const bool whole = nk == KT;
-        const int slot = c0 != s_begin; /* 0: the block's first piece, 1: its last */
-        for (int i = threadIdx.x; i < nitems; i += 256) {
-            int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
-            const float *f = fin + w * 128 * NT + r * 8 * NT + 3 * t;
-            float v = (f[0] + f[1]) + f[2];
-            if (whole)
-                val[i] = v;
-            else
-                a.part[((size_t)(2 * blk + slot) * GPU_GROUP + t) * 128 + (i & 127)] = v;
-        }
-        bool mine = true;
-        if (!whole) {
-            const int2 gp = make_int2(mm_block_of(a, g * KT), mm_block_of(a, (g + 1) * KT - 1));
-            __threadfence();
-            __syncthreads();
-            if (threadIdx.x == 0) last = atomicAdd(&a.cnt[g], 1u) == (unsigned)(gp.y - gp.x);
-            __syncthreads();
-            mine = last;
-            if (mine) {
-                __threadfence();
-                for (int i = threadIdx.x; i < nitems; i += 256) {
-                    size_t off = (size_t)(i >> 7) * 128 + (i & 127);
-                    /* the first block's piece is its last (slot 1) unless it starts the group */
-                    float v = __ldcg(a.part + (size_t)(2 * gp.x + (mm_start(a, gp.x) < g * KT)) *
-                                                  GPU_GROUP * 128 + off);
-                    for (int b = gp.x + 1; b <= gp.y; b++)
-                        v += __ldcg(a.part + (size_t)(2 * b) * GPU_GROUP * 128 + off);
-                    val[i] = v;
-                }
-                if (threadIdx.x == 0) a.cnt[g] = 0;
-            }
-        }
-        if (mine) {
-            __syncthreads();
-            mm_epilogue(a, g, val, nitems);
-        }
+        mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem);
         if (nk1 <= 0) break;
         __syncthreads(); /* val and the input buffers are the same memory */
         c0 = c1, g = g1, kb = 0, nk = nk1;
