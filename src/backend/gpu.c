@@ -42,8 +42,20 @@ void gpu_kv_free(struct gpu_kv *kv) {
     (void)kv;
 }
 
-int gpu_kv_copy(struct gpu_kv *dst, const struct gpu_kv *src, int n, int heads, int D) {
-    (void)dst, (void)src, (void)n, (void)heads, (void)D;
+int gpu_kv_new_shared(struct gpu_model *g, int cap, const struct gpu_kv *base, int nb,
+                      struct gpu_kv **out) {
+    (void)g, (void)cap, (void)base, (void)nb;
+    *out = NULL;
+    return ERR_UNSUPPORTED;
+}
+
+int gpu_kv_copy(struct gpu_kv *dst, const struct gpu_kv *src, int from, int n, int heads, int D) {
+    (void)dst, (void)src, (void)from, (void)n, (void)heads, (void)D;
+    return ERR_UNSUPPORTED;
+}
+
+int gpu_kv_unshare(struct gpu_kv *kv, int n, int heads, int D) {
+    (void)kv, (void)n, (void)heads, (void)D;
     return ERR_UNSUPPORTED;
 }
 

@@ -48,14 +48,21 @@ int gpu_model_new(const struct gpu_model_desc *d, struct gpu_model **out);
 void gpu_model_free(struct gpu_model *g);
 int gpu_kv_new(struct gpu_model *g, int cap, struct gpu_kv **out);
 void gpu_kv_free(struct gpu_kv *kv);
+/* A device cache of cap positions whose first nb are base's (read, never written; base has
+ * no base of its own and must outlive it). */
+int gpu_kv_new_shared(struct gpu_model *g, int cap, const struct gpu_kv *base, int nb,
+                      struct gpu_kv **out);
 /* Rows of every (layer, kv head) of a device cache (heads = n_layers * n_kv_heads, D floats a
- * row), for the prefix cache: rows [0, n) of src into dst; rows [0, n) out to the host in the
- * export layout [2][heads][n][D]; rows [0, n) in from that layout written with n_in rows;
- * growing the cache to cap positions, keeping rows [0, len). */
-int gpu_kv_copy(struct gpu_kv *dst, const struct gpu_kv *src, int n, int heads, int D);
+ * row), for the prefix cache: positions [from, n) of src (its base's or its own) into dst's
+ * own rows (from >= dst's shared positions); positions [0, n) out to the host in the export
+ * layout [2][heads][n][D]; positions [0, n) in from that layout written with n_in rows (a
+ * cache without a base); growing the cache to cap positions, keeping positions [0, len); and
+ * making a shared cache hold its first n positions in rows of its own. */
+int gpu_kv_copy(struct gpu_kv *dst, const struct gpu_kv *src, int from, int n, int heads, int D);
 int gpu_kv_export(const struct gpu_kv *kv, int n, int heads, int D, float *out);
 int gpu_kv_import(struct gpu_kv *kv, const float *in, int n_in, int n, int heads, int D);
 int gpu_kv_grow(struct gpu_kv *kv, int cap, int len, int heads, int D);
+int gpu_kv_unshare(struct gpu_kv *kv, int n, int heads, int D);
 /* Runs ids[0..n) at positions pos0.. (the cache holds positions [0, pos0)); logits of every
  * row (all_rows) or of the last one go to the host buffer logits. */
 int gpu_forward(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids, int n,

@@ -78,11 +78,7 @@ int kv_new_shared(const struct model *m, int max_ctx, struct kv_cache *src, int 
     *out = NULL;
     if (max_ctx <= 0 || max_ctx > m->cfg.max_pos) max_ctx = m->cfg.max_pos;
     if (n < 0 || n > src->len || n > max_ctx) return ERR_ARG;
-    if (m->gpu || src->gpu) { /* device caches share nothing yet: a copy */
-        int rc = kv_new(m, max_ctx, out);
-        if (!rc && (rc = kv_copy_prefix(*out, src, n))) kv_free(*out), *out = NULL;
-        return rc;
-    }
+    if (!m->gpu != !src->gpu) return ERR_UNSUPPORTED; /* a host and a device cache */
     struct kv_cache *kv = kv_shell(m, max_ctx);
     if (!kv) return ERR_NOMEM;
     /* a base has no base: src's own rows past its base are copied */
@@ -90,12 +86,18 @@ int kv_new_shared(const struct model *m, int max_ctx, struct kv_cache *src, int 
     kv->nb = src->base && src->nb < n ? src->nb : n;
     kv->base = base;
     base->refs++;
-    int rc = alloc_own(kv, max_ctx - kv->nb);
+    int rc;
+    if (m->gpu) {
+        rc = gpu_kv_new_shared(m->gpu, max_ctx, base->gpu, kv->nb, &kv->gpu);
+        if (!rc) rc = gpu_kv_copy(kv->gpu, src->gpu, kv->nb, n, (int)heads_of(kv), kv->head_dim);
+    } else {
+        rc = alloc_own(kv, max_ctx - kv->nb);
+        if (!rc) copy_rows(kv, src, kv->nb, n);
+    }
     if (rc) {
         kv_free(kv);
         return rc;
     }
-    copy_rows(kv, src, kv->nb, n);
     kv->len = n;
     *out = kv;
     return OK;
@@ -103,6 +105,13 @@ int kv_new_shared(const struct model *m, int max_ctx, struct kv_cache *src, int 
 
 /* Makes kv hold its first n positions in rows of its own, with no base. */
 static int unshare(struct kv_cache *kv, int n) {
+    if (kv->gpu) {
+        int rc = gpu_kv_unshare(kv->gpu, n, (int)heads_of(kv), kv->head_dim);
+        if (rc) return rc;
+        kv_free(kv->base);
+        kv->base = NULL, kv->nb = 0;
+        return OK;
+    }
     struct kv_cache flat = *kv;
     flat.base = NULL, flat.nb = 0, flat.k = flat.v = NULL;
     int rc = alloc_own(&flat, kv->cap);
@@ -170,7 +179,7 @@ int kv_copy_prefix(struct kv_cache *dst, const struct kv_cache *src, int n) {
         dst->n_kv_heads != src->n_kv_heads || dst->head_dim != src->head_dim)
         return ERR_ARG;
     if (dst->gpu) {
-        int rc = gpu_kv_copy(dst->gpu, src->gpu, n, (int)heads_of(src), src->head_dim);
+        int rc = gpu_kv_copy(dst->gpu, src->gpu, 0, n, (int)heads_of(src), src->head_dim);
         if (!rc) dst->len = n;
         return rc;
     }
@@ -196,6 +205,7 @@ int kv_export(const struct kv_cache *kv, int n, float *out) {
 
 int kv_import(struct kv_cache *kv, const float *in, int n_in, int n) {
     if (n < 0 || n > n_in || n > kv->cap) return ERR_ARG;
+    if (kv->base && unshare(kv, 0)) return ERR_NOMEM;
     if (kv->gpu) {
         int rc = gpu_kv_import(kv->gpu, in, n_in, n, (int)heads_of(kv), kv->head_dim);
         if (!rc) kv->len = n;

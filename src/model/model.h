@@ -40,7 +40,7 @@ int kv_new(const struct model *m, int max_ctx, struct kv_cache **out);
 /* A cache holding src's first n positions without copying them: it reads src's rows (or the
  * rows src itself shares) and keeps src alive until both are freed, so any number of caches can
  * share one prefix. src must not change those rows while shared (the prefix cache's entries
- * never do). A device cache gets a copy instead. */
+ * never do). Device caches share the same way, in device memory. */
 int kv_new_shared(const struct model *m, int max_ctx, struct kv_cache *src, int n,
                   struct kv_cache **out);
 int kv_shared(const struct kv_cache *kv); /* positions read from another cache */

@@ -373,6 +373,66 @@ TEST(gpu_prefix_cache) {
     model_free(m);
 }
 
+/* A device cache sharing another's first positions (kv_new_shared): own rows only for the
+ * rest, the same logits as a cache that prefilled everything (also a share of a share, in a
+ * batch, after its base is freed, and after a rollback below the share), the same export. */
+TEST(gpu_shared_cache) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2, .gpu = 1}, &m) == 0);
+    const int V = model_config(m)->vocab_size;
+    int32_t ids[300];
+    for (int j = 0; j < 300; j++) ids[j] = 20 + (j * 131 + 7) % 8000;
+    float *la = malloc(sizeof(float) * V * 40), *lb = malloc(sizeof(float) * V * 40);
+    REQUIRE(la && lb);
+    int same = 0, checks = 0;
+#define SAME_STEP(A, B, FROM, N)                                                                   \
+    do {                                                                                           \
+        CHECK(model_forward(m, A, ids + (FROM), N, la, 1) == 0);                                   \
+        CHECK(model_forward(m, B, ids + (FROM), N, lb, 1) == 0);                                   \
+        same += !memcmp(la, lb, sizeof(float) * V * (N)), checks++;                                \
+    } while (0)
+    struct kv_cache *full, *s1, *s2, *r1, *r2;
+    REQUIRE(kv_new(m, 300, &full) == 0 && kv_new(m, 300, &r1) == 0 && kv_new(m, 300, &r2) == 0);
+    CHECK(model_forward(m, full, ids, 200, NULL, 0) == 0);
+    REQUIRE(kv_new_shared(m, 300, full, 150, &s1) == 0);
+    CHECK(kv_shared(s1) == 150 && kv_len(s1) == 150 && kv_base(s1) == full);
+    CHECK(kv_bytes(s1) * 2 == kv_bytes(full)); /* own rows for 150 of 300 positions */
+    CHECK(model_forward(m, r1, ids, 150, NULL, 0) == 0);
+    SAME_STEP(s1, r1, 150, 40); /* positions 150..189 on top of the shared 150 */
+    /* a share of a share: the base is full's, positions 150..169 copied from s1's own rows */
+    REQUIRE(kv_new_shared(m, 300, s1, 170, &s2) == 0);
+    CHECK(kv_shared(s2) == 150 && kv_base(s2) == full && kv_len(s2) == 170);
+    CHECK(model_forward(m, r2, ids, 170, NULL, 0) == 0);
+    SAME_STEP(s2, r2, 170, 30);
+    /* both in one batched pass */
+    struct model_batch_item it[2] = {{s2, ids + 200, 5, la, NULL, NULL, 0},
+                                     {r2, ids + 200, 5, lb, NULL, NULL, 0}};
+    CHECK(model_forward_batch(m, it, 2) == 0);
+    same += !memcmp(la, lb, sizeof(float) * V * 5), checks++;
+    float *ea = malloc(sizeof(float) * kv_row_floats(s2) * 205),
+          *eb = malloc(sizeof(float) * kv_row_floats(s2) * 205);
+    REQUIRE(ea && eb);
+    CHECK(kv_export(s2, 205, ea) == 0 && kv_export(r2, 205, eb) == 0);
+    int same_export = !memcmp(ea, eb, sizeof(float) * kv_row_floats(s2) * 205);
+    /* the base outlives its owner while shared */
+    kv_free(full);
+    SAME_STEP(s1, r1, 190, 10);
+    /* a rollback below the share gives s2 rows of its own */
+    kv_truncate(s2, 100), kv_truncate(r2, 100);
+    CHECK(kv_shared(s2) == 0 && kv_base(s2) == NULL);
+    SAME_STEP(s2, r2, 100, 40);
+    printf("  GPU caches sharing a prefix: %d of %d passes equal to unshared caches, export "
+           "equal: %s\n",
+           same, checks, same_export ? "yes" : "NO");
+    CHECK(same == checks && same_export);
+#undef SAME_STEP
+    kv_free(s1), kv_free(s2), kv_free(r1), kv_free(r2);
+    free(la), free(lb), free(ea), free(eb);
+    model_free(m);
+}
+
 /* test_gpu [NAME...]: only the named tests (e.g. under compute-sanitizer) */
 static int wanted(int argc, char **argv, const char *name) {
     if (argc < 2) return 1;
@@ -388,5 +448,6 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_multi_sequence")) RUN(gpu_multi_sequence);
     if (wanted(argc, argv, "gpu_engine_batch")) RUN(gpu_engine_batch);
     if (wanted(argc, argv, "gpu_prefix_cache")) RUN(gpu_prefix_cache);
+    if (wanted(argc, argv, "gpu_shared_cache")) RUN(gpu_shared_cache);
     return test_report();
 }

@@ -232,12 +232,12 @@ template <int D> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_a
         int k0 = span * ATT_SPAN, k1 = min(k0 + ATT_SPAN, P.pos0 + ua + nr - P.row0);
         int klo = max(k0, att_lo(P.pos0 + ua - P.row0, a.window));
         if (k1 <= klo) continue; /* no row of this unit sees the span */
-        const size_t head = ((size_t)a.layer * a.nkv + kvh) * P.cap * D;
-        const float *K = P.kc + head, *V = P.vc + head;
+        const size_t hh = (size_t)a.layer * a.nkv + kvh;
         for (int x = tid; x < (k1 - klo) * D4; x += ATT_THREADS) {
-            int r = klo - k0 + x / D4, c = (x % D4) * 4;
-            cp_async16(Ks + r * DP + c, K + (size_t)(k0 + r) * D + c);
-            cp_async16(Vs + r * DP + c, V + (size_t)(k0 + r) * D + c);
+            int r = klo - k0 + x / D4, c = (x % D4) * 4, j = k0 + r;
+            size_t at = j < P.nb ? (hh * P.bcap + j) * D + c : (hh * P.cap + j - P.nb) * D + c;
+            cp_async16(Ks + r * DP + c, (j < P.nb ? P.bk : P.kc) + at);
+            cp_async16(Vs + r * DP + c, (j < P.nb ? P.bv : P.vc) + at);
         }
         for (int x = tid; x < nr * G * D4; x += ATT_THREADS) {
             int r = x / (G * D4), c = (x % (G * D4)) * 4;

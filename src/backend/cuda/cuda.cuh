@@ -169,8 +169,10 @@ __device__ __forceinline__ void pdl_launch(void) {
 struct seq_params {
     int row0, n;    /* its rows [row0, row0 + n) of the pass */
     int pos0;       /* positions its cache held before this pass */
-    int cap;        /* positions per head in its cache */
-    float *kc, *vc; /* its cache, [n_layers][n_kv][cap][D] each */
+    int cap;        /* rows per head of its own (positions nb, nb + 1, ...) */
+    float *kc, *vc; /* its own rows, [n_layers][n_kv][cap][D] each */
+    int nb, bcap;   /* positions [0, nb) are rows of a base cache of bcap rows per head */
+    const float *bk, *bv;
 };
 struct step_params {
     int n_seq;
@@ -178,7 +180,8 @@ struct step_params {
     uint8_t row_seq[GPU_ROWS]; /* the sequence of each row */
     int32_t ids[GPU_ROWS];
 };
-/* row t's position and cache line (layer, kv head h) */
+/* row t's position and cache line (layer, kv head h): a row of the sequence's own (a pass
+ * writes at positions >= nb only) */
 __device__ inline int row_pos(const step_params *sp, int t) {
     const seq_params &s = sp->seq[sp->row_seq[t]];
     return s.pos0 + t - s.row0;
@@ -187,7 +190,7 @@ __device__ inline size_t row_cache(const step_params *sp, int t, int layer, int 
                                    float **kc, float **vc) {
     const seq_params &s = sp->seq[sp->row_seq[t]];
     *kc = s.kc, *vc = s.vc;
-    return (((size_t)layer * nkv + h) * s.cap + s.pos0 + t - s.row0) * D;
+    return (((size_t)layer * nkv + h) * s.cap + s.pos0 + t - s.row0 - s.nb) * D;
 }
 
 /* A weight matrix y = x · W^T with W [M, K]. On the tensor-core path (BF16 weights) W is stored
@@ -262,10 +265,20 @@ struct gpu_model {
 };
 
 struct gpu_kv {
-    float *k, *v; /* [n_layers][n_kv][cap][D] */
-    int cap;
-    int max_cap; /* the model's positions: attention's scratch holds no more */
+    float *k, *v; /* own rows: [n_layers][n_kv][cap - nb][D], row r holding position nb + r */
+    int cap;      /* positions, the shared ones included */
+    int max_cap;  /* the model's positions: attention's scratch holds no more */
+    /* positions [0, nb) are the first rows of another cache's own rows ([..][bcap][D]), which
+     * stays alive while shared (kv_new_shared counts the references) */
+    const float *bk, *bv;
+    int bcap, nb;
 };
+
+/* the pass parameters of a sequence whose rows are [row0, row0 + n) at positions pos0.. */
+static inline seq_params seq_of(int row0, int n, int pos0, const gpu_kv *kv) {
+    seq_params s = {row0, n, pos0, kv->cap - kv->nb, kv->k, kv->v, kv->nb, kv->bcap, kv->bk, kv->bv};
+    return s;
+}
 
 #define ARGMAX_BLOCKS 32
 #define CNT_MM        0     /* matmul counters: [0, CNT_GRID) */

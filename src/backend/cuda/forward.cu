@@ -264,23 +264,56 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     return OK;
 }
 
-extern "C" int gpu_kv_new(gpu_model *g, int cap, gpu_kv **out) {
-    *out = NULL;
+/* own rows for positions [nb, cap) of every (layer, kv head) */
+static int alloc_own(gpu_kv *kv, int heads, int D) {
+    size_t n = (size_t)heads * (size_t)(kv->cap - kv->nb > 0 ? kv->cap - kv->nb : 1) * D;
+    if (cudaMalloc(&kv->k, n * sizeof(float)) != cudaSuccess ||
+        cudaMalloc(&kv->v, n * sizeof(float)) != cudaSuccess) {
+        if (kv->k) cudaFree(kv->k);
+        kv->k = kv->v = NULL;
+        log_error("cannot allocate a GPU KV cache of %d positions (%.1f MB)", kv->cap - kv->nb,
+                  2.0 * (double)n * 4 / 1e6);
+        return ERR_NOMEM;
+    }
+    return OK;
+}
+
+static int check_cap(const gpu_model *g, int cap) {
     if (cap > g->d.max_pos) {
         log_error("a GPU KV cache of %d positions exceeds the model's %d", cap, g->d.max_pos);
         return ERR_ARG;
     }
+    return OK;
+}
+
+extern "C" int gpu_kv_new(gpu_model *g, int cap, gpu_kv **out) {
+    *out = NULL;
+    int rc = check_cap(g, cap);
+    if (rc) return rc;
     gpu_kv *kv = (gpu_kv *)calloc(1, sizeof *kv);
     if (!kv) return ERR_NOMEM;
-    size_t n = (size_t)g->d.n_layers * g->d.n_kv_heads * (size_t)cap * g->D;
-    if (cudaMalloc(&kv->k, n * sizeof(float)) != cudaSuccess ||
-        cudaMalloc(&kv->v, n * sizeof(float)) != cudaSuccess) {
-        log_error("cannot allocate a GPU KV cache of %d positions (%.1f MB)", cap,
-                  2.0 * (double)n * 4 / 1e6);
-        gpu_kv_free(kv);
-        return ERR_NOMEM;
-    }
     kv->cap = cap, kv->max_cap = g->d.max_pos;
+    if ((rc = alloc_own(kv, g->d.n_layers * g->d.n_kv_heads, g->D))) {
+        free(kv);
+        return rc;
+    }
+    *out = kv;
+    return OK;
+}
+
+extern "C" int gpu_kv_new_shared(gpu_model *g, int cap, const gpu_kv *base, int nb, gpu_kv **out) {
+    *out = NULL;
+    if (base->nb || nb > base->cap || nb > cap) return ERR_ARG;
+    int rc = check_cap(g, cap);
+    if (rc) return rc;
+    gpu_kv *kv = (gpu_kv *)calloc(1, sizeof *kv);
+    if (!kv) return ERR_NOMEM;
+    kv->cap = cap, kv->max_cap = g->d.max_pos;
+    kv->bk = base->k, kv->bv = base->v, kv->bcap = base->cap, kv->nb = nb;
+    if ((rc = alloc_own(kv, g->d.n_layers * g->d.n_kv_heads, g->D))) {
+        free(kv);
+        return rc;
+    }
     *out = kv;
     return OK;
 }
@@ -294,26 +327,62 @@ static int copy_rows(void *dst, size_t dp, const void *src, size_t sp, int n, in
     return OK;
 }
 
-extern "C" int gpu_kv_copy(gpu_kv *dst, const gpu_kv *src, int n, int heads, int D) {
-    if (n > dst->cap || n > src->cap) return ERR_ARG;
-    size_t dp = (size_t)dst->cap * D, sp = (size_t)src->cap * D;
-    int rc = copy_rows(dst->k, dp, src->k, sp, n, heads, D, cudaMemcpyDeviceToDevice);
-    return rc ? rc : copy_rows(dst->v, dp, src->v, sp, n, heads, D, cudaMemcpyDeviceToDevice);
+/* Positions [from, n) of kv's K (v = 0) or V rows, from its base and its own rows, to dst in
+ * the layout [heads][rows][D] with dp floats a head, position j at row j - d0 (the host, or
+ * another device cache's own rows). */
+static int copy_out(void *dst, size_t dp, int d0, const gpu_kv *kv, int v, int from, int n,
+                    int heads, int D, cudaMemcpyKind kind) {
+    int a = from, b = n < kv->nb ? n : kv->nb; /* [a, b) from the base */
+    int rc = OK;
+    if (b > a)
+        rc = copy_rows((float *)dst + (size_t)(a - d0) * D, dp,
+                       (v ? kv->bv : kv->bk) + (size_t)a * D, (size_t)kv->bcap * D, b - a, heads,
+                       D, kind);
+    if (rc) return rc;
+    a = from > kv->nb ? from : kv->nb; /* [a, n) from the own rows */
+    if (n <= a) return OK;
+    return copy_rows((float *)dst + (size_t)(a - d0) * D, dp,
+                     (v ? kv->v : kv->k) + (size_t)(a - kv->nb) * D,
+                     (size_t)(kv->cap - kv->nb) * D, n - a, heads, D, kind);
+}
+
+extern "C" int gpu_kv_copy(gpu_kv *dst, const gpu_kv *src, int from, int n, int heads, int D) {
+    if (n > dst->cap || n > src->cap || from < dst->nb) return ERR_ARG;
+    size_t dp = (size_t)(dst->cap - dst->nb) * D;
+    int rc = copy_out(dst->k, dp, dst->nb, src, 0, from, n, heads, D, cudaMemcpyDeviceToDevice);
+    return rc ? rc
+              : copy_out(dst->v, dp, dst->nb, src, 1, from, n, heads, D, cudaMemcpyDeviceToDevice);
 }
 
 extern "C" int gpu_kv_export(const gpu_kv *kv, int n, int heads, int D, float *out) {
-    size_t per = (size_t)n * D, sp = (size_t)kv->cap * D;
-    int rc = copy_rows(out, per, kv->k, sp, n, heads, D, cudaMemcpyDeviceToHost);
+    size_t per = (size_t)n * D;
+    int rc = copy_out(out, per, 0, kv, 0, 0, n, heads, D, cudaMemcpyDeviceToHost);
     return rc ? rc
-              : copy_rows(out + heads * per, per, kv->v, sp, n, heads, D, cudaMemcpyDeviceToHost);
+              : copy_out(out + heads * per, per, 0, kv, 1, 0, n, heads, D, cudaMemcpyDeviceToHost);
 }
 
 extern "C" int gpu_kv_import(gpu_kv *kv, const float *in, int n_in, int n, int heads, int D) {
-    if (n > kv->cap || n > n_in) return ERR_ARG;
+    if (n > kv->cap || n > n_in || kv->nb) return ERR_ARG;
     size_t per = (size_t)n_in * D, dp = (size_t)kv->cap * D;
     int rc = copy_rows(kv->k, dp, in, per, n, heads, D, cudaMemcpyHostToDevice);
     return rc ? rc
               : copy_rows(kv->v, dp, in + heads * per, per, n, heads, D, cudaMemcpyHostToDevice);
+}
+
+/* kv with new own rows for positions [nb, cap) (nb: 0 or kv's), holding kv's [nb, len) */
+static int regrow(gpu_kv *kv, int cap, int nb, int len, int heads, int D) {
+    gpu_kv next = *kv;
+    next.cap = cap, next.nb = nb, next.k = next.v = NULL;
+    if (!nb) next.bk = next.bv = NULL, next.bcap = 0;
+    int rc = alloc_own(&next, heads, D);
+    if (rc) return rc;
+    if ((rc = gpu_kv_copy(&next, kv, nb, len, heads, D))) {
+        cudaFree(next.k), cudaFree(next.v);
+        return rc;
+    }
+    cudaFree(kv->k), cudaFree(kv->v);
+    *kv = next;
+    return OK;
 }
 
 extern "C" int gpu_kv_grow(gpu_kv *kv, int cap, int len, int heads, int D) {
@@ -322,22 +391,11 @@ extern "C" int gpu_kv_grow(gpu_kv *kv, int cap, int len, int heads, int D) {
         log_error("a GPU KV cache of %d positions exceeds the model's %d", cap, kv->max_cap);
         return ERR_ARG;
     }
-    gpu_kv bigger = {NULL, NULL, cap, kv->max_cap};
-    size_t bytes = sizeof(float) * (size_t)heads * cap * D;
-    if (cudaMalloc(&bigger.k, bytes) != cudaSuccess ||
-        cudaMalloc(&bigger.v, bytes) != cudaSuccess) {
-        if (bigger.k) cudaFree(bigger.k);
-        log_error("cannot grow a GPU KV cache to %d positions (%.1f MB)", cap, 2.0 * bytes / 1e6);
-        return ERR_NOMEM;
-    }
-    int rc = gpu_kv_copy(&bigger, kv, len, heads, D);
-    if (rc) {
-        cudaFree(bigger.k), cudaFree(bigger.v);
-        return rc;
-    }
-    cudaFree(kv->k), cudaFree(kv->v);
-    *kv = bigger;
-    return OK;
+    return regrow(kv, cap, kv->nb, len, heads, D);
+}
+
+extern "C" int gpu_kv_unshare(gpu_kv *kv, int n, int heads, int D) {
+    return kv->nb ? regrow(kv, kv->cap, 0, n, heads, D) : OK;
 }
 
 extern "C" void gpu_kv_free(gpu_kv *kv) {
@@ -460,7 +518,7 @@ static int pass(gpu_model *g, const pass_seq *seqs, int n, int T, int mode) {
     sp->n_seq = n;
     for (int i = 0, row = 0; i < n; i++) {
         const pass_seq *q = &seqs[i];
-        sp->seq[i] = (seq_params){row, q->n, q->pos0, q->kv->cap, q->kv->k, q->kv->v};
+        sp->seq[i] = seq_of(row, q->n, q->pos0, q->kv);
         memcpy(sp->ids + row, q->ids, sizeof(int32_t) * (size_t)q->n);
         memset(sp->row_seq + row, i, (size_t)q->n);
         row += q->n;
@@ -522,7 +580,7 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
 
 extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
     for (int i = 0; i < n; i++)
-        if (io[i].n < 1 || io[i].pos0 < 0)
+        if (io[i].n < 1 || io[i].pos0 < io[i].kv->nb) /* shared rows are never written */
             return ERR_ARG;
         else if (io[i].pos0 + io[i].n > io[i].kv->cap)
             return ERR_FULL;
