@@ -433,6 +433,45 @@ TEST(gpu_shared_cache) {
     model_free(m);
 }
 
+/* Attention's scratch grows with the caches: passes over a small cache before and after a
+ * cache of the model's whole context exists give the same logits, and a long prompt's last
+ * logits on the GPU match the CPU's. */
+TEST(gpu_scratch_growth) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m, *cpu;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2, .gpu = 1}, &m) == 0);
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2}, &cpu) == 0);
+    const int V = model_config(m)->vocab_size, maxp = model_config(m)->max_pos;
+    const int L = maxp - 1 < 1500 ? maxp - 1 : 1500;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)L);
+    float *l1 = malloc(sizeof(float) * V), *l2 = malloc(sizeof(float) * V),
+          *l3 = malloc(sizeof(float) * V);
+    REQUIRE(ids && l1 && l2 && l3);
+    for (int j = 0; j < L; j++) ids[j] = 20 + (j * 977 + 5) % 8000;
+    struct kv_cache *a, *b, *c, *k;
+    REQUIRE(kv_new(m, 100, &a) == 0);
+    CHECK(model_forward(m, a, ids, 60, l1, 0) == 0);
+    REQUIRE(kv_new(m, maxp, &b) == 0); /* the scratch grows to the whole context */
+    CHECK(model_forward(m, b, ids, 60, l2, 0) == 0);
+    int same_before = !memcmp(l1, l2, sizeof(float) * V);
+    CHECK(model_forward(m, b, ids + 60, L - 60, l2, 0) == 0);
+    REQUIRE(kv_new(cpu, L, &k) == 0);
+    CHECK(model_forward(cpu, k, ids, L, l3, 0) == 0);
+    double e = rel_err(l2, l3, (size_t)V);
+    CHECK(model_forward(m, a, ids + 60, 20, l1, 0) == 0); /* the small cache goes on */
+    REQUIRE(kv_new(m, 100, &c) == 0);
+    CHECK(model_forward(m, c, ids, 80, l2, 0) == 0);
+    int same_after = !memcmp(l1, l2, sizeof(float) * V);
+    printf("  attention scratch growth: small cache equal before %s and after %s; logits at "
+           "position %d within %.1e of the CPU's\n",
+           same_before ? "yes" : "NO", same_after ? "yes" : "NO", L - 1, e);
+    CHECK(same_before && same_after && e < 1e-4);
+    kv_free(a), kv_free(b), kv_free(c), kv_free(k);
+    free(ids), free(l1), free(l2), free(l3);
+    model_free(m), model_free(cpu);
+}
+
 /* test_gpu [NAME...]: only the named tests (e.g. under compute-sanitizer) */
 static int wanted(int argc, char **argv, const char *name) {
     if (argc < 2) return 1;
@@ -449,5 +488,6 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_engine_batch")) RUN(gpu_engine_batch);
     if (wanted(argc, argv, "gpu_prefix_cache")) RUN(gpu_prefix_cache);
     if (wanted(argc, argv, "gpu_shared_cache")) RUN(gpu_shared_cache);
+    if (wanted(argc, argv, "gpu_scratch_growth")) RUN(gpu_scratch_growth);
     return test_report();
 }

@@ -245,7 +245,7 @@ struct gpu_model {
     unsigned *cnt;              /* matmul and attention arrival counters, left at 0 */
     float *att_acc;             /* [GPU_GROUP][n_heads][att_spans][D] per-span partials */
     float *att_ml;              /* [GPU_GROUP][n_heads][att_spans][2] */
-    int att_spans;              /* spans a row can have: max_pos / ATT_SPAN + 1 */
+    int att_spans;              /* spans the scratch holds (att_reserve: as the caches need) */
     int att_grid;               /* attention blocks per launch (they loop over the work items) */
     float *taps;                /* [GPU_ROWS][n_taps][H] hidden-state taps, or NULL */
     int tap_of[GPU_MAX_LAYERS]; /* tap slot of each layer, -1 for none */
@@ -266,8 +266,8 @@ struct gpu_model {
 
 struct gpu_kv {
     float *k, *v; /* own rows: [n_layers][n_kv][cap - nb][D], row r holding position nb + r */
-    int cap;      /* positions, the shared ones included */
-    int max_cap;  /* the model's positions: attention's scratch holds no more */
+    int cap;        /* positions, the shared ones included */
+    gpu_model *g;   /* its model (attention's scratch grows with the caches) */
     /* positions [0, nb) are the first rows of another cache's own rows ([..][bcap][D]), which
      * stays alive while shared (kv_new_shared counts the references) */
     const float *bk, *bv;

@@ -97,11 +97,21 @@ extern "C" const char *gpu_device_name(void) {
     return name;
 }
 
-extern "C" void gpu_model_free(gpu_model *g) {
-    if (!g) return;
+/* The captured graphs, to be captured again (they hold pointers and sizes that changed) */
+static void drop_graphs(gpu_model *g) {
     for (int t = 0; t <= GPU_GROUP; t++)
         for (int m = 0; m < GPU_MODES; m++)
-            if (g->graphs[t][m].exec) cudaGraphExecDestroy(g->graphs[t][m].exec);
+            if (g->graphs[t][m].exec) {
+                cudaGraphExecDestroy(g->graphs[t][m].exec);
+                g->graphs[t][m].exec = NULL;
+            }
+}
+
+extern "C" void gpu_model_free(gpu_model *g) {
+    if (!g) return;
+    drop_graphs(g);
+    if (g->att_acc) cudaFree(g->att_acc);
+    if (g->att_ml) cudaFree(g->att_ml);
     if (g->stream) cudaStreamDestroy(g->stream);
     for (int i = 0; i < g->n_allocs; i++) cudaFree(g->allocs[i]);
     if (g->hsp) cudaFreeHost(g->hsp);
@@ -209,10 +219,6 @@ static int alloc_state(gpu_model *g) {
         (rc = dev_alloc(g, (void **)&g->logits, sizeof(float) * R * g->V)) ||
         (rc = dev_alloc(g, (void **)&g->part, sizeof(float) * (parts ? parts : 1))) ||
         (rc = dev_zeros(g, (void **)&g->cnt, sizeof(unsigned) * CNT_ATT)) ||
-        (rc = dev_alloc(g, (void **)&g->att_acc,
-                        sizeof(float) * GPU_GROUP * d->n_heads * (size_t)g->att_spans * g->D)) ||
-        (rc = dev_alloc(g, (void **)&g->att_ml,
-                        sizeof(float) * GPU_GROUP * d->n_heads * (size_t)g->att_spans * 2)) ||
         (rc = dev_alloc(g, (void **)&g->amax_v, sizeof(float) * R * ARGMAX_BLOCKS)) ||
         (rc = dev_alloc(g, (void **)&g->amax_i, sizeof(int) * R * ARGMAX_BLOCKS)) ||
         (rc = dev_alloc(g, (void **)&g->out_ids, sizeof(int32_t) * R)) ||
@@ -245,14 +251,13 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     int sms = 132;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     g->slots = sms * env_int("DSPARK_GPU_BLOCKS_PER_SM", 2);
-    g->att_spans = d->max_pos / ATT_SPAN + 1;
     g->att_grid = sms * env_int("DSPARK_GPU_ATT_BLOCKS_PER_SM", 2);
     for (int i = 0; i < GPU_MAX_LAYERS; i++) g->tap_of[i] = -1;
     gpu_pdl_on = env_int("DSPARK_GPU_PDL", 1);
     g->layers = (dlayer *)calloc((size_t)d->n_layers, sizeof *g->layers);
     rc = g->layers ? OK : ERR_NOMEM;
     if (!rc && (cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking) != cudaSuccess ||
-                mm_init() || attn_init(g->G, g->D, g->att_spans)))
+                mm_init() || attn_init(g->G, g->D, d->max_pos / ATT_SPAN + 1)))
         rc = ERR_UNSUPPORTED;
     if (!rc) rc = upload(g, d);
     if (!rc) rc = alloc_state(g);
@@ -261,6 +266,31 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
         return rc;
     }
     *out = g;
+    return OK;
+}
+
+/* Attention's per-span scratch for caches of cap positions: grown (to at least twice its
+ * spans, at most the model's positions) when a cache needs more, so a model of long context
+ * holds only what its caches use. The graphs hold the old buffers and are captured again. */
+static int att_reserve(gpu_model *g, int cap) {
+    int need = (cap - 1) / ATT_SPAN + 1, most = g->d.max_pos / ATT_SPAN + 1;
+    if (need <= g->att_spans) return OK;
+    int spans = 2 * g->att_spans > need ? 2 * g->att_spans : need;
+    if (spans > most) spans = most;
+    size_t rows = (size_t)GPU_GROUP * g->d.n_heads * spans;
+    float *acc = NULL, *ml = NULL;
+    if (cudaMalloc(&acc, sizeof(float) * rows * g->D) != cudaSuccess ||
+        cudaMalloc(&ml, sizeof(float) * rows * 2) != cudaSuccess) {
+        if (acc) cudaFree(acc);
+        log_error("cannot allocate GPU attention scratch for %d positions (%.1f MB)",
+                  spans * ATT_SPAN, (double)rows * (g->D + 2) * 4 / 1e6);
+        return ERR_NOMEM;
+    }
+    CK(cudaStreamSynchronize(g->stream));
+    drop_graphs(g);
+    if (g->att_acc) cudaFree(g->att_acc);
+    if (g->att_ml) cudaFree(g->att_ml);
+    g->att_acc = acc, g->att_ml = ml, g->att_spans = spans;
     return OK;
 }
 
@@ -278,12 +308,12 @@ static int alloc_own(gpu_kv *kv, int heads, int D) {
     return OK;
 }
 
-static int check_cap(const gpu_model *g, int cap) {
+static int check_cap(gpu_model *g, int cap) {
     if (cap > g->d.max_pos) {
         log_error("a GPU KV cache of %d positions exceeds the model's %d", cap, g->d.max_pos);
         return ERR_ARG;
     }
-    return OK;
+    return att_reserve(g, cap);
 }
 
 extern "C" int gpu_kv_new(gpu_model *g, int cap, gpu_kv **out) {
@@ -292,7 +322,7 @@ extern "C" int gpu_kv_new(gpu_model *g, int cap, gpu_kv **out) {
     if (rc) return rc;
     gpu_kv *kv = (gpu_kv *)calloc(1, sizeof *kv);
     if (!kv) return ERR_NOMEM;
-    kv->cap = cap, kv->max_cap = g->d.max_pos;
+    kv->cap = cap, kv->g = g;
     if ((rc = alloc_own(kv, g->d.n_layers * g->d.n_kv_heads, g->D))) {
         free(kv);
         return rc;
@@ -308,7 +338,7 @@ extern "C" int gpu_kv_new_shared(gpu_model *g, int cap, const gpu_kv *base, int 
     if (rc) return rc;
     gpu_kv *kv = (gpu_kv *)calloc(1, sizeof *kv);
     if (!kv) return ERR_NOMEM;
-    kv->cap = cap, kv->max_cap = g->d.max_pos;
+    kv->cap = cap, kv->g = g;
     kv->bk = base->k, kv->bv = base->v, kv->bcap = base->cap, kv->nb = nb;
     if ((rc = alloc_own(kv, g->d.n_layers * g->d.n_kv_heads, g->D))) {
         free(kv);
@@ -387,11 +417,8 @@ static int regrow(gpu_kv *kv, int cap, int nb, int len, int heads, int D) {
 
 extern "C" int gpu_kv_grow(gpu_kv *kv, int cap, int len, int heads, int D) {
     if (cap <= kv->cap) return OK;
-    if (cap > kv->max_cap) {
-        log_error("a GPU KV cache of %d positions exceeds the model's %d", cap, kv->max_cap);
-        return ERR_ARG;
-    }
-    return regrow(kv, cap, kv->nb, len, heads, D);
+    int rc = check_cap(kv->g, cap);
+    return rc ? rc : regrow(kv, cap, kv->nb, len, heads, D);
 }
 
 extern "C" int gpu_kv_unshare(gpu_kv *kv, int n, int heads, int D) {
@@ -657,11 +684,6 @@ extern "C" int gpu_set_taps(gpu_model *g, const int *layers, int n) {
         g->tap_of[layers[i]] = i;
     }
     g->n_taps = n;
-    for (int t = 0; t <= GPU_GROUP; t++) /* the graphs hold the tap copies */
-        for (int m = 0; m < GPU_MODES; m++)
-            if (g->graphs[t][m].exec) {
-                cudaGraphExecDestroy(g->graphs[t][m].exec);
-                g->graphs[t][m].exec = NULL;
-            }
+    drop_graphs(g); /* the graphs hold the tap copies */
     return OK;
 }
