@@ -5,10 +5,11 @@
  * tokens against the CPU's on the same weights. Build with `make CUDA=1 build/cuda/bench_gpu`;
  * run on the GPU machine:
  *   bench_gpu MODEL_DIR [--bw GBps] [--ctx N,N..] [--long N] [--cpu-check N] [--quick]
- *             [--decode-only] [--lab] [--batch B,B..]
+ *             [--decode-only] [--lab] [--batch B,B..] [--mixed C]
  * --lab: decode, the verify curve and the kernel table only (for comparing variants).
  * --batch: continuous-batching decode, B sequences at the first context stepping one token
  * each per pass (model_forward_batch, greedy ids back): aggregate tokens/s against B = 1.
+ * --mixed C (with --batch): a pass of 16 such sequences and the first C rows of a prompt.
  * Times are the median of repeated runs (minimum in brackets). */
 #include "backend/gpu.h"
 #include "base/timer.h"
@@ -118,10 +119,12 @@ static void cpu_check(const char *dir, struct model *gm, int n_tok) {
 }
 
 /* B sequences at context P, one greedy token each per pass: seconds per pass (median) */
+/* B sequences at context P stepping one greedy token each, and with chunk > 0 also the first
+ * chunk rows of a prompt in kvs[B] (its last row's greedy token wanted), in one pass */
 static double time_batch(struct model *m, struct kv_cache **kvs, int B, int P, const int32_t *ids,
-                         int reps) {
-    struct model_batch_item items[64];
-    int32_t out[64];
+                         int reps, int chunk) {
+    struct model_batch_item items[65];
+    int32_t out[65];
     double t[32];
     if (reps > 32) reps = 32;
     for (int r = -1; r < reps; r++) {
@@ -129,8 +132,12 @@ static double time_batch(struct model *m, struct kv_cache **kvs, int B, int P, c
             kv_truncate(kvs[i], P);
             items[i] = (struct model_batch_item){kvs[i], ids + P + i, 1, NULL, NULL, out + i, 0};
         }
+        if (chunk > 0) {
+            kv_truncate(kvs[B], 0);
+            items[B] = (struct model_batch_item){kvs[B], ids, chunk, NULL, NULL, out + B, 1};
+        }
         double t0 = timer_now();
-        if (model_forward_batch(m, items, B)) return -1;
+        if (model_forward_batch(m, items, B + (chunk > 0))) return -1;
         if (r >= 0) t[r] = timer_now() - t0;
     }
     qsort(t, (size_t)reps, sizeof t[0], cmp_d);
@@ -147,7 +154,7 @@ int main(int argc, char **argv) {
     }
     double bw = 4300;
     int ctxs[8] = {512}, n_ctx = 1, longp = 0, check = 0, quick = 0, decode_only = 0, lab = 0;
-    int batches[8], n_batch = 0;
+    int batches[8], n_batch = 0, mixed = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc)
             bw = atof(argv[++i]);
@@ -165,6 +172,8 @@ int main(int argc, char **argv) {
             decode_only = 1, quick = 1, lab = 1;
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             n_batch = parse_list(argv[++i], batches, 8);
+        else if (!strcmp(argv[i], "--mixed") && i + 1 < argc)
+            mixed = atoi(argv[++i]);
     }
     double t_load = timer_now();
     struct model *m;
@@ -251,13 +260,21 @@ int main(int argc, char **argv) {
         double t1 = 0;
         for (int i = 0; i < n_batch; i++) {
             int B = batches[i] > nk ? nk : batches[i];
-            double t = time_batch(m, kvs, B, P, ids, quick ? 10 : 20);
+            double t = time_batch(m, kvs, B, P, ids, quick ? 10 : 20, 0);
             if (t < 0) break;
             if (B == 1) t1 = t;
             printf("batch B=%d at context %d: %.3f ms a pass, %.0f tok/s aggregate", B, P, t * 1e3,
                    B / t);
             if (t1 > 0) printf(", %.2fx B=1", B * t1 / t);
             printf("\n");
+        }
+        if (mixed > 0 && nk > 16) { /* 16 decoding sequences beside a prompt chunk */
+            double t0 = time_batch(m, kvs, 16, P, ids, quick ? 10 : 20, 0);
+            double t = time_batch(m, kvs, 16, P, ids, quick ? 10 : 20, mixed);
+            if (t0 > 0 && t > 0)
+                printf("batch B=16 at context %d with a %d-row prompt chunk in the pass: %.3f ms "
+                       "(%.3f ms without it)\n",
+                       P, mixed, t * 1e3, t0 * 1e3);
         }
         for (int i = 0; i < nk; i++) kv_free(kvs[i]);
     }

@@ -472,6 +472,49 @@ TEST(gpu_scratch_growth) {
     model_free(m), model_free(cpu);
 }
 
+/* A pass longer than a graph's with sequences that want only their last row (a prompt chunk,
+ * a decode step) beside one that wants every row: only the wanted rows go through the final
+ * norm and lm_head, with the same logits and greedy ids as each sequence alone. */
+TEST(gpu_selected_rows) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2, .gpu = 1}, &m) == 0);
+    const int V = model_config(m)->vocab_size;
+    enum { NS = 3 };
+    static const int pre[NS] = {10, 50, 30}, w[NS] = {100, 1, 20}, last[NS] = {1, 1, 0};
+    int32_t ids[NS][160];
+    for (int i = 0; i < NS; i++)
+        for (int j = 0; j < 160; j++) ids[i][j] = 20 + (i * 577 + j * 131) % 8000;
+    struct kv_cache *a[NS], *b[NS];
+    float *la[NS], *lb[NS];
+    int32_t ga[NS][100], gb[NS][100];
+    struct model_batch_item items[NS];
+    for (int i = 0; i < NS; i++) {
+        int rows = last[i] ? 1 : w[i];
+        REQUIRE(kv_new(m, 200, &a[i]) == 0 && kv_new(m, 200, &b[i]) == 0);
+        la[i] = malloc(sizeof(float) * V * rows), lb[i] = malloc(sizeof(float) * V * rows);
+        REQUIRE(la[i] && lb[i]);
+        CHECK(model_forward(m, a[i], ids[i], pre[i], NULL, 0) == 0);
+        CHECK(model_forward(m, b[i], ids[i], pre[i], NULL, 0) == 0);
+        struct model_batch_item it = {a[i], ids[i] + pre[i], w[i], la[i], NULL, ga[i], last[i]};
+        CHECK(model_forward_batch(m, &it, 1) == 0); /* alone */
+        items[i] =
+            (struct model_batch_item){b[i], ids[i] + pre[i], w[i], lb[i], NULL, gb[i], last[i]};
+    }
+    CHECK(model_forward_batch(m, items, NS) == 0); /* 121 rows, 22 of them wanted */
+    int same = 0;
+    for (int i = 0; i < NS; i++) {
+        int rows = last[i] ? 1 : w[i];
+        same += !memcmp(la[i], lb[i], sizeof(float) * V * rows) &&
+                !memcmp(ga[i], gb[i], sizeof(int32_t) * rows);
+    }
+    printf("  a 121-row pass wanting 22 rows' logits: %d of %d sequences equal alone\n", same, NS);
+    CHECK(same == NS);
+    for (int i = 0; i < NS; i++) kv_free(a[i]), kv_free(b[i]), free(la[i]), free(lb[i]);
+    model_free(m);
+}
+
 /* test_gpu [NAME...]: only the named tests (e.g. under compute-sanitizer) */
 static int wanted(int argc, char **argv, const char *name) {
     if (argc < 2) return 1;
@@ -489,5 +532,6 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_prefix_cache")) RUN(gpu_prefix_cache);
     if (wanted(argc, argv, "gpu_shared_cache")) RUN(gpu_shared_cache);
     if (wanted(argc, argv, "gpu_scratch_growth")) RUN(gpu_scratch_growth);
+    if (wanted(argc, argv, "gpu_selected_rows")) RUN(gpu_selected_rows);
     return test_report();
 }

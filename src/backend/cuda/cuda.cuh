@@ -256,9 +256,11 @@ struct gpu_model {
     step_params *dsp; /* device copy */
     step_params *hsp; /* pinned host copy */
     int32_t *hids;    /* pinned [GPU_ROWS] */
+    int32_t *dsel;    /* [GPU_ROWS] the rows of a pass whose logits are wanted (MODE_SEL) */
+    int32_t *hsel;    /* pinned copy */
     cudaStream_t stream;
     gpu_graph graphs[GPU_GROUP + 1][GPU_MODES];
-    int use_graphs, use_pdl, slots, even_split, early_merge;
+    int use_graphs, use_pdl, slots, even_split, early_merge, sel_rows;
     int launch_err; /* first launch error since the last check */
     void **allocs;
     int n_allocs, cap_allocs;
@@ -350,6 +352,7 @@ int attn_init(int G, int D, int spans);
 cudaError_t embed_launch(gpu_model *g, int T);
 cudaError_t tap_launch(gpu_model *g, int slot, int T); /* rows of x into tap slot */
 cudaError_t norm_launch(gpu_model *g, uint16_t *xb, const float *w, int row0, int n);
+cudaError_t norm_sel_launch(gpu_model *g, uint16_t *xb, const float *w, const int32_t *sel, int n);
 cudaError_t swiglu_launch(gpu_model *g, int T);
 cudaError_t argmax_launch(gpu_model *g, int n);
 

@@ -116,6 +116,7 @@ extern "C" void gpu_model_free(gpu_model *g) {
     for (int i = 0; i < g->n_allocs; i++) cudaFree(g->allocs[i]);
     if (g->hsp) cudaFreeHost(g->hsp);
     if (g->hids) cudaFreeHost(g->hids);
+    if (g->hsel) cudaFreeHost(g->hsel);
     free(g->allocs);
     free(g->layers);
     free(g);
@@ -222,10 +223,12 @@ static int alloc_state(gpu_model *g) {
         (rc = dev_alloc(g, (void **)&g->amax_v, sizeof(float) * R * ARGMAX_BLOCKS)) ||
         (rc = dev_alloc(g, (void **)&g->amax_i, sizeof(int) * R * ARGMAX_BLOCKS)) ||
         (rc = dev_alloc(g, (void **)&g->out_ids, sizeof(int32_t) * R)) ||
+        (rc = dev_alloc(g, (void **)&g->dsel, sizeof(int32_t) * R)) ||
         (rc = dev_alloc(g, (void **)&g->dsp, sizeof(step_params))))
         return rc;
     CK(cudaMallocHost((void **)&g->hsp, sizeof(step_params)));
     CK(cudaMallocHost((void **)&g->hids, sizeof(int32_t) * R));
+    CK(cudaMallocHost((void **)&g->hsel, sizeof(int32_t) * R));
     return OK;
 }
 
@@ -248,6 +251,7 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->use_graphs = env_int("DSPARK_GPU_GRAPHS", 1);
     g->even_split = env_int("DSPARK_GPU_SK", 1);
     g->early_merge = env_int("DSPARK_GPU_EARLY", 1);
+    g->sel_rows = env_int("DSPARK_GPU_SEL", 1);
     int sms = 132;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     g->slots = sms * env_int("DSPARK_GPU_BLOCKS_PER_SM", 2);
@@ -434,7 +438,10 @@ extern "C" void gpu_kv_free(gpu_kv *kv) {
 
 /* ---- the pass ---- */
 
-enum { MODE_NONE, MODE_LAST, MODE_ALL, MODE_GREEDY_LAST, MODE_GREEDY_ALL };
+/* What a pass brings back: nothing, the logits (or greedy ids) of its last row, of all rows,
+ * or (SEL, passes longer than a graph's, with some rows nobody asked for) of the rows listed
+ * in dsel. Graphs exist for the first five. */
+enum { MODE_NONE, MODE_LAST, MODE_ALL, MODE_GREEDY_LAST, MODE_GREEDY_ALL, MODE_SEL, MODE_GREEDY_SEL };
 
 /* the matmul over a chunk of T rows, one launch per group of GPU_GROUP */
 static cudaError_t mm_rows(gpu_model *g, const dmat *w, const uint16_t *xb, int T, int epi,
@@ -494,14 +501,20 @@ static cudaError_t layer(gpu_model *g, int li, int T) {
     return cudaSuccess;
 }
 
-static cudaError_t enqueue(gpu_model *g, int T, int mode) {
+/* n_sel: the rows listed in dsel (SEL modes) */
+static cudaError_t enqueue(gpu_model *g, int T, int mode, int n_sel) {
     E(embed_launch(g, T));
     for (int li = 0; li < g->d.n_layers; li++) E(layer(g, li, T));
     if (mode == MODE_NONE) return cudaSuccess;
-    int all = mode == MODE_ALL || mode == MODE_GREEDY_ALL, n = all ? T : 1;
-    E(norm_launch(g, g->xa, g->final_norm, all ? 0 : T - 1, n));
+    int all = mode == MODE_ALL || mode == MODE_GREEDY_ALL,
+        sel = mode == MODE_SEL || mode == MODE_GREEDY_SEL, n = all ? T : sel ? n_sel : 1;
+    if (sel)
+        E(norm_sel_launch(g, g->xa, g->final_norm, g->dsel, n));
+    else
+        E(norm_launch(g, g->xa, g->final_norm, all ? 0 : T - 1, n));
     E(mm_rows(g, &g->lm_head, g->xa, n, EPI_STORE, g->logits, g->V, NULL, NULL, NULL, NULL));
-    if (mode == MODE_GREEDY_LAST || mode == MODE_GREEDY_ALL) E(argmax_launch(g, n));
+    if (mode == MODE_GREEDY_LAST || mode == MODE_GREEDY_ALL || mode == MODE_GREEDY_SEL)
+        E(argmax_launch(g, n));
     return cudaSuccess;
 }
 
@@ -514,7 +527,7 @@ static cudaGraphExec_t graph_for(gpu_model *g, int T, int mode) {
     if (cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
         goto off;
     {
-        cudaError_t e = enqueue(g, T, mode);
+        cudaError_t e = enqueue(g, T, mode, 0);
         cudaError_t e2 = cudaStreamEndCapture(g->stream, &graph);
         if (e != cudaSuccess || e2 != cudaSuccess || !graph) goto off;
     }
@@ -540,7 +553,7 @@ struct pass_seq {
     const int32_t *ids;
 };
 
-static int pass(gpu_model *g, const pass_seq *seqs, int n, int T, int mode) {
+static int pass(gpu_model *g, const pass_seq *seqs, int n, int T, int mode, int n_sel) {
     step_params *sp = g->hsp;
     sp->n_seq = n;
     for (int i = 0, row = 0; i < n; i++) {
@@ -552,11 +565,16 @@ static int pass(gpu_model *g, const pass_seq *seqs, int n, int T, int mode) {
     }
     CK(cudaMemcpyAsync(g->dsp, sp, offsetof(step_params, ids) + sizeof(int32_t) * (size_t)T,
                        cudaMemcpyHostToDevice, g->stream));
-    cudaGraphExec_t ge = T <= GPU_GROUP && g->use_graphs ? graph_for(g, T, mode) : NULL;
+    if (n_sel)
+        CK(cudaMemcpyAsync(g->dsel, g->hsel, sizeof(int32_t) * (size_t)n_sel,
+                           cudaMemcpyHostToDevice, g->stream));
+    cudaGraphExec_t ge = T <= GPU_GROUP && g->use_graphs && mode < MODE_SEL
+                             ? graph_for(g, T, mode)
+                             : NULL;
     if (ge) {
         CK(cudaGraphLaunch(ge, g->stream));
     } else {
-        CK(enqueue(g, T, mode));
+        CK(enqueue(g, T, mode, n_sel));
     }
     return OK;
 }
@@ -564,17 +582,21 @@ static int pass(gpu_model *g, const pass_seq *seqs, int n, int T, int mode) {
 /* The outputs of a pass that its sequences asked for: logits and greedy ids of every row
  * (all_rows) or of a sequence's last row when the pass holds it, and taps of every row. */
 static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq *ps, int n,
-                   int mode) {
+                   int mode, int n_sel) {
     int V = g->V, H = g->H, all_mode = mode == MODE_ALL || mode == MODE_GREEDY_ALL;
-    for (int i = 0, row = 0; i < n; row += ps[i].n, i++) {
+    int sel_mode = mode == MODE_SEL || mode == MODE_GREEDY_SEL;
+    int dev[GPU_SEQS]; /* each sequence's first row in the logits (and ids) brought back */
+    for (int i = 0, row = 0, k = 0; i < n; row += ps[i].n, i++) {
         gpu_seq_io *s = &io[i];
         int last = done[i] + ps[i].n == s->n;
         int r0 = s->all_rows ? row : row + ps[i].n - 1, rows = s->all_rows ? ps[i].n : 1;
         size_t at = s->all_rows ? (size_t)done[i] : 0;
         if (!s->all_rows && !last) rows = 0;
-        int dev_r0 = all_mode ? r0 : 0; /* MODE_LAST computes only the pass's last row */
+        /* MODE_LAST computes only the pass's last row; SEL the wanted rows in order */
+        dev[i] = all_mode ? r0 : sel_mode ? k : 0;
+        if (rows && (s->logits || s->out_ids)) k += rows;
         if (rows && s->logits)
-            CK(cudaMemcpyAsync(s->logits + at * V, g->logits + (size_t)dev_r0 * V,
+            CK(cudaMemcpyAsync(s->logits + at * V, g->logits + (size_t)dev[i] * V,
                                sizeof(float) * (size_t)rows * V, cudaMemcpyDeviceToHost,
                                g->stream));
         if (s->taps && g->taps)
@@ -583,24 +605,24 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
                                sizeof(float) * (size_t)ps[i].n * g->n_taps * H,
                                cudaMemcpyDeviceToHost, g->stream));
     }
-    if (mode == MODE_GREEDY_ALL || mode == MODE_GREEDY_LAST) {
+    int greedy = mode == MODE_GREEDY_ALL || mode == MODE_GREEDY_LAST || mode == MODE_GREEDY_SEL;
+    if (greedy) {
         int T = 0;
         for (int i = 0; i < n; i++) T += ps[i].n;
-        CK(cudaMemcpyAsync(g->hids, g->out_ids, sizeof(int32_t) * (size_t)(all_mode ? T : 1),
+        CK(cudaMemcpyAsync(g->hids, g->out_ids,
+                           sizeof(int32_t) * (size_t)(all_mode ? T : sel_mode ? n_sel : 1),
                            cudaMemcpyDeviceToHost, g->stream));
     }
     CK(cudaStreamSynchronize(g->stream)); /* the pinned parameters are reused next pass */
     CK(cudaGetLastError());
-    if (mode != MODE_GREEDY_ALL && mode != MODE_GREEDY_LAST) return OK;
-    for (int i = 0, row = 0; i < n; row += ps[i].n, i++) {
+    if (!greedy) return OK;
+    for (int i = 0; i < n; i++) {
         gpu_seq_io *s = &io[i];
         if (!s->out_ids) continue;
-        if (s->all_rows) {
-            memcpy(s->out_ids + done[i], g->hids + (all_mode ? row : 0),
-                   sizeof(int32_t) * (size_t)ps[i].n);
-        } else if (done[i] + ps[i].n == s->n) {
-            s->out_ids[0] = g->hids[all_mode ? row + ps[i].n - 1 : 0];
-        }
+        if (s->all_rows)
+            memcpy(s->out_ids + done[i], g->hids + dev[i], sizeof(int32_t) * (size_t)ps[i].n);
+        else if (done[i] + ps[i].n == s->n)
+            s->out_ids[0] = g->hids[dev[i]];
     }
     return OK;
 }
@@ -638,11 +660,28 @@ extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
             int mode = !out          ? MODE_NONE
                        : single_last ? (ids ? MODE_GREEDY_LAST : MODE_LAST)
                                      : (ids ? MODE_GREEDY_ALL : MODE_ALL);
-            int rc = pass(g, ps, m, T, mode);
+            /* a pass too long for a graph brings back only the rows asked for (a prompt chunk
+             * beside decoding sequences needs the logits of its last row at most) */
+            int n_sel = 0;
+            if (T > GPU_GROUP && g->sel_rows && (mode == MODE_ALL || mode == MODE_GREEDY_ALL)) {
+                for (int j = 0, row = 0; j < m; row += ps[j].n, j++) {
+                    const gpu_seq_io *s = &io_k[idx[j]];
+                    if (!s->logits && !s->out_ids) continue;
+                    if (s->all_rows)
+                        for (int r = 0; r < ps[j].n; r++) g->hsel[n_sel++] = row + r;
+                    else if (done[idx[j]] + ps[j].n == s->n)
+                        g->hsel[n_sel++] = row + ps[j].n - 1;
+                }
+                if (n_sel < T)
+                    mode = mode == MODE_ALL ? MODE_SEL : MODE_GREEDY_SEL;
+                else
+                    n_sel = 0;
+            }
+            int rc = pass(g, ps, m, T, mode, n_sel);
             gpu_seq_io sub[GPU_SEQS];
             int dsub[GPU_SEQS];
             for (int j = 0; j < m; j++) sub[j] = io_k[idx[j]], dsub[j] = done[idx[j]];
-            if (!rc) rc = collect(g, sub, dsub, ps, m, mode);
+            if (!rc) rc = collect(g, sub, dsub, ps, m, mode, n_sel);
             if (rc) return rc;
             for (int j = 0; j < m; j++) done[idx[j]] += ps[j].n;
         }

@@ -33,18 +33,26 @@ cudaError_t tap_launch(gpu_model *g, int slot, int T) {
                   slot, g->n_taps, g->H, T);
 }
 
-__global__ void __launch_bounds__(256)
-    k_norm_split(uint16_t *xb, int KT, const float *x, int row0, const float *w, int H, float eps) {
+__global__ void __launch_bounds__(256) k_norm_split(uint16_t *xb, int KT, const float *x, int row0,
+                                                    const int32_t *sel, const float *w, int H,
+                                                    float eps) {
     pdl_wait();
     pdl_launch();
     __shared__ double red[256];
-    norm_row(x + (size_t)(row0 + blockIdx.x) * H, w, H, eps, xb, gridDim.x, KT, blockIdx.x, red);
+    const int row = sel ? sel[blockIdx.x] : row0 + (int)blockIdx.x;
+    norm_row(x + (size_t)row * H, w, H, eps, xb, gridDim.x, KT, blockIdx.x, red);
 }
 
 /* xb row r of an n-row chunk = x[row0 + r] / rms * w */
 cudaError_t norm_launch(gpu_model *g, uint16_t *xb, const float *w, int row0, int n) {
-    return launch(k_norm_split, dim3(n), dim3(256), 0, g->stream, xb, g->KT_H, g->x, row0, w, g->H,
-                  g->d.rms_eps);
+    return launch(k_norm_split, dim3(n), dim3(256), 0, g->stream, xb, g->KT_H, g->x, row0,
+                  (const int32_t *)NULL, w, g->H, g->d.rms_eps);
+}
+
+/* xb row r of an n-row chunk = x[sel[r]] / rms * w (sel in device memory) */
+cudaError_t norm_sel_launch(gpu_model *g, uint16_t *xb, const float *w, const int32_t *sel, int n) {
+    return launch(k_norm_split, dim3(n), dim3(256), 0, g->stream, xb, g->KT_H, g->x, 0, sel, w,
+                  g->H, g->d.rms_eps);
 }
 
 __global__ void k_swiglu_split(uint16_t *xb, int KT, const float *gu, int I, int T) {
