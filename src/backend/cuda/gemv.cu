@@ -79,8 +79,11 @@ struct mm_args {
 __host__ __device__ constexpr int mm_rows(int NT) {
     return 8 * NT / 3 < GPU_GROUP ? 8 * NT / 3 : GPU_GROUP;
 }
+#ifndef MM_U8_MAX
+#define MM_U8_MAX 5 /* the widest n-tiles with 8 k-tiles per register batch (16 rows: 4) */
+#endif
 __host__ __device__ constexpr int mm_unroll(int NT) { /* k-tiles per register batch */
-    return NT <= 6 ? 8 : 4;
+    return NT <= MM_U8_MAX ? 8 : 4;
 }
 __host__ __device__ constexpr int mm_chunk(int NT) { /* k-tiles of input staged at a time */
     return NT <= 2 ? 64 : NT <= 4 ? 32 : 16;
