@@ -270,15 +270,19 @@ struct gpu_kv {
     float *k, *v; /* own rows: [n_layers][n_kv][cap - nb][D], row r holding position nb + r */
     int cap;        /* positions, the shared ones included */
     gpu_model *g;   /* its model (attention's scratch grows with the caches) */
-    /* positions [0, nb) are the first rows of another cache's own rows ([..][bcap][D]), which
-     * stays alive while shared (kv_new_shared counts the references) */
-    const float *bk, *bv;
-    int bcap, nb;
+    /* positions [0, nb) are the first rows of base's own rows (base has no base; it stays
+     * alive while shared, kv_new_shared counts the references, and is read through this
+     * pointer at every use, so it may grow meanwhile) */
+    const gpu_kv *base;
+    int nb;
 };
 
 /* the pass parameters of a sequence whose rows are [row0, row0 + n) at positions pos0.. */
 static inline seq_params seq_of(int row0, int n, int pos0, const gpu_kv *kv) {
-    seq_params s = {row0, n, pos0, kv->cap - kv->nb, kv->k, kv->v, kv->nb, kv->bcap, kv->bk, kv->bv};
+    seq_params s = {row0,   n,      pos0, kv->cap - kv->nb, kv->k, kv->v, kv->nb,
+                    kv->nb ? kv->base->cap : 0,
+                    kv->nb ? kv->base->k : NULL,
+                    kv->nb ? kv->base->v : NULL};
     return s;
 }
 

@@ -128,7 +128,7 @@ static int env_int(const char *name, int def) {
 }
 
 static size_t part_floats(const dmat *m) {
-    return m->mma ? (size_t)m->nb * 2 * GPU_GROUP * 128 : 0;
+    return m->mma && m->ks != 1 ? (size_t)m->nb * 2 * GPU_GROUP * 128 : 0; /* 1: no pieces */
 }
 
 static int check_shape(const gpu_model_desc *d) {
@@ -290,7 +290,11 @@ static int att_reserve(gpu_model *g, int cap) {
                   spans * ATT_SPAN, (double)rows * (g->D + 2) * 4 / 1e6);
         return ERR_NOMEM;
     }
-    CK(cudaStreamSynchronize(g->stream));
+    if (cudaStreamSynchronize(g->stream) != cudaSuccess) {
+        cudaFree(acc), cudaFree(ml);
+        log_error("CUDA: %s", cudaGetErrorString(cudaGetLastError()));
+        return ERR_UNSUPPORTED;
+    }
     drop_graphs(g);
     if (g->att_acc) cudaFree(g->att_acc);
     if (g->att_ml) cudaFree(g->att_ml);
@@ -343,7 +347,7 @@ extern "C" int gpu_kv_new_shared(gpu_model *g, int cap, const gpu_kv *base, int 
     gpu_kv *kv = (gpu_kv *)calloc(1, sizeof *kv);
     if (!kv) return ERR_NOMEM;
     kv->cap = cap, kv->g = g;
-    kv->bk = base->k, kv->bv = base->v, kv->bcap = base->cap, kv->nb = nb;
+    kv->base = base, kv->nb = nb;
     if ((rc = alloc_own(kv, g->d.n_layers * g->d.n_kv_heads, g->D))) {
         free(kv);
         return rc;
@@ -358,6 +362,9 @@ static int copy_rows(void *dst, size_t dp, const void *src, size_t sp, int n, in
     if (n <= 0) return OK;
     CK(cudaMemcpy2D(dst, dp * sizeof(float), src, sp * sizeof(float), (size_t)n * D * sizeof(float),
                     (size_t)heads, kind));
+    /* a copy within the device does not make the host wait, and the passes run on a stream
+     * that does not wait for the default one: finish it before the next pass reads the rows */
+    if (kind == cudaMemcpyDeviceToDevice) CK(cudaDeviceSynchronize());
     return OK;
 }
 
@@ -370,8 +377,8 @@ static int copy_out(void *dst, size_t dp, int d0, const gpu_kv *kv, int v, int f
     int rc = OK;
     if (b > a)
         rc = copy_rows((float *)dst + (size_t)(a - d0) * D, dp,
-                       (v ? kv->bv : kv->bk) + (size_t)a * D, (size_t)kv->bcap * D, b - a, heads,
-                       D, kind);
+                       (v ? kv->base->v : kv->base->k) + (size_t)a * D, (size_t)kv->base->cap * D,
+                       b - a, heads, D, kind);
     if (rc) return rc;
     a = from > kv->nb ? from : kv->nb; /* [a, n) from the own rows */
     if (n <= a) return OK;
@@ -407,7 +414,7 @@ extern "C" int gpu_kv_import(gpu_kv *kv, const float *in, int n_in, int n, int h
 static int regrow(gpu_kv *kv, int cap, int nb, int len, int heads, int D) {
     gpu_kv next = *kv;
     next.cap = cap, next.nb = nb, next.k = next.v = NULL;
-    if (!nb) next.bk = next.bv = NULL, next.bcap = 0;
+    if (!nb) next.base = NULL;
     int rc = alloc_own(&next, heads, D);
     if (rc) return rc;
     if ((rc = gpu_kv_copy(&next, kv, nb, len, heads, D))) {

@@ -112,7 +112,7 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
 }
 
 extern "C" int gpu_profile(gpu_model *g, gpu_kv *kv, int pos0, int n, gpu_op_time *out, int max) {
-    if (n < 1 || n > GPU_GROUP || pos0 + n > kv->cap) return ERR_ARG;
+    if (n < 1 || n > GPU_GROUP || pos0 < kv->nb || pos0 + n > kv->cap) return ERR_ARG;
     step_params *sp = g->hsp;
     sp->n_seq = 1;
     sp->seq[0] = seq_of(0, n, pos0, kv);
