@@ -3,8 +3,8 @@
  * A hit that reuses a whole entry nobody holds lends the entry's own cache to the sequence (no
  * copy: the usual follow-up turn). The entry stays listed: while lent, its rows [0, n) are
  * still valid, because the sequence only writes after its prompt, so other sequences can share
- * them. Other hits get a cache that reads the prefix's rows from the entry's (kv_new_shared; a
- * copy on the GPU). A lent cache comes back through prefix_cache_put(), which replaces the
+ * them. Other hits get a cache that reads the prefix's rows from the entry's (kv_new_shared, on
+ * either backend). A lent cache comes back through prefix_cache_put(), which replaces the
  * entry with the longer sequence. An entry's storage is shrunk to the rows it holds when it
  * comes in. A drafter context is never lent: the sequence copies its rows. */
 #include "cache/prefix.h"
@@ -142,7 +142,7 @@ static void touch(struct prefix_cache *pc, int i) {
 }
 
 /* The first len rows of RAM entry i: the entry's own cache when it can be lent, else a cache
- * that shares them (a copy on the GPU). */
+ * that shares them. */
 static struct kv_cache *from_ram(struct prefix_cache *pc, int i, int len, int cap) {
     struct entry *e = &pc->e[i];
     struct kv_cache *kv = NULL;
