@@ -108,18 +108,17 @@ static int unshare(struct kv_cache *kv, int n) {
     if (kv->gpu) {
         int rc = gpu_kv_unshare(kv->gpu, n, (int)heads_of(kv), kv->head_dim);
         if (rc) return rc;
-        kv_free(kv->base);
-        kv->base = NULL, kv->nb = 0;
-        return OK;
+    } else {
+        struct kv_cache flat = *kv;
+        flat.base = NULL, flat.nb = 0, flat.k = flat.v = NULL;
+        int rc = alloc_own(&flat, kv->cap);
+        if (rc) return rc;
+        copy_rows(&flat, kv, 0, n);
+        free(kv->k), free(kv->v);
+        kv->k = flat.k, kv->v = flat.v;
     }
-    struct kv_cache flat = *kv;
-    flat.base = NULL, flat.nb = 0, flat.k = flat.v = NULL;
-    int rc = alloc_own(&flat, kv->cap);
-    if (rc) return rc;
-    copy_rows(&flat, kv, 0, n);
-    free(kv->k), free(kv->v);
     kv_free(kv->base);
-    kv->k = flat.k, kv->v = flat.v, kv->base = NULL, kv->nb = 0;
+    kv->base = NULL, kv->nb = 0;
     return OK;
 }
 

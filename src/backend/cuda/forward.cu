@@ -324,24 +324,9 @@ static int check_cap(gpu_model *g, int cap) {
     return att_reserve(g, cap);
 }
 
-extern "C" int gpu_kv_new(gpu_model *g, int cap, gpu_kv **out) {
+/* A device cache of cap positions whose first nb are base's own rows (none without a base) */
+static int new_kv(gpu_model *g, int cap, const gpu_kv *base, int nb, gpu_kv **out) {
     *out = NULL;
-    int rc = check_cap(g, cap);
-    if (rc) return rc;
-    gpu_kv *kv = (gpu_kv *)calloc(1, sizeof *kv);
-    if (!kv) return ERR_NOMEM;
-    kv->cap = cap, kv->g = g;
-    if ((rc = alloc_own(kv, g->d.n_layers * g->d.n_kv_heads, g->D))) {
-        free(kv);
-        return rc;
-    }
-    *out = kv;
-    return OK;
-}
-
-extern "C" int gpu_kv_new_shared(gpu_model *g, int cap, const gpu_kv *base, int nb, gpu_kv **out) {
-    *out = NULL;
-    if (base->nb || nb > base->cap || nb > cap) return ERR_ARG;
     int rc = check_cap(g, cap);
     if (rc) return rc;
     gpu_kv *kv = (gpu_kv *)calloc(1, sizeof *kv);
@@ -354,6 +339,16 @@ extern "C" int gpu_kv_new_shared(gpu_model *g, int cap, const gpu_kv *base, int 
     }
     *out = kv;
     return OK;
+}
+
+extern "C" int gpu_kv_new(gpu_model *g, int cap, gpu_kv **out) {
+    return new_kv(g, cap, NULL, 0, out);
+}
+
+extern "C" int gpu_kv_new_shared(gpu_model *g, int cap, const gpu_kv *base, int nb, gpu_kv **out) {
+    *out = NULL;
+    if (base->nb || nb > base->cap || nb > cap) return ERR_ARG;
+    return new_kv(g, cap, base, nb, out);
 }
 
 /* rows [0, n) of each of heads blocks: from pitch sp floats to pitch dp floats */
@@ -586,6 +581,12 @@ static int pass(gpu_model *g, const pass_seq *seqs, int n, int T, int mode, int 
     return OK;
 }
 
+/* Of a sequence's n rows in a pass (done before it), the last rows_out() are those whose
+ * logits or greedy ids it asked for: all of them, its last row when the pass holds it, or none */
+static int rows_out(const gpu_seq_io *s, int done, int n) {
+    return s->all_rows ? n : done + n == s->n ? 1 : 0;
+}
+
 /* The outputs of a pass that its sequences asked for: logits and greedy ids of every row
  * (all_rows) or of a sequence's last row when the pass holds it, and taps of every row. */
 static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq *ps, int n,
@@ -595,10 +596,8 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
     int dev[GPU_SEQS]; /* each sequence's first row in the logits (and ids) brought back */
     for (int i = 0, row = 0, k = 0; i < n; row += ps[i].n, i++) {
         gpu_seq_io *s = &io[i];
-        int last = done[i] + ps[i].n == s->n;
-        int r0 = s->all_rows ? row : row + ps[i].n - 1, rows = s->all_rows ? ps[i].n : 1;
+        int rows = rows_out(s, done[i], ps[i].n), r0 = row + ps[i].n - rows;
         size_t at = s->all_rows ? (size_t)done[i] : 0;
-        if (!s->all_rows && !last) rows = 0;
         /* MODE_LAST computes only the pass's last row; SEL the wanted rows in order */
         dev[i] = all_mode ? r0 : sel_mode ? k : 0;
         if (rows && (s->logits || s->out_ids)) k += rows;
@@ -655,8 +654,7 @@ extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
                 ps[m] = (pass_seq){io_k[i].kv, io_k[i].pos0 + done[i], take, io_k[i].ids + done[i]};
                 idx[m++] = i;
                 T += take;
-                int last = done[i] + take == io_k[i].n;
-                if (io_k[i].all_rows || last) {
+                if (rows_out(&io_k[i], done[i], take)) {
                     out |= io_k[i].logits != NULL || io_k[i].out_ids != NULL;
                     ids |= io_k[i].out_ids != NULL;
                     all |= io_k[i].all_rows;
@@ -674,10 +672,8 @@ extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
                 for (int j = 0, row = 0; j < m; row += ps[j].n, j++) {
                     const gpu_seq_io *s = &io_k[idx[j]];
                     if (!s->logits && !s->out_ids) continue;
-                    if (s->all_rows)
-                        for (int r = 0; r < ps[j].n; r++) g->hsel[n_sel++] = row + r;
-                    else if (done[idx[j]] + ps[j].n == s->n)
-                        g->hsel[n_sel++] = row + ps[j].n - 1;
+                    for (int r = ps[j].n - rows_out(s, done[idx[j]], ps[j].n); r < ps[j].n; r++)
+                        g->hsel[n_sel++] = row + r;
                 }
                 if (n_sel < T)
                     mode = mode == MODE_ALL ? MODE_SEL : MODE_GREEDY_SEL;

@@ -290,9 +290,10 @@ __device__ __forceinline__ void mm_finish(const mm_args &a, const float (&acc)[N
 }
 
 /* Blocks own contiguous ranges of the flattened (strip group, k-tile) space (fixed per
- * matrix), so every block streams about the same bytes however the groups fall. A range is cut at group boundaries into pieces; a piece that is a whole group
- * goes straight to the epilogue, otherwise its sums go to the partial buffer and the last
- * piece of the group to arrive adds them in block order and runs the epilogue. */
+ * matrix), so every block streams about the same bytes however the groups fall. A range is
+ * cut at group boundaries into pieces; a piece that is a whole group goes straight to the
+ * epilogue, otherwise its sums go to the partial buffer and the last piece of the group to
+ * arrive adds them in block order and runs the epilogue (mm_finish). */
 template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
     constexpr int U = mm_unroll(NT), KC = mm_chunk(NT), CH = KC * NT * 32; /* uint2 per chunk */
     extern __shared__ __align__(16) unsigned char smem[];
