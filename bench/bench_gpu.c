@@ -6,10 +6,14 @@
  * run on the GPU machine:
  *   bench_gpu MODEL_DIR [--bw GBps] [--ctx N,N..] [--long N] [--cpu-check N] [--quick]
  *             [--decode-only] [--lab] [--batch B,B..] [--mixed C]
+ *             [--gemm-check]
  * --lab: decode, the verify curve and the kernel table only (for comparing variants).
  * --batch: continuous-batching decode, B sequences at the first context stepping one token
  * each per pass (model_forward_batch, greedy ids back): aggregate tokens/s against B = 1.
  * --mixed C (with --batch): a pass of 16 such sequences and the first C rows of a prompt.
+ * --gemm-check: prefill with one matmul launch over all rows of a pass (the default where it
+ * fills the GPU) and with a launch per 32 rows (a second copy of the model loaded with
+ * DSPARK_GPU_GEMM=0): their times, and whether all 256 rows' logits are the same bits.
  * Times are the median of repeated runs (minimum in brackets). */
 #include "backend/gpu.h"
 #include "base/timer.h"
@@ -70,6 +74,72 @@ static int greedy_run(struct model *m, const int32_t *prompt, int np, int n, int
     }
     kv_free(kv);
     return rc;
+}
+
+/* each kind of kernel alone over all layers, n rows after the cache's tokens */
+static void kernel_table(struct model *m, struct kv_cache *kv, int n) {
+    struct gpu_op_time ops[16];
+    int k = model_gpu_profile(m, kv, n, ops, 16);
+    printf("kernels alone, %d row%s at context %d (all layers):\n", n, n > 1 ? "s" : "",
+           kv_len(kv));
+    double sum = 0;
+    for (int i = 0; i < k; i++) {
+        printf("  %-10s %8.1f us  %7.1f MB  %6.0f GB/s\n", ops[i].name, ops[i].us,
+               ops[i].bytes / 1e6, ops[i].bytes / (ops[i].us * 1e3));
+        if (strncmp(ops[i].name, "hbm", 3)) sum += ops[i].us;
+    }
+    printf("  sum %.1f us\n", sum);
+}
+
+static double time_prefill(struct model *m, struct kv_cache *kv, const int32_t *ids, int n) {
+    double best = 1e9;
+    for (int r = 0; r < 3; r++) {
+        kv_truncate(kv, 0);
+        double t0 = timer_now();
+        if (model_forward(m, kv, ids, n, NULL, 0)) return -1;
+        double t = timer_now() - t0;
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+/* the one-launch matmuls of long passes against a launch per 32 rows: speed and bits */
+static int gemm_compare(const char *dir, struct model *m, struct kv_cache *kv, const int32_t *ids,
+                        int n1, int n2) {
+    struct model *m0;
+    struct kv_cache *kv0;
+    setenv("DSPARK_GPU_GEMM", "0", 1);
+    int rc = model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, &m0);
+    unsetenv("DSPARK_GPU_GEMM");
+    if (rc || kv_new(m0, (n2 > 256 ? n2 : 256) + 1, &kv0)) return 1;
+    const int L = 256, V = model_config(m)->vocab_size;
+    float *a = malloc(sizeof(float) * (size_t)V * L), *b = malloc(sizeof(float) * (size_t)V * L);
+    if (!a || !b) return 1;
+    kv_truncate(kv, 0);
+    rc = model_forward(m, kv, ids, L, a, 1);
+    rc = rc || model_forward(m0, kv0, ids, L, b, 1);
+    if (rc) return 1;
+    size_t diff = 0;
+    for (size_t i = 0; i < (size_t)V * L; i++) diff += memcmp(a + i, b + i, sizeof(float)) != 0;
+    printf("one launch over all rows vs a launch per 32 rows, %d-row prompt: %zu of %zu logits "
+           "differ\n",
+           L, diff, (size_t)V * L);
+    kv_truncate(kv, 0);
+    kernel_table(m, kv, L);
+    kv_truncate(kv0, 0);
+    kernel_table(m0, kv0, L);
+    int ns[2] = {n1, n2};
+    for (int i = 0; i < 2; i++) {
+        if (ns[i] <= 0) continue;
+        double t1 = time_prefill(m, kv, ids, ns[i]), t0 = time_prefill(m0, kv0, ids, ns[i]);
+        printf("prefill %d tokens: one launch %.1f ms (%.0f tok/s), per 32 rows %.1f ms (%.0f "
+               "tok/s): %.2fx\n",
+               ns[i], t1 * 1e3, ns[i] / t1, t0 * 1e3, ns[i] / t0, t0 / t1);
+    }
+    free(a), free(b);
+    kv_free(kv0);
+    model_free(m0);
+    return diff != 0;
 }
 
 /* GPU greedy tokens against the CPU's on the same weights; on the first divergence, the CPU's
@@ -154,7 +224,7 @@ int main(int argc, char **argv) {
     }
     double bw = 4300;
     int ctxs[8] = {512}, n_ctx = 1, longp = 0, check = 0, quick = 0, decode_only = 0, lab = 0;
-    int batches[8], n_batch = 0, mixed = 0;
+    int batches[8], n_batch = 0, mixed = 0, gemm_check = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc)
             bw = atof(argv[++i]);
@@ -174,6 +244,8 @@ int main(int argc, char **argv) {
             n_batch = parse_list(argv[++i], batches, 8);
         else if (!strcmp(argv[i], "--mixed") && i + 1 < argc)
             mixed = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gemm-check"))
+            gemm_check = 1;
     }
     double t_load = timer_now();
     struct model *m;
@@ -235,18 +307,8 @@ int main(int argc, char **argv) {
                l16.med / g1.med);
         int widths[2] = {1, 16};
         for (int w = 0; w < 2; w++) {
-            struct gpu_op_time ops[16];
             kv_truncate(kv, P);
-            int n = model_gpu_profile(m, kv, widths[w], ops, 16);
-            printf("kernels alone, %d row%s at context %d (all layers):\n", widths[w],
-                   widths[w] > 1 ? "s" : "", P);
-            double sum = 0;
-            for (int i = 0; i < n; i++) {
-                printf("  %-10s %8.1f us  %7.1f MB  %6.0f GB/s\n", ops[i].name, ops[i].us,
-                       ops[i].bytes / 1e6, ops[i].bytes / (ops[i].us * 1e3));
-                if (strcmp(ops[i].name, "hbm read")) sum += ops[i].us;
-            }
-            printf("  sum %.1f us\n", sum);
+            kernel_table(m, kv, widths[w]);
         }
     }
     if (n_batch) { /* continuous batching: B sequences of context ctxs[0] */
@@ -279,6 +341,7 @@ int main(int argc, char **argv) {
         }
         for (int i = 0; i < nk; i++) kv_free(kvs[i]);
     }
+    if (gemm_check && gemm_compare(argv[1], m, kv, ids, pre[0], pre[1])) return 1;
     if (check) cpu_check(argv[1], m, check);
     kv_free(kv);
     model_free(m);

@@ -143,6 +143,54 @@ TEST(gpu_batch_invariance) {
     model_free(m), model_free(m2);
 }
 
+/* Passes over GPU_GROUP rows in one launch (gemm.cu; forced here, since a small model's
+ * matrices would not fill the GPU) give the bits of single steps and of the per-group
+ * launches: rows 33..40 of a verify, a 77-row prompt, and every row of a 200-row prompt. */
+TEST(gpu_gemm_exact) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m, *mg;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m) == 0);
+    setenv("DSPARK_GPU_GEMM", "2", 1);
+    int rc = model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &mg);
+    unsetenv("DSPARK_GPU_GEMM");
+    REQUIRE(rc == 0);
+    int V = model_config(m)->vocab_size, P = 37, W = 40, L = 200;
+    int32_t ids[256];
+    for (int i = 0; i < 256; i++) ids[i] = 20 + (i * 131) % 8000;
+    struct kv_cache *a, *b;
+    REQUIRE(kv_new(m, 256, &a) == 0 && kv_new(mg, 256, &b) == 0);
+    float *la = malloc(sizeof(float) * V * L), *lb = malloc(sizeof(float) * V * L);
+    REQUIRE(la && lb);
+    CHECK(model_forward(m, a, ids, P, NULL, 0) == 0);
+    for (int i = 0; i < W; i++)
+        CHECK(model_forward(m, a, ids + P + i, 1, la + (size_t)i * V, 0) == 0);
+    int bad = 0;
+    for (int w = 33; w <= W; w++) {
+        kv_truncate(b, 0);
+        CHECK(model_forward(mg, b, ids, P, NULL, 0) == 0);
+        CHECK(model_forward(mg, b, ids + P, w, lb, 1) == 0);
+        if (memcmp(la, lb, sizeof(float) * V * w)) {
+            printf("  one-launch pass of %d rows differs from single steps\n", w);
+            bad++;
+        }
+    }
+    kv_truncate(b, 0);
+    CHECK(model_forward(mg, b, ids, P + W, lb, 1) == 0);
+    int prompt_same = !memcmp(la, lb + (size_t)P * V, sizeof(float) * V * W);
+    kv_truncate(a, 0), kv_truncate(b, 0);
+    CHECK(model_forward(m, a, ids, L, la, 1) == 0);
+    CHECK(model_forward(mg, b, ids, L, lb, 1) == 0);
+    int long_same = !memcmp(la, lb, sizeof(float) * V * L);
+    printf("  one launch over all rows: widths 33..%d equal single steps: %s; a %d-row prompt: "
+           "%s; a %d-row prompt equals per-group launches: %s\n",
+           W, bad ? "NO" : "yes", P + W, prompt_same ? "yes" : "NO", L, long_same ? "yes" : "NO");
+    CHECK(bad == 0 && prompt_same && long_same);
+    free(la), free(lb);
+    kv_free(a), kv_free(b);
+    model_free(m), model_free(mg);
+}
+
 /* Every speculative mode keeps the GPU baseline's greedy tokens on models/pycoder, and the
  * GPU baseline equals the CPU's. */
 TEST(gpu_exact_modes) {
@@ -526,6 +574,7 @@ static int wanted(int argc, char **argv, const char *name) {
 int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_golden")) RUN(gpu_golden);
     if (wanted(argc, argv, "gpu_batch_invariance")) RUN(gpu_batch_invariance);
+    if (wanted(argc, argv, "gpu_gemm_exact")) RUN(gpu_gemm_exact);
     if (wanted(argc, argv, "gpu_exact_modes")) RUN(gpu_exact_modes);
     if (wanted(argc, argv, "gpu_multi_sequence")) RUN(gpu_multi_sequence);
     if (wanted(argc, argv, "gpu_engine_batch")) RUN(gpu_engine_batch);

@@ -252,8 +252,10 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->even_split = env_int("DSPARK_GPU_SK", 1);
     g->early_merge = env_int("DSPARK_GPU_EARLY", 1);
     g->sel_rows = env_int("DSPARK_GPU_SEL", 1);
+    g->gemm = env_int("DSPARK_GPU_GEMM", 1);
     int sms = 132;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    g->sms = sms;
     g->slots = sms * env_int("DSPARK_GPU_BLOCKS_PER_SM", 2);
     g->att_grid = sms * env_int("DSPARK_GPU_ATT_BLOCKS_PER_SM", 2);
     for (int i = 0; i < GPU_MAX_LAYERS; i++) g->tap_of[i] = -1;
@@ -445,14 +447,16 @@ extern "C" void gpu_kv_free(gpu_kv *kv) {
  * in dsel. Graphs exist for the first five. */
 enum { MODE_NONE, MODE_LAST, MODE_ALL, MODE_GREEDY_LAST, MODE_GREEDY_ALL, MODE_SEL, MODE_GREEDY_SEL };
 
-/* the matmul over a chunk of T rows, one launch per group of GPU_GROUP */
+/* the matmul over a chunk of T rows: one launch over all of them (gemm.cu) where that fills
+ * the GPU, otherwise one launch per group of GPU_GROUP (gemv.cu); the same bits either way */
 static cudaError_t mm_rows(gpu_model *g, const dmat *w, const uint16_t *xb, int T, int epi,
                            float *y, int ldy, const float *bias, uint16_t *xb_out,
-                           const float *norm_w, uint16_t *norm_out) {
-    for (int r = 0; r < T; r += GPU_GROUP) {
-        mm_call c = {w,    xb,     T,       r,    T - r < GPU_GROUP ? T - r : GPU_GROUP,
-                     epi,  y,      ldy,     bias, xb_out,
-                     NULL, norm_w, norm_out};
+                           const qkv_epi *qe, const float *norm_w, uint16_t *norm_out) {
+    int step = mmg_wanted(g, w, T) && !norm_w ? T : GPU_GROUP;
+    for (int r = 0; r < T; r += step) {
+        mm_call c = {w,    xb,     T,  r,      T - r < step ? T - r : step,
+                     epi,  y,      ldy, bias,  xb_out,
+                     qe,   norm_w, norm_out};
         E(mm_launch(g, &c));
     }
     return cudaSuccess;
@@ -475,29 +479,26 @@ static cudaError_t layer(gpu_model *g, int li, int T) {
     if (l->qkv.mma && 128 % g->D == 0) { /* norm, RoPE and the cache append in the epilogue */
         qkv_epi qe = {g->dsp,          g->q, l->q_norm, l->k_norm,   g->inv_freq, g->d.n_heads,
                       g->d.n_kv_heads, g->D, li,        g->d.rms_eps};
-        for (int r = 0; r < T; r += GPU_GROUP) {
-            mm_call c = {&l->qkv, g->xa, T,   r,       T - r < GPU_GROUP ? T - r : GPU_GROUP,
-                         EPI_QKV, NULL,  0,   l->bqkv, NULL,
-                         &qe,     NULL,  NULL};
-            E(mm_launch(g, &c));
-        }
+        E(mm_rows(g, &l->qkv, g->xa, T, EPI_QKV, NULL, 0, l->bqkv, NULL, &qe, NULL, NULL));
     } else {
-        E(mm_rows(g, &l->qkv, g->xa, T, EPI_STORE, g->qkv, g->QKV, l->bqkv, NULL, NULL, NULL));
+        E(mm_rows(g, &l->qkv, g->xa, T, EPI_STORE, g->qkv, g->QKV, l->bqkv, NULL, NULL, NULL,
+                  NULL));
         E(rope_launch(g, l, li, T));
     }
     for (int r = 0; r < T; r += GPU_GROUP)
         E(attn_launch(g, li, T, r, T - r < GPU_GROUP ? T - r : GPU_GROUP));
-    E(mm_rows(g, &l->o, g->xo, T, EPI_RESID, g->x, g->H, NULL, NULL, fuse ? l->ffn_norm : NULL,
-              g->xf));
+    E(mm_rows(g, &l->o, g->xo, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
+              fuse ? l->ffn_norm : NULL, g->xf));
     if (!fuse) E(norm_launch(g, g->xf, l->ffn_norm, 0, T));
     if (l->gu.interleaved) {
-        E(mm_rows(g, &l->gu, g->xf, T, EPI_SWIGLU, NULL, 0, NULL, g->xh, NULL, NULL));
+        E(mm_rows(g, &l->gu, g->xf, T, EPI_SWIGLU, NULL, 0, NULL, g->xh, NULL, NULL, NULL));
     } else {
-        E(mm_rows(g, &l->gu, g->xf, T, EPI_STORE, g->gu, 2 * g->I, NULL, NULL, NULL, NULL));
+        E(mm_rows(g, &l->gu, g->xf, T, EPI_STORE, g->gu, 2 * g->I, NULL, NULL, NULL, NULL,
+                  NULL));
         E(swiglu_launch(g, T));
     }
     int next = fuse && li + 1 < g->d.n_layers;
-    E(mm_rows(g, &l->down, g->xh, T, EPI_RESID, g->x, g->H, NULL, NULL,
+    E(mm_rows(g, &l->down, g->xh, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
               next ? g->layers[li + 1].attn_norm : NULL, g->xa));
     if (g->taps && g->tap_of[li] >= 0) E(tap_launch(g, g->tap_of[li], T));
     return cudaSuccess;
@@ -514,7 +515,8 @@ static cudaError_t enqueue(gpu_model *g, int T, int mode, int n_sel) {
         E(norm_sel_launch(g, g->xa, g->final_norm, g->dsel, n));
     else
         E(norm_launch(g, g->xa, g->final_norm, all ? 0 : T - 1, n));
-    E(mm_rows(g, &g->lm_head, g->xa, n, EPI_STORE, g->logits, g->V, NULL, NULL, NULL, NULL));
+    E(mm_rows(g, &g->lm_head, g->xa, n, EPI_STORE, g->logits, g->V, NULL, NULL, NULL, NULL,
+              NULL));
     if (mode == MODE_GREEDY_LAST || mode == MODE_GREEDY_ALL || mode == MODE_GREEDY_SEL)
         E(argmax_launch(g, n));
     return cudaSuccess;

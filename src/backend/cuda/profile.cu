@@ -78,7 +78,8 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
             c.w = &g->lm_head, c.xb = g->xa, c.y = g->logits, c.ldy = g->V;
             break;
         case OP_ATTN:
-            e = attn_launch(g, li, n, 0, n);
+            for (int r = 0; r < n && e == cudaSuccess; r += GPU_GROUP)
+                e = attn_launch(g, li, n, r, n - r < GPU_GROUP ? n - r : GPU_GROUP);
             break;
         case OP_NORM:
             e = norm_launch(g, g->xa, l->attn_norm, 0, n);
@@ -100,8 +101,9 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
         }
         if (e != cudaSuccess) return e;
         if (c.w) {
-            for (int r = 0; r < n && e == cudaSuccess; r += GPU_GROUP) {
-                c.row0 = r, c.n = n - r < GPU_GROUP ? n - r : GPU_GROUP;
+            int step = mmg_wanted(g, c.w, n) ? n : GPU_GROUP; /* as the pass does */
+            for (int r = 0; r < n && e == cudaSuccess; r += step) {
+                c.row0 = r, c.n = n - r < step ? n - r : step;
                 e = mm_launch(g, &c);
             }
             if (e != cudaSuccess) return e;
@@ -112,7 +114,7 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
 }
 
 extern "C" int gpu_profile(gpu_model *g, gpu_kv *kv, int pos0, int n, gpu_op_time *out, int max) {
-    if (n < 1 || n > GPU_GROUP || pos0 < kv->nb || pos0 + n > kv->cap) return ERR_ARG;
+    if (n < 1 || n > GPU_ROWS || pos0 < kv->nb || pos0 + n > kv->cap) return ERR_ARG;
     step_params *sp = g->hsp;
     sp->n_seq = 1;
     sp->seq[0] = seq_of(0, n, pos0, kv);

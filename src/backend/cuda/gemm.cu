@@ -1,0 +1,219 @@
+/* backend/cuda/gemm.cu: the matmuls of passes longer than GPU_GROUP rows (prompt chunks,
+ * prompt chunks beside decodes). gemv.cu reads every weight once per 32 rows and does 12 mma
+ * per weight fragment it loads into registers; here a block computes a tile of one strip
+ * group (128 outputs) by MG_ROWS rows over the whole K, with weights and inputs staged
+ * through shared memory in a ring of cp.async stages, so the tensor cores, not the loads,
+ * set the pace.
+ *
+ * Exactness: a row's result is the same bits as gemv.cu gives it. Each (row, output) adds
+ * the same mma.m16n8k16 products k-tile after k-tile from zero within each piece of the
+ * matrix's decode partition (mm_partition, via mm_start/mm_block_of), takes the piece's
+ * value as (hi + mid) + lo of its three term columns, and adds the pieces in order. The
+ * warps read the input's B fragments with their columns permuted so that the three terms of
+ * a row land in the same lane (n-tile 3j + s holds term s of rows 8j..8j+7): a column's result
+ * does not depend on its place in the mma, and each piece is folded in registers.
+ *
+ * Warps: 4 strip pairs x 2 row groups of 32 rows; each holds a 2-strip x 12-n-tile tile of
+ * sums (96 floats) and the running sums of the pieces so far (32). */
+#include "backend/cuda/mm.cuh"
+
+#define MG_ROWS  64                      /* rows per block tile (two xb groups) */
+#ifndef MG_KS
+#define MG_KS 8 /* k-tiles per stage */
+#endif
+#ifndef MG_ST
+#define MG_ST 2 /* stages in the ring */
+#endif
+#define MG_A     (MG_KS * 256)           /* uint4 of weights per stage (8 strips x 32 lanes) */
+#define MG_BK    (GPU_NT_MAX * 16)       /* uint4 of one row group's input per k-tile */
+#define MG_B     (MG_KS * MG_BK)         /* uint4 of one row group's input per stage */
+#define MG_STAGE (MG_A + 2 * MG_B)       /* uint4 per stage */
+#define MG_SMEM  (MG_ST * MG_STAGE * 16) /* bytes: 160 KB */
+
+__device__ __forceinline__ void cp_async_wait_st(void) { /* all but the newest MG_ST - 2 */
+    asm volatile("cp.async.wait_group %0;" ::"n"(MG_ST - 2) : "memory");
+}
+
+/* the end (k-tile within group g) of the decode piece that holds k-tile kt of g */
+__device__ __forceinline__ int mg_piece_end(const mm_args &a, int g, int kt) {
+    int b = mm_block_of(a, g * a.KT + kt);
+    return min(mm_start(a, b + 1), (g + 1) * a.KT) - g * a.KT;
+}
+
+__global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
+    extern __shared__ __align__(16) uint4 sm[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
+    const int g = blockIdx.x / R, t0 = (blockIdx.x % R) * MG_ROWS, KT = a.KT;
+    const int rows = min(MG_ROWS, a.T - t0);
+    const int sp = warp & 3, rg = warp >> 2;
+    /* the tile's two xb groups: a.xb is the group of a.row0 */
+    const int grp0 = (a.row0 + t0) / GPU_GROUP;
+    int nr[2], nt[2];
+    const uint4 *xg[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int all = min(GPU_GROUP, a.T_chunk - (grp0 + r) * GPU_GROUP); /* the group's layout */
+        nr[r] = min(all, rows - r * GPU_GROUP);
+        nt[r] = all > 0 ? xb_ntiles(all) : 0;
+        xg[r] = (const uint4 *)(a.xb + (size_t)(t0 / GPU_GROUP + r) * xb_group_stride(KT));
+    }
+    const uint4 *wg = a.w + (size_t)g * KT * 256;
+    const int nst = (KT + MG_KS - 1) / MG_KS;
+
+    /* stage s's k-tiles into its slot; full stages of whole groups copy straight runs with
+     * trip counts known at compile time, the rest remap each k-tile */
+    auto load_a = [&](int s) {
+        int kt0 = s * MG_KS, n = min(MG_KS, KT - kt0);
+        uint4 *dst = sm + (s % MG_ST) * MG_STAGE + tid;
+        const uint4 *src = wg + (size_t)kt0 * 256 + tid;
+        if (n == MG_KS) {
+#pragma unroll
+            for (int u = 0; u < MG_KS; u++) cp_async16(dst + u * 256, src + u * 256);
+        } else {
+            for (int u = 0; u < n; u++) cp_async16(dst + u * 256, src + u * 256);
+        }
+    };
+    auto load_b = [&](int s) {
+        int kt0 = s * MG_KS, n = min(MG_KS, KT - kt0);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            if (nr[r] <= 0) continue;
+            const int per = nt[r] * 16; /* uint4 of a k-tile in the group's own layout */
+            uint4 *dst = sm + (s % MG_ST) * MG_STAGE + MG_A + r * MG_B;
+            const uint4 *src = xg[r] + (size_t)kt0 * per;
+            if (n == MG_KS && per == MG_BK) {
+#pragma unroll
+                for (int u = 0; u < MG_B / 256; u++)
+                    cp_async16(dst + u * 256 + tid, src + u * 256 + tid);
+            } else {
+                for (int i = tid; i < n * per; i += 256) {
+                    int kk = i / per;
+                    cp_async16(dst + kk * MG_BK + (i - kk * per), src + i);
+                }
+            }
+        }
+    };
+    static_assert(MG_B % 256 == 0, "a stage of input is whole rounds of 256 copies");
+
+    /* weights never change: the first stages' before the wait on the previous kernel */
+    for (int s = 0; s < MG_ST - 1 && s < nst; s++) load_a(s);
+    pdl_wait();
+    pdl_launch();
+    for (int s = 0; s < MG_ST - 1; s++) {
+        if (s < nst) load_b(s);
+        cp_async_commit();
+    }
+
+    /* lane (q4 = lane / 4, lane % 4) of term s, row block j reads the B fragment word of
+     * column c = 3 (8 j + q4) + s: n-tile c / 8 of the group's layout, lane 4 (c % 8) + lane % 4 */
+    int boff[3];
+#pragma unroll
+    for (int s = 0; s < 3; s++) {
+        int c = 3 * (lane >> 2) + s;
+        boff[s] = (c >> 3) * 32 + (c & 7) * 4 + (lane & 3);
+    }
+    const bool active = (rg ? nr[1] : nr[0]) > 0;
+    float acc[2][4][3][4], run[2][4][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                acc[i][j][0][e] = acc[i][j][1][e] = acc[i][j][2][e] = 0.f;
+                run[i][j][e] = 0.f;
+            }
+    int pend = mg_piece_end(a, g, 0);
+    bool first = true;
+
+    for (int s = 0; s < nst; s++) {
+        cp_async_wait_st();
+        __syncthreads(); /* stage s landed for all; stage s - 1's slot is free */
+        if (s + MG_ST - 1 < nst) {
+            load_a(s + MG_ST - 1);
+            load_b(s + MG_ST - 1);
+        }
+        cp_async_commit();
+        if (!active) continue;
+        const uint4 *as = sm + (s % MG_ST) * MG_STAGE;
+        const uint2 *bs = (const uint2 *)(as + MG_A + rg * MG_B);
+        const int kt0 = s * MG_KS, n = min(MG_KS, KT - kt0);
+        auto step = [&](int kk) { /* k-tile kt0 + kk into the sums */
+            const uint4 a0 = as[kk * 256 + (2 * sp) * 32 + lane];
+            const uint4 a1 = as[kk * 256 + (2 * sp + 1) * 32 + lane];
+            const uint2 *b = bs + kk * MG_BK * 2;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int t = 0; t < 3; t++) {
+                    const uint2 bv = b[j * 96 + boff[t]];
+                    mma_bf16(acc[0][j][t], a0, bv);
+                    mma_bf16(acc[1][j][t], a1, bv);
+                }
+        };
+        auto fold = [&]() { /* the end of a piece: its value, added in order */
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float v = (acc[i][j][0][e] + acc[i][j][1][e]) + acc[i][j][2][e];
+                        run[i][j][e] = first ? v : run[i][j][e] + v;
+                        acc[i][j][0][e] = acc[i][j][1][e] = acc[i][j][2][e] = 0.f;
+                    }
+            first = false;
+            if (pend < KT) pend = mg_piece_end(a, g, pend);
+        };
+        if (n == MG_KS && !(pend > kt0 && pend < kt0 + MG_KS)) {
+            /* no piece ends inside the stage: its k-tiles back to back */
+#pragma unroll
+            for (int kk = 0; kk < MG_KS; kk++) step(kk);
+            if (kt0 + MG_KS == pend) fold();
+        } else {
+            for (int kk = 0; kk < n; kk++) {
+                step(kk);
+                if (kt0 + kk + 1 == pend) fold();
+            }
+        }
+    }
+    cp_async_wait0();
+    __syncthreads(); /* the ring becomes the tile of values */
+
+    float *val = (float *)sm; /* [MG_ROWS][128]: row t, output g * 128 + i */
+    if (active) {
+        const int q4 = lane >> 2, q = lane & 3;
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int t = rg * GPU_GROUP + 8 * j + 2 * q + (e & 1);
+                    int o = (2 * sp + i) * 16 + q4 + 8 * (e >> 1);
+                    val[t * 128 + o] = run[i][j][e];
+                }
+    }
+    __syncthreads();
+    mm_args e = a;
+    e.T = rows, e.row0 = a.row0 + t0;
+    mm_epilogue(e, g, val, 128 * rows);
+}
+
+int mmg_init(void) {
+    CK(cudaFuncSetAttribute(k_mmg, cudaFuncAttributeMaxDynamicSharedMemorySize, MG_SMEM));
+    return OK;
+}
+
+/* Whether one launch over all rows beats a launch per row group: every SM needs a tile
+ * (mode 1), or always for more than GPU_GROUP rows (mode 2, for tests); never (0). */
+int mmg_wanted(const gpu_model *g, const dmat *w, int T) {
+    if (!w->mma || T <= GPU_GROUP || !g->gemm || w->nb <= 0) return 0;
+    if (g->gemm == 2) return 1;
+    return (long)cdiv(w->MS, 8) * cdiv(T, MG_ROWS) >= (long)g->sms * 3 / 4;
+}
+
+cudaError_t mmg_launch(gpu_model *g, const mm_args *a) {
+    int R = (int)cdiv(a->T, MG_ROWS), G = (int)cdiv(a->MS, 8);
+    return launch(k_mmg, dim3(G * R), dim3(256), MG_SMEM, g->stream, *a, R);
+}

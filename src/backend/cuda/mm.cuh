@@ -1,0 +1,185 @@
+/* backend/cuda/mm.cuh: what the matmul kernels share (gemv.cu for passes of up to GPU_GROUP
+ * rows, gemm.cu for longer ones): the launch arguments, the tensor-core and copy helpers, the
+ * flattened (strip group, k-tile) partition that fixes every row's order of sums, and the
+ * epilogues. Both kernels add each row's products in the same order with the same mma, so a
+ * row's result is the same bits whichever kernel computed it. */
+#ifndef DSPARK_BACKEND_CUDA_MM_CUH
+#define DSPARK_BACKEND_CUDA_MM_CUH
+
+#include "backend/cuda/cuda.cuh"
+
+/* ---- device helpers ---- */
+
+__device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait0(void) {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
+__device__ __forceinline__ void mma_bf16(float c[4], uint4 a, uint2 b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b.x), "r"(b.y));
+}
+
+__device__ __forceinline__ float silu_mul(float gv, float uv) {
+    return gv / (1.0f + expf(-gv)) * uv;
+}
+
+struct mm_args {
+    const uint4 *w;    /* fragments [MS][KT][32] */
+    const uint2 *xb;   /* this group's B operand [KT][NT][32] */
+    int KT, MS, M; /* M: real rows (both halves when interleaved) */
+    int T, T_chunk, row0;
+    int epi;
+    float *y;
+    int ldy;
+    const float *bias;
+    uint16_t *xb_out;
+    int KT_out;
+    int ks;         /* > 0: each group split into ks K ranges; 0: even ranges (mm_start) */
+    unsigned total; /* groups x KT */
+    int nb;         /* blocks of the matrix's decode launch: the pieces (mm_partition) */
+    float *part;    /* [nb][2][GPU_GROUP][128]: each block's first and last piece */
+    unsigned *cnt;
+    qkv_epi qe;          /* EPI_QKV */
+    const float *norm_w; /* EPI_RESID: then the RMSNorm of the rows into norm_out */
+    uint16_t *norm_out;
+    int H_norm, KT_norm;
+    float eps;
+};
+
+/* The last block of a strip group has rows [128 b, 128 b + 128) of q|k|v for every row t in
+ * val[t * 128 + i]: whole heads (D divides 128), normed, rotated and stored here. */
+__device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val, int T, int row0, int M, int g) {
+    const int D = e.D, half = D / 2, QD = e.nh * D, KD = e.nkv * D;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hpb = 128 / D;
+    for (int task = warp; task < T * hpb; task += 8) { /* a warp per (row, head) */
+        int t = task / hpb, hh = task % hpb, m0 = g * 128 + hh * D;
+        if (m0 >= M) continue;
+        const float *x = val + t * 128 + hh * D;
+        int kind = m0 < QD        ? 0
+                   : m0 < QD + KD ? 1
+                                  : 2,
+            h = kind == 0 ? m0 / D : (m0 - QD - (kind - 1) * KD) / D;
+        float *kc, *vc;
+        size_t cache = row_cache(e.sp, row0 + t, e.layer, e.nkv, h, D, &kc, &vc);
+        const int pos = row_pos(e.sp, row0 + t);
+        if (kind == 2) {
+            for (int d = lane; d < D; d += 32) vc[cache + d] = x[d];
+            continue;
+        }
+        const float *nw = kind == 0 ? e.q_norm : e.k_norm;
+        float inv = 1.f;
+        if (nw) {
+            double ss = 0;
+            for (int d = lane; d < D; d += 32) ss += (double)x[d] * x[d];
+            for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            inv = (float)(1.0 / sqrt(ss / D + (double)e.eps));
+        }
+        for (int i = lane; i < half; i += 32) {
+            float a = x[i], b = x[i + half];
+            if (nw) a = nw[i] * (a * inv), b = nw[i + half] * (b * inv);
+            float ang = (float)pos * e.inv_freq[i];
+            float c = (float)cos((double)ang), sn = (float)sin((double)ang);
+            float ra = a * c - b * sn, rb = b * c + a * sn;
+            if (kind == 0) {
+                float *o = e.q + ((size_t)(row0 + t) * e.nh + h) * D;
+                o[i] = ra, o[i + half] = rb;
+            } else {
+                kc[cache + i] = ra, kc[cache + i + half] = rb;
+            }
+        }
+    }
+}
+
+/* The finished sums of strip group g (val[t * 128 + i]: row t, output g * 128 + i) into
+ * their destination. With a fused RMSNorm, whoever finishes the last group normalises. */
+__device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val, int nitems) {
+    if (a.epi == EPI_SWIGLU) { /* strips 2p and 2p+1 are gate and up of the same 16 features */
+        for (int i = threadIdx.x; i < 64 * a.T; i += 256) {
+            int t = i >> 6, p = (i >> 4) & 3, r = i & 15;
+            int j = (g * 4 + p) * 16 + r;
+            if (g * 8 + 2 * p >= a.MS || j >= a.M / 2) continue;
+            float h = silu_mul(val[t * 128 + 2 * p * 16 + r], val[t * 128 + (2 * p + 1) * 16 + r]);
+            xb_put(a.xb_out, a.T_chunk, a.KT_out, a.row0 + t, j, h);
+        }
+        return;
+    }
+    if (a.epi == EPI_QKV) {
+        if (a.bias) {
+            for (int i = threadIdx.x; i < nitems; i += 256) {
+                int m = g * 128 + (i & 127);
+                if (m < a.M) val[i] += a.bias[m];
+            }
+            __syncthreads();
+        }
+        qkv_epilogue(a.qe, val, a.T, a.row0, a.M, g);
+        return;
+    }
+    for (int i = threadIdx.x; i < nitems; i += 256) {
+        int t = i >> 7, m = g * 128 + (i & 127);
+        if (m >= a.M) continue;
+        float *dst = a.y + (size_t)(a.row0 + t) * a.ldy + m;
+        if (a.epi == EPI_RESID)
+            *dst = __ldcg(dst) + val[i];
+        else
+            *dst = val[i] + (a.bias ? a.bias[m] : 0.f);
+    }
+    if (a.epi == EPI_RESID && a.norm_w) {
+        __shared__ int glast;
+        __shared__ double red[256];
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0)
+            glast = atomicAdd(a.cnt + CNT_GRID, 1u) == (unsigned)(a.MS + 7) / 8 - 1;
+        __syncthreads();
+        if (!glast) return;
+        __threadfence();
+        if (threadIdx.x == 0) a.cnt[CNT_GRID] = 0;
+        for (int t = 0; t < a.T; t++)
+            norm_row(a.y + (size_t)(a.row0 + t) * a.ldy, a.norm_w, a.H_norm, a.eps, a.norm_out,
+                     a.T_chunk, a.KT_norm, a.row0 + t, red);
+    }
+}
+
+/* The block's weights for (strip group g, k-tiles [kb, kb + n)): this warp's fragments */
+__device__ __forceinline__ const uint4 *mm_wptr(const mm_args &a, int g, int kb, int lane,
+                                                int warp) {
+    return a.w + (((size_t)g * a.KT + kb) * 8 + warp) * 32 + lane; /* strips past MS: zeros */
+}
+
+/* Where block b's range of the flattened (strip group, k-tile) space starts (b = nb: the
+ * end), and the block whose range holds k-tile i: with ks, K range b % ks of group b / ks;
+ * otherwise even ranges cut anywhere. */
+__device__ __forceinline__ int mm_start(const mm_args &a, int b) {
+    if (a.ks) return (b / a.ks) * a.KT + a.KT * (b % a.ks) / a.ks;
+    return (int)(a.total * (unsigned)b / (unsigned)a.nb); /* < 2^32 (mm_partition) */
+}
+__device__ __forceinline__ int mm_block_of(const mm_args &a, int i) {
+    if (a.ks) return (i / a.KT) * a.ks + ((i % a.KT + 1) * a.ks - 1) / a.KT;
+    return (int)(((unsigned)(i + 1) * (unsigned)a.nb - 1) / a.total);
+}
+
+int mmg_init(void);
+cudaError_t mmg_launch(gpu_model *g, const mm_args *a); /* a->T > GPU_GROUP rows from row 0 */
+
+#endif
