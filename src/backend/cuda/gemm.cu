@@ -2,8 +2,10 @@
  * prompt chunks beside decodes). gemv.cu reads every weight once per 32 rows and does 12 mma
  * per weight fragment it loads into registers; here a block computes a tile of one strip
  * group (128 outputs) by MG_ROWS rows over the whole K, with weights and inputs staged
- * through shared memory in a ring of cp.async stages, so the tensor cores, not the loads,
- * set the pace.
+ * through shared memory: a ring of MG_ST stages that thread 0 fills by bulk copies (each
+ * stage's weights are one run of memory, and so is each row group's input), full and empty
+ * mbarriers per slot instead of block barriers, so the tensor cores, not the loads, set the
+ * pace.
  *
  * Exactness: a row's result is the same bits as gemv.cu gives it. Each (row, output) adds
  * the same mma.m16n8k16 products k-tile after k-tile from zero within each piece of the
@@ -19,19 +21,48 @@
 
 #define MG_ROWS  64                      /* rows per block tile (two xb groups) */
 #ifndef MG_KS
-#define MG_KS 8 /* k-tiles per stage */
+#define MG_KS 4 /* k-tiles per stage */
 #endif
 #ifndef MG_ST
-#define MG_ST 2 /* stages in the ring */
+#define MG_ST 5 /* stages in the ring */
 #endif
 #define MG_A     (MG_KS * 256)           /* uint4 of weights per stage (8 strips x 32 lanes) */
 #define MG_BK    (GPU_NT_MAX * 16)       /* uint4 of one row group's input per k-tile */
 #define MG_B     (MG_KS * MG_BK)         /* uint4 of one row group's input per stage */
 #define MG_STAGE (MG_A + 2 * MG_B)       /* uint4 per stage */
-#define MG_SMEM  (MG_ST * MG_STAGE * 16) /* bytes: 160 KB */
+#define MG_SMEM  (MG_ST * MG_STAGE * 16) /* bytes: 200 KB */
 
-__device__ __forceinline__ void cp_async_wait_st(void) { /* all but the newest MG_ST - 2 */
-    asm volatile("cp.async.wait_group %0;" ::"n"(MG_ST - 2) : "memory");
+/* ---- bulk copies and mbarriers (a block is its own cluster) ---- */
+__device__ __forceinline__ unsigned smem_u32(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mbar_init(unsigned long long *b, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_expect(unsigned long long *b, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long *b, unsigned parity) {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra W;\n"
+                 "}" ::"r"(smem_u32(b)),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes,
+                                          unsigned long long *b) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(b))
+                 : "memory");
 }
 
 /* the end (k-tile within group g) of the decode piece that holds k-tile kt of g */
@@ -60,49 +91,46 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
     const uint4 *wg = a.w + (size_t)g * KT * 256;
     const int nst = (KT + MG_KS - 1) / MG_KS;
 
-    /* stage s's k-tiles into its slot; full stages of whole groups copy straight runs with
-     * trip counts known at compile time, the rest remap each k-tile */
-    auto load_a = [&](int s) {
-        int kt0 = s * MG_KS, n = min(MG_KS, KT - kt0);
-        uint4 *dst = sm + (s % MG_ST) * MG_STAGE + tid;
-        const uint4 *src = wg + (size_t)kt0 * 256 + tid;
-        if (n == MG_KS) {
-#pragma unroll
-            for (int u = 0; u < MG_KS; u++) cp_async16(dst + u * 256, src + u * 256);
-        } else {
-            for (int u = 0; u < n; u++) cp_async16(dst + u * 256, src + u * 256);
-        }
+    /* the ring: full[i] completes when slot i's bytes have landed, empty[i] when the 8 warps
+     * are done with it; thread 0 issues every copy */
+    __shared__ __align__(8) unsigned long long full[MG_ST], empty[MG_ST];
+    if (tid == 0) {
+        for (int i = 0; i < MG_ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 8);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    auto stage_bytes = [&](int s) {
+        int n = min(MG_KS, KT - s * MG_KS);
+        return (unsigned)(n * 4096 + (nr[0] > 0 ? n * nt[0] * 256 : 0) +
+                          (nr[1] > 0 ? n * nt[1] * 256 : 0));
     };
-    auto load_b = [&](int s) {
+    auto copy_a = [&](int s) {
+        int kt0 = s * MG_KS, n = min(MG_KS, KT - kt0);
+        bulk_copy(sm + (s % MG_ST) * MG_STAGE, wg + (size_t)kt0 * 256, n * 4096u,
+                  &full[s % MG_ST]);
+    };
+    auto copy_b = [&](int s) {
         int kt0 = s * MG_KS, n = min(MG_KS, KT - kt0);
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             if (nr[r] <= 0) continue;
-            const int per = nt[r] * 16; /* uint4 of a k-tile in the group's own layout */
+            const int per = nt[r] * 16;
             uint4 *dst = sm + (s % MG_ST) * MG_STAGE + MG_A + r * MG_B;
             const uint4 *src = xg[r] + (size_t)kt0 * per;
-            if (n == MG_KS && per == MG_BK) {
-#pragma unroll
-                for (int u = 0; u < MG_B / 256; u++)
-                    cp_async16(dst + u * 256 + tid, src + u * 256 + tid);
-            } else {
-                for (int i = tid; i < n * per; i += 256) {
-                    int kk = i / per;
-                    cp_async16(dst + kk * MG_BK + (i - kk * per), src + i);
-                }
-            }
+            if (per == MG_BK)
+                bulk_copy(dst, src, n * per * 16u, &full[s % MG_ST]);
+            else
+                for (int kk = 0; kk < n; kk++)
+                    bulk_copy(dst + kk * MG_BK, src + kk * per, per * 16u, &full[s % MG_ST]);
         }
     };
-    static_assert(MG_B % 256 == 0, "a stage of input is whole rounds of 256 copies");
-
     /* weights never change: the first stages' before the wait on the previous kernel */
-    for (int s = 0; s < MG_ST - 1 && s < nst; s++) load_a(s);
+    if (tid == 0)
+        for (int s = 0; s < MG_ST && s < nst; s++) mbar_expect(&full[s], stage_bytes(s)), copy_a(s);
     pdl_wait();
     pdl_launch();
-    for (int s = 0; s < MG_ST - 1; s++) {
-        if (s < nst) load_b(s);
-        cp_async_commit();
-    }
+    if (tid == 0)
+        for (int s = 0; s < MG_ST && s < nst; s++) copy_b(s);
 
     /* lane (q4 = lane / 4, lane % 4) of term s, row block j reads the B fragment word of
      * column c = 3 (8 j + q4) + s: n-tile c / 8 of the group's layout, lane 4 (c % 8) + lane % 4 */
@@ -127,14 +155,20 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
     bool first = true;
 
     for (int s = 0; s < nst; s++) {
-        cp_async_wait_st();
-        __syncthreads(); /* stage s landed for all; stage s - 1's slot is free */
-        if (s + MG_ST - 1 < nst) {
-            load_a(s + MG_ST - 1);
-            load_b(s + MG_ST - 1);
+        if (tid == 0 && s > 0 && s - 1 + MG_ST < nst) { /* stage s - 1's slot, refilled */
+            const int r = s - 1 + MG_ST;
+            mbar_wait(&empty[r % MG_ST], ((s - 1) / MG_ST) & 1);
+            mbar_expect(&full[r % MG_ST], stage_bytes(r));
+            copy_a(r);
+            copy_b(r);
         }
-        cp_async_commit();
-        if (!active) continue;
+        mbar_wait(&full[s % MG_ST], (s / MG_ST) & 1);
+        if (!active) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[s % MG_ST]);
+            continue;
+        }
+
         const uint4 *as = sm + (s % MG_ST) * MG_STAGE;
         const uint2 *bs = (const uint2 *)(as + MG_A + rg * MG_B);
         const int kt0 = s * MG_KS, n = min(MG_KS, KT - kt0);
@@ -176,9 +210,10 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
                 if (kt0 + kk + 1 == pend) fold();
             }
         }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s % MG_ST]);
     }
-    cp_async_wait0();
-    __syncthreads(); /* the ring becomes the tile of values */
+    __syncthreads(); /* every copy has landed and been used: the ring becomes the tile of values */
 
     float *val = (float *)sm; /* [MG_ROWS][128]: row t, output g * 128 + i */
     if (active) {
