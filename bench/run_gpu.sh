@@ -2,14 +2,16 @@
 # bench/run_gpu.sh: the CUDA backend's checks and benchmarks in one go, on the GPU machine.
 # Expects test_gpu, bench_gpu (built with `make CUDA=1`) and the shared libraries they need
 # in $BIN (default .gpu); writes logs to $OUT (default /tmp/dspark-gpu). STEPS picks what runs
-# (default all): info test sanitize pycoder spec 8b cpucheck variants torch (ncu and serve on
-# request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
+# (default all): info test sanitize pycoder spec 8b cpucheck variants torch (ncu, serve and
+# ttft on request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
 # mangled name, of `bench_gpu --lab`); serve runs `dspark serve --gpu` on models/pycoder in
 # each of SERVE_MODES and drives it with bench/concurrency.py (1, 4, 16, 64 concurrent clients against serialised);
 # spec runs `dspark benchmark --gpu` (needs $BIN/dspark and the prompt sets in
 # ../shared/bench/prompts, copied there from $BIN/prompts when missing); variants reruns the 8B
 # decode (and VARIANT_ARGS, e.g. --batch 1,16) with each VARIANTS entry (VAR=value,
-# comma-separated settings) in the environment. $BIN may also be a .tgz of those files.
+# comma-separated settings) in the environment; ttft runs bench/ttft.py (a follow-up turn
+# over a ~2,000-token cached prefix against a cold prompt) on `dspark serve --gpu` for
+# models/pycoder and for the 8B shape (given pycoder's tokenizer). $BIN may also be a .tgz of those files.
 # The Qwen3-8B-shaped random
 # model is generated there by bench/mkmodel.c into $M8B (default /tmp/m8b).
 set -u
@@ -27,7 +29,7 @@ has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 t0=$(date +%s)
 stamp() { echo "== $1 ($(($(date +%s) - t0)) s)"; }
 
-if { has 8b || has variants || has ncu || has torch; } && [ ! -f "$M8B/model.safetensors" ]; then
+if { has 8b || has variants || has ncu || has torch || has ttft; } && [ ! -f "$M8B/model.safetensors" ]; then
     # in the background while the tests run
     (gcc -O2 -o /tmp/mkmodel bench/mkmodel.c -lm &&
         /tmp/mkmodel "$M8B" --layers 36 --hidden 4096 --heads 32 --kv-heads 8 --head-dim 128 \
@@ -96,6 +98,26 @@ if has serve; then
         done
         [ -n "$url" ] && timeout 240 python3 bench/concurrency.py --url "$url" \
             --levels 1,4,16,64 --requests 64 --json "$OUT/serve-$mode.json"
+        kill $spid 2>/dev/null
+        wait $spid 2>/dev/null
+    done
+fi
+if has ttft; then
+    cp models/pycoder/tokenizer.json models/pycoder/tokenizer_config.json "$M8B/"
+    for m in models/pycoder "$M8B"; do
+        stamp "time to first token of a follow-up turn, serve --gpu, $m"
+        log="$OUT/serve-ttft.log"
+        "$BIN/dspark" serve --gpu --model "$m" --port 0 --threads 8 >"$log" 2>&1 &
+        spid=$!
+        url=""
+        for i in $(seq 1 600); do
+            url=$(sed -n 's/.* on \(http:[^ ]*\) .*/\1/p' "$log")
+            [ -n "$url" ] && break
+            sleep 0.2
+        done
+        # shellcheck disable=SC2046
+        [ -n "$url" ] && timeout 240 python3 bench/ttft.py --url "$url" \
+            $([ "$m" = "$M8B" ] && echo --logprobs) --json "$OUT/ttft-$(basename "$m").json"
         kill $spid 2>/dev/null
         wait $spid 2>/dev/null
     done

@@ -187,7 +187,7 @@ template <int D> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_a
     constexpr int DP = D + 4, D4 = D / 4;
     extern __shared__ __align__(16) float sm[];
     /* K and V tiles [ATT_SPAN][DP], the rows' queries [ATT_ROWS][G][D], scores then weights
-     * [ATT_ROWS * G][ATT_SPAN] */
+     * of items of up to ATT_COOP_ROWS rows [ATT_COOP_ROWS * G][ATT_SPAN] */
     const int G = a.G;
     float *Ks = sm, *Vs = Ks + ATT_SPAN * DP, *Qs = Vs + ATT_SPAN * DP, *S = Qs + ATT_ROWS * G * D;
     __shared__ att_seq seqs[GPU_SEQS];
@@ -254,11 +254,12 @@ template <int D> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_a
         __syncthreads();
         const int P2 = nr * G;    /* (row, head) pairs */
         if (nr > ATT_COOP_ROWS) { /* a warp per row */
-            if (warp < nr && rows[warp].j1) {
-                att_row r = rows[warp];
+            for (int w = warp; w < nr; w += ATT_THREADS / 32) {
+                att_row r = rows[w];
+                if (!r.j1) continue;
                 size_t slot = ((size_t)(r.t - a.r0) * a.nh + kvh * G) * a.spans + span;
                 for (int g0 = 0; g0 < G; g0 += 4)
-                    attn_row<D>(a, Ks, Vs, Qs + warp * G * D, r.j0, r.j1, g0,
+                    attn_row<D>(a, Ks, Vs, Qs + w * G * D, r.j0, r.j1, g0,
                                 a.acc + (slot + (size_t)g0 * a.spans) * D,
                                 a.ml + (slot + (size_t)g0 * a.spans) * 2);
             }
@@ -353,7 +354,7 @@ __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
 
 static size_t attn_smem(int G, int D) {
     return sizeof(float) * (2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * D +
-                            (size_t)ATT_ROWS * G * ATT_SPAN);
+                            (size_t)ATT_COOP_ROWS * G * ATT_SPAN);
 }
 
 typedef void (*attn_kernel)(attn_args);

@@ -23,7 +23,9 @@ extern "C" {
 #define GPU_NT_MAX    12  /* n-tiles of a full group: ceil(3 * GPU_GROUP / 8) */
 #define GPU_SEQS      32  /* sequences per pass (continuous batching) */
 #define ATT_SPAN      64  /* keys per attention work item, at fixed absolute positions */
-#define ATT_ROWS      8   /* rows per attention work item */
+#ifndef ATT_ROWS
+#define ATT_ROWS 8 /* rows per attention work item */
+#endif
 #define ATT_COOP_ROWS 2   /* items of at most this many rows spread each row over the block */
 #define ATT_THREADS   256 /* threads per attention block */
 #define ATT_GMAX      16  /* query heads per kv head the attention kernel serves */
