@@ -235,15 +235,26 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
     mm_epilogue(e, g, val, 128 * rows);
 }
 
+static int mmg_ok; /* the device gives a block MG_SMEM of shared memory */
+
 int mmg_init(void) {
-    CK(cudaFuncSetAttribute(k_mmg, cudaFuncAttributeMaxDynamicSharedMemorySize, MG_SMEM));
+    int optin = 0;
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+    mmg_ok = optin >= MG_SMEM + 4096 &&
+             cudaFuncSetAttribute(k_mmg, cudaFuncAttributeMaxDynamicSharedMemorySize, MG_SMEM) ==
+                 cudaSuccess;
+    if (!mmg_ok) {
+        cudaGetLastError();
+        log_info("GPU: %d KB of shared memory a block; long passes run a launch per %d rows",
+                 optin >> 10, GPU_GROUP);
+    }
     return OK;
 }
 
 /* Whether one launch over all rows beats a launch per row group: every SM needs a tile
  * (mode 1), or always for more than GPU_GROUP rows (mode 2, for tests); never (0). */
 int mmg_wanted(const gpu_model *g, const dmat *w, int T) {
-    if (!w->mma || T <= GPU_GROUP || !g->gemm || w->nb <= 0) return 0;
+    if (!mmg_ok || !w->mma || T <= GPU_GROUP || !g->gemm || w->nb <= 0) return 0;
     if (g->gemm == 2) return 1;
     return (long)cdiv(w->MS, 8) * cdiv(T, MG_ROWS) >= (long)g->sms * 3 / 4;
 }
