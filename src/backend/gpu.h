@@ -92,7 +92,8 @@ int gpu_forward_greedy(struct gpu_model *g, struct gpu_kv *kv, int pos0, const i
                        int32_t *out_ids, int all_rows);
 
 /* For benchmarks: each kind of step work timed alone (each matmul over all layers, attention
- * over the cache as it is, a plain HBM read), passes of n rows at position pos0. */
+ * over the cache as it is, a plain HBM read), passes of n rows (1..256, launched as a pass of
+ * n rows launches them) at position pos0. */
 struct gpu_op_time {
     char name[16];
     double us;    /* per pass, best of several graph replays */

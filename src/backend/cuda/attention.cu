@@ -67,7 +67,7 @@ struct attn_args {
     const float *q; /* [T, nh, D] */
     const step_params *sp;
     uint16_t *xb_out; /* B operand of the output projection (K = QD) */
-    float *acc, *ml;  /* span partials: [GPU_GROUP][nh][spans][D] and [..][2] */
+    float *acc, *ml;  /* span partials: [att_rows][nh][spans][D] and [..][2] */
     int T, r0, nr;    /* the chunk's rows (xb layout); this launch's rows [r0, r0 + nr) */
     int nh, nkv, G, KT_out, layer, window, spans;
     int early; /* the merge lets the output projection start (and load weights) at once */
@@ -363,7 +363,7 @@ static const attn_kernel attn_kernels[17] = {NULL,    K16(1),  K16(2),  K16(3), 
                                              K16(6),  K16(7),  K16(8),  K16(9),  K16(10), K16(11),
                                              K16(12), K16(13), K16(14), K16(15), K16(16)};
 
-/* rows [row0, row0 + n) of a chunk of T rows (n <= GPU_GROUP) */
+/* rows [row0, row0 + n) of a chunk of T rows (n <= g->att_rows) */
 cudaError_t attn_launch(gpu_model *g, int layer, int T, int row0, int n) {
     const gpu_model_desc *d = &g->d;
     attn_args a;

@@ -29,6 +29,7 @@ extern "C" {
 #define ATT_COOP_ROWS 2   /* items of at most this many rows spread each row over the block */
 #define ATT_THREADS   256 /* threads per attention block */
 #define ATT_GMAX      16  /* query heads per kv head the attention kernel serves */
+#define ATT_SCRATCH   ((size_t)512 << 20) /* attention partials: more rows a launch up to this */
 
 #define CK(call)                                                                                   \
     do {                                                                                           \
@@ -245,9 +246,11 @@ struct gpu_model {
     float *logits;              /* [T, V] */
     float *part;                /* matmul partial sums [blocks][2][GPU_GROUP][128] */
     unsigned *cnt;              /* matmul and attention arrival counters, left at 0 */
-    float *att_acc;             /* [GPU_GROUP][n_heads][att_spans][D] per-span partials */
-    float *att_ml;              /* [GPU_GROUP][n_heads][att_spans][2] */
+    float *att_acc;             /* [att_rows][n_heads][att_spans][D] per-span partials */
+    float *att_ml;              /* [att_rows][n_heads][att_spans][2] */
     int att_spans;              /* spans the scratch holds (att_reserve: as the caches need) */
+    int att_rows;               /* rows per attention launch (GPU_GROUP..GPU_ROWS) */
+    int att_wide;               /* 0: GPU_GROUP rows per attention launch always */
     int att_grid;               /* attention blocks per launch (they loop over the work items) */
     float *taps;                /* [GPU_ROWS][n_taps][H] hidden-state taps, or NULL */
     int tap_of[GPU_MAX_LAYERS]; /* tap slot of each layer, -1 for none */

@@ -253,9 +253,11 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->early_merge = env_int("DSPARK_GPU_EARLY", 1);
     g->sel_rows = env_int("DSPARK_GPU_SEL", 1);
     g->gemm = env_int("DSPARK_GPU_GEMM", 1);
+    g->att_wide = env_int("DSPARK_GPU_ATT_WIDE", 1);
     int sms = 132;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     g->sms = sms;
+    g->att_rows = GPU_GROUP; /* att_reserve sets it with the first cache */
     g->slots = sms * env_int("DSPARK_GPU_BLOCKS_PER_SM", 2);
     g->att_grid = sms * env_int("DSPARK_GPU_ATT_BLOCKS_PER_SM", 2);
     for (int i = 0; i < GPU_MAX_LAYERS; i++) g->tap_of[i] = -1;
@@ -283,7 +285,12 @@ static int att_reserve(gpu_model *g, int cap) {
     if (need <= g->att_spans) return OK;
     int spans = 2 * g->att_spans > need ? 2 * g->att_spans : need;
     if (spans > most) spans = most;
-    size_t rows = (size_t)GPU_GROUP * g->d.n_heads * spans;
+    /* as many rows a launch as ATT_SCRATCH bytes hold (all rows of a pass at short contexts),
+     * at least GPU_GROUP */
+    size_t per_row = (size_t)g->d.n_heads * spans * (g->D + 2) * sizeof(float);
+    size_t fit = ATT_SCRATCH / per_row / GPU_GROUP * GPU_GROUP;
+    int att_rows = fit < GPU_GROUP || !g->att_wide ? GPU_GROUP : fit > GPU_ROWS ? GPU_ROWS : (int)fit;
+    size_t rows = (size_t)att_rows * g->d.n_heads * spans;
     float *acc = NULL, *ml = NULL;
     if (cudaMalloc(&acc, sizeof(float) * rows * g->D) != cudaSuccess ||
         cudaMalloc(&ml, sizeof(float) * rows * 2) != cudaSuccess) {
@@ -300,7 +307,7 @@ static int att_reserve(gpu_model *g, int cap) {
     drop_graphs(g);
     if (g->att_acc) cudaFree(g->att_acc);
     if (g->att_ml) cudaFree(g->att_ml);
-    g->att_acc = acc, g->att_ml = ml, g->att_spans = spans;
+    g->att_acc = acc, g->att_ml = ml, g->att_spans = spans, g->att_rows = att_rows;
     return OK;
 }
 
@@ -485,8 +492,8 @@ static cudaError_t layer(gpu_model *g, int li, int T) {
                   NULL));
         E(rope_launch(g, l, li, T));
     }
-    for (int r = 0; r < T; r += GPU_GROUP)
-        E(attn_launch(g, li, T, r, T - r < GPU_GROUP ? T - r : GPU_GROUP));
+    for (int r = 0; r < T; r += g->att_rows)
+        E(attn_launch(g, li, T, r, T - r < g->att_rows ? T - r : g->att_rows));
     E(mm_rows(g, &l->o, g->xo, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
               fuse ? l->ffn_norm : NULL, g->xf));
     if (!fuse) E(norm_launch(g, g->xf, l->ffn_norm, 0, T));

@@ -78,8 +78,8 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
             c.w = &g->lm_head, c.xb = g->xa, c.y = g->logits, c.ldy = g->V;
             break;
         case OP_ATTN:
-            for (int r = 0; r < n && e == cudaSuccess; r += GPU_GROUP)
-                e = attn_launch(g, li, n, r, n - r < GPU_GROUP ? n - r : GPU_GROUP);
+            for (int r = 0; r < n && e == cudaSuccess; r += g->att_rows)
+                e = attn_launch(g, li, n, r, n - r < g->att_rows ? n - r : g->att_rows);
             break;
         case OP_NORM:
             e = norm_launch(g, g->xa, l->attn_norm, 0, n);
