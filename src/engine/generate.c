@@ -578,6 +578,18 @@ int gen_step_batch(struct gen_seq **seqs, int n) {
     return rc;
 }
 
+int gen_run_batch(struct gen_seq **seqs, int n) {
+    for (int i = 0; i < n; i++)
+        if (seqs[i]->prefilling) return ERR_ARG; /* the steps would skip it forever */
+    for (;;) {
+        int live = 0;
+        for (int i = 0; i < n; i++) live += !seqs[i]->done;
+        if (!live) return OK;
+        int rc = gen_step_batch(seqs, n);
+        if (rc) return rc;
+    }
+}
+
 int gen_seq_finish(struct gen_seq *r, struct gen_result *out) {
     struct gen_stats *st = &r->res.stats;
     st->decode_s = r->t0 > 0 ? timer_now() - r->t0 : 0;

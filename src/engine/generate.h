@@ -134,6 +134,8 @@ int gen_seq_prefill(struct gen_seq *s, int max_rows);
 int gen_seq_prefill_left(const struct gen_seq *s); /* prompt tokens not run yet */
 int gen_seq_step(struct gen_seq *s);
 int gen_step_batch(struct gen_seq **seqs, int n);
+/* gen_step_batch() until every one of seqs[0..n) is done (none may still be prefilling) */
+int gen_run_batch(struct gen_seq **seqs, int n);
 int gen_seq_done(const struct gen_seq *s);
 int gen_seq_finish(struct gen_seq *s, struct gen_result *out);
 void gen_seq_free(struct gen_seq *s); /* abandons it; NULL is a no-op */

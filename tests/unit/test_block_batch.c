@@ -211,11 +211,7 @@ static void generations(const char *dir, enum gen_mode mode, float temperature) 
     struct gen_seq *seqs[NS];
     for (int i = 0; i < NS; i++)
         REQUIRE(gen_seq_new(&e, prompts[i], n[i], &gp[i], NULL, NULL, &seqs[i]) == 0);
-    for (int live = NS; live;) {
-        REQUIRE(gen_step_batch(seqs, NS) == 0);
-        live = 0;
-        for (int i = 0; i < NS; i++) live += !gen_seq_done(seqs[i]);
-    }
+    REQUIRE(gen_run_batch(seqs, NS) == 0);
     int equal = 0, drafted = 0;
     for (int i = 0; i < NS; i++) {
         struct gen_result r;

@@ -5,6 +5,7 @@
  * abandoned sequence leaves its prefix behind; chunked prefill gives the unchunked output. */
 #include "test.h"
 
+#include "base/err.h"
 #include "base/fs.h"
 #include "base/log.h"
 #include "cache/prefix.h"
@@ -500,8 +501,9 @@ TEST(follow_up_over_a_spilled_prefix) {
     model_free(m);
 }
 
-/* Prefill in chunks of 7 gives the same output as in one pass; a sequence abandoned mid-way
- * leaves the prefix it computed in the cache, and two sequences over one entry share it. */
+/* Prefill in chunks of 7 gives the same output as in one pass (a batch run refuses a sequence
+ * still prefilling); a sequence abandoned mid-way leaves the prefix it computed in the cache,
+ * and two sequences over one entry share it. */
 TEST(chunked_prefill_and_abandoned_sequences) {
     if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
     struct model *m = load(TARGET);
@@ -516,6 +518,7 @@ TEST(chunked_prefill_and_abandoned_sequences) {
     REQUIRE(gen_run(&plain, p, 100, &gp, NULL, NULL, &whole) == 0);
     struct gen_seq *s = NULL;
     REQUIRE(gen_seq_start(&plain, p, 100, &gp, NULL, NULL, &s) == 0);
+    CHECK(gen_run_batch(&s, 1) == ERR_ARG); /* refused, not stepped forever, while prefilling */
     int calls = 0;
     while (gen_seq_prefill_left(s)) {
         CHECK(gen_seq_step(s) == 0); /* skipped while prefilling */
@@ -535,7 +538,7 @@ TEST(chunked_prefill_and_abandoned_sequences) {
     REQUIRE(gen_seq_new(&cached, p, 100, &gp, NULL, NULL, &s1) == 0);
     REQUIRE(gen_seq_new(&cached, p, 100, &gp, NULL, NULL, &s2) == 0); /* shares the entry */
     struct gen_seq *both[2] = {s1, s2};
-    while (!gen_seq_done(s1) || !gen_seq_done(s2)) REQUIRE(gen_step_batch(both, 2) == 0);
+    REQUIRE(gen_run_batch(both, 2) == 0);
     struct gen_result r1, r2;
     REQUIRE(gen_seq_finish(s1, &r1) == 0 && gen_seq_finish(s2, &r2) == 0);
     CHECK(r1.stats.cached_tokens == 70 && r2.stats.cached_tokens == 70);
