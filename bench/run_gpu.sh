@@ -26,6 +26,20 @@ fi
 export LD_LIBRARY_PATH=$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$OUT"
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
+# serve LOG ARGS...: starts `dspark serve --gpu ARGS` logging to LOG, sets spid, and url once
+# it listens (empty when it never says so within 120 s)
+serve() {
+    log=$1
+    shift
+    "$BIN/dspark" serve --gpu --port 0 --threads 8 "$@" >"$log" 2>&1 &
+    spid=$!
+    url=""
+    for _ in $(seq 1 600); do
+        url=$(sed -n 's/.* on \(http:[^ ]*\) .*/\1/p' "$log")
+        [ -n "$url" ] && break
+        sleep 0.2
+    done
+}
 t0=$(date +%s)
 stamp() { echo "== $1 ($(($(date +%s) - t0)) s)"; }
 
@@ -86,16 +100,8 @@ fi
 if has serve; then
     for mode in $(echo "${SERVE_MODES:-baseline,lookup,draft,dspark,dflash}" | tr , ' '); do
         stamp "serve --gpu --mode $mode"
-        log="$OUT/serve-$mode.log"
-        "$BIN/dspark" serve --gpu --model models/pycoder --mode "$mode" --port 0 --threads 8 \
-            --max-batch 64 --max-queue 128 >"$log" 2>&1 &
-        spid=$!
-        url=""
-        for i in $(seq 1 600); do
-            url=$(sed -n 's/.* on \(http:[^ ]*\) .*/\1/p' "$log")
-            [ -n "$url" ] && break
-            sleep 0.2
-        done
+        serve "$OUT/serve-$mode.log" --model models/pycoder --mode "$mode" --max-batch 64 \
+            --max-queue 128
         [ -n "$url" ] && timeout 240 python3 bench/concurrency.py --url "$url" \
             --levels 1,4,16,64 --requests 64 --json "$OUT/serve-$mode.json"
         kill $spid 2>/dev/null
@@ -106,15 +112,7 @@ if has ttft; then
     cp models/pycoder/tokenizer.json models/pycoder/tokenizer_config.json "$M8B/"
     for m in models/pycoder "$M8B"; do
         stamp "time to first token of a follow-up turn, serve --gpu, $m"
-        log="$OUT/serve-ttft.log"
-        "$BIN/dspark" serve --gpu --model "$m" --port 0 --threads 8 >"$log" 2>&1 &
-        spid=$!
-        url=""
-        for i in $(seq 1 600); do
-            url=$(sed -n 's/.* on \(http:[^ ]*\) .*/\1/p' "$log")
-            [ -n "$url" ] && break
-            sleep 0.2
-        done
+        serve "$OUT/serve-ttft.log" --model "$m"
         # shellcheck disable=SC2046
         [ -n "$url" ] && timeout 240 python3 bench/ttft.py --url "$url" \
             $([ "$m" = "$M8B" ] && echo --logprobs) --json "$OUT/ttft-$(basename "$m").json"

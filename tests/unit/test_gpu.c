@@ -37,6 +37,14 @@ static double rel_err(const float *a, const float *b, size_t n) {
     return mb > 0 ? md / mb : md;
 }
 
+/* models/pycoder on the GPU with one setting of the environment (a DSPARK_GPU_ knob) */
+static int load_with(const char *var, const char *value, struct model **m) {
+    setenv(var, value, 1);
+    int rc = model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, m);
+    unsetenv(var);
+    return rc;
+}
+
 /* GPU logits of the golden prompt against the reference; greedy 64 against its ids. */
 static void golden(const char *name) {
     char dir[256], js[300], st[300];
@@ -98,10 +106,7 @@ TEST(gpu_batch_invariance) {
     if (!fs_exists("models/pycoder")) SKIP("models/ absent");
     struct model *m, *m2;
     REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m) == 0);
-    setenv("DSPARK_GPU_GRAPHS", "0", 1);
-    int rc2 = model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m2);
-    unsetenv("DSPARK_GPU_GRAPHS");
-    REQUIRE(rc2 == 0);
+    REQUIRE(load_with("DSPARK_GPU_GRAPHS", "0", &m2) == 0);
     int V = model_config(m)->vocab_size, W = 40, P = 37;
     int32_t ids[128], gid[64];
     for (int i = 0; i < 128; i++) ids[i] = 20 + (i * 131) % 8000;
@@ -151,10 +156,7 @@ TEST(gpu_gemm_exact) {
     if (!fs_exists("models/pycoder")) SKIP("models/ absent");
     struct model *m, *mg;
     REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m) == 0);
-    setenv("DSPARK_GPU_GEMM", "2", 1);
-    int rc = model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &mg);
-    unsetenv("DSPARK_GPU_GEMM");
-    REQUIRE(rc == 0);
+    REQUIRE(load_with("DSPARK_GPU_GEMM", "2", &mg) == 0);
     int V = model_config(m)->vocab_size, P = 37, W = 40, L = 200;
     int32_t ids[256];
     for (int i = 0; i < 256; i++) ids[i] = 20 + (i * 131) % 8000;

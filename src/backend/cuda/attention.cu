@@ -364,7 +364,7 @@ static const attn_kernel attn_kernels[17] = {NULL,    K16(1),  K16(2),  K16(3), 
                                              K16(12), K16(13), K16(14), K16(15), K16(16)};
 
 /* rows [row0, row0 + n) of a chunk of T rows (n <= g->att_rows) */
-cudaError_t attn_launch(gpu_model *g, int layer, int T, int row0, int n) {
+static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
     const gpu_model_desc *d = &g->d;
     attn_args a;
     a.q = g->q, a.sp = g->dsp, a.xb_out = g->xo, a.acc = g->att_acc, a.ml = g->att_ml;
@@ -378,6 +378,15 @@ cudaError_t attn_launch(gpu_model *g, int layer, int T, int row0, int n) {
     if (e != cudaSuccess) return e;
     return launch(k_attn_merge, dim3(n, d->n_heads), dim3(128), sizeof(float) * g->att_spans,
                   g->stream, a, g->D);
+}
+
+/* all T rows of a chunk, g->att_rows at a time */
+cudaError_t attn_launch(gpu_model *g, int layer, int T) {
+    for (int r = 0; r < T; r += g->att_rows) {
+        cudaError_t e = attn_part(g, layer, T, r, T - r < g->att_rows ? T - r : g->att_rows);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }
 
 int attn_init(int G, int D, int spans) {

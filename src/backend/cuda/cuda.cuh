@@ -335,8 +335,8 @@ struct qkv_epi {
     float eps;
 };
 
-/* Rows [row0, row0 + n) of a chunk of T rows (row0 % GPU_GROUP == 0; n <= GPU_GROUP, or all
- * T rows where mmg_wanted, without norm_w):
+/* Rows [row0, row0 + n) of a chunk of T rows (row0 % GPU_GROUP == 0), in one launch or a
+ * launch per GPU_GROUP rows (mm_launch chooses):
  * STORE y[row, m] = x·W^T (+ bias); RESID y[row, m] += x·W^T (and with norm_w, fragments
  * only, the RMSNorm of those rows into norm_out by the grid's last block); SWIGLU (interleaved
  * gate/up fragments only) writes silu(gate) * up into the xb out (K = M / 2); QKV (fragments,
@@ -357,10 +357,9 @@ struct mm_call {
 cudaError_t mm_launch(gpu_model *g, const mm_call *c);
 int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, int interleave);
 int mm_init(void); /* shared-memory limits of the matmul kernels */
-int mmg_wanted(const gpu_model *g, const dmat *w, int T); /* one launch for all T rows */
 
 cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T);
-cudaError_t attn_launch(gpu_model *g, int layer, int T, int row0, int n);
+cudaError_t attn_launch(gpu_model *g, int layer, int T);
 int attn_init(int G, int D, int spans);
 
 cudaError_t embed_launch(gpu_model *g, int T);

@@ -454,19 +454,12 @@ extern "C" void gpu_kv_free(gpu_kv *kv) {
  * in dsel. Graphs exist for the first five. */
 enum { MODE_NONE, MODE_LAST, MODE_ALL, MODE_GREEDY_LAST, MODE_GREEDY_ALL, MODE_SEL, MODE_GREEDY_SEL };
 
-/* the matmul over a chunk of T rows: one launch over all of them (gemm.cu) where that fills
- * the GPU, otherwise one launch per group of GPU_GROUP (gemv.cu); the same bits either way */
+/* the matmul over all T rows of a chunk */
 static cudaError_t mm_rows(gpu_model *g, const dmat *w, const uint16_t *xb, int T, int epi,
                            float *y, int ldy, const float *bias, uint16_t *xb_out,
                            const qkv_epi *qe, const float *norm_w, uint16_t *norm_out) {
-    int step = mmg_wanted(g, w, T) && !norm_w ? T : GPU_GROUP;
-    for (int r = 0; r < T; r += step) {
-        mm_call c = {w,    xb,     T,  r,      T - r < step ? T - r : step,
-                     epi,  y,      ldy, bias,  xb_out,
-                     qe,   norm_w, norm_out};
-        E(mm_launch(g, &c));
-    }
-    return cudaSuccess;
+    mm_call c = {w, xb, T, 0, T, epi, y, ldy, bias, xb_out, qe, norm_w, norm_out};
+    return mm_launch(g, &c);
 }
 
 /* Passes of up to this many rows fuse each RMSNorm into the residual matmul before it (its
@@ -492,8 +485,7 @@ static cudaError_t layer(gpu_model *g, int li, int T) {
                   NULL));
         E(rope_launch(g, l, li, T));
     }
-    for (int r = 0; r < T; r += g->att_rows)
-        E(attn_launch(g, li, T, r, T - r < g->att_rows ? T - r : g->att_rows));
+    E(attn_launch(g, li, T));
     E(mm_rows(g, &l->o, g->xo, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
               fuse ? l->ffn_norm : NULL, g->xf));
     if (!fuse) E(norm_launch(g, g->xf, l->ffn_norm, 0, T));

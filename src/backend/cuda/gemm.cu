@@ -141,16 +141,18 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
         boff[s] = (c >> 3) * 32 + (c & 7) * 4 + (lane & 3);
     }
     const bool active = (rg ? nr[1] : nr[0]) > 0;
-    float acc[2][4][3][4], run[2][4][4];
+    float acc[2][4][3][4], run[2][4][4] = {};
+    auto clear = [&]() { /* the sums of a new piece */
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+        for (int i = 0; i < 2; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+            for (int j = 0; j < 4; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                acc[i][j][0][e] = acc[i][j][1][e] = acc[i][j][2][e] = 0.f;
-                run[i][j][e] = 0.f;
-            }
+                for (int t = 0; t < 3; t++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[i][j][t][e] = 0.f;
+    };
+    clear();
     int pend = mg_piece_end(a, g, 0);
     bool first = true;
 
@@ -194,8 +196,8 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
                     for (int e = 0; e < 4; e++) {
                         float v = (acc[i][j][0][e] + acc[i][j][1][e]) + acc[i][j][2][e];
                         run[i][j][e] = first ? v : run[i][j][e] + v;
-                        acc[i][j][0][e] = acc[i][j][1][e] = acc[i][j][2][e] = 0.f;
                     }
+            clear();
             first = false;
             if (pend < KT) pend = mg_piece_end(a, g, pend);
         };

@@ -344,7 +344,8 @@ int mm_init(void) {
     return mmg_init();
 }
 
-cudaError_t mm_launch(gpu_model *g, const mm_call *c) {
+/* one launch: a group's rows (n <= GPU_GROUP), or all rows where mmg_wanted */
+static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
     const dmat *w = c->w;
     int KT = w->KT, grp = c->row0 / GPU_GROUP;
     if (!w->mma) {
@@ -367,4 +368,17 @@ cudaError_t mm_launch(gpu_model *g, const mm_call *c) {
     if (c->n > GPU_GROUP) return mmg_launch(g, &a);
     int NT = xb_ntiles(c->n);
     return launch(mm_kernels[NT], dim3(w->nb), dim3(256), mm_smem(NT), g->stream, a);
+}
+
+/* one launch over all rows (gemm.cu) where that fills the GPU, otherwise a launch per group of
+ * GPU_GROUP rows (above); the same bits either way */
+cudaError_t mm_launch(gpu_model *g, const mm_call *c) {
+    const int step = mmg_wanted(g, c->w, c->n) && !c->norm_w ? c->n : GPU_GROUP;
+    for (int r = 0; r < c->n; r += step) {
+        mm_call p = *c;
+        p.row0 = c->row0 + r, p.n = c->n - r < step ? c->n - r : step;
+        cudaError_t e = mm_launch_part(g, &p);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }

@@ -180,6 +180,7 @@ __device__ __forceinline__ int mm_block_of(const mm_args &a, int i) {
 }
 
 int mmg_init(void);
+int mmg_wanted(const gpu_model *g, const dmat *w, int T); /* one launch for all T rows */
 cudaError_t mmg_launch(gpu_model *g, const mm_args *a); /* a->T > GPU_GROUP rows from row 0 */
 
 #endif

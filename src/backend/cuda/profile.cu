@@ -78,8 +78,7 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
             c.w = &g->lm_head, c.xb = g->xa, c.y = g->logits, c.ldy = g->V;
             break;
         case OP_ATTN:
-            for (int r = 0; r < n && e == cudaSuccess; r += g->att_rows)
-                e = attn_launch(g, li, n, r, n - r < g->att_rows ? n - r : g->att_rows);
+            e = attn_launch(g, li, n);
             break;
         case OP_NORM:
             e = norm_launch(g, g->xa, l->attn_norm, 0, n);
@@ -101,12 +100,7 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
         }
         if (e != cudaSuccess) return e;
         if (c.w) {
-            int step = mmg_wanted(g, c.w, n) ? n : GPU_GROUP; /* as the pass does */
-            for (int r = 0; r < n && e == cudaSuccess; r += step) {
-                c.row0 = r, c.n = n - r < step ? n - r : step;
-                e = mm_launch(g, &c);
-            }
-            if (e != cudaSuccess) return e;
+            if ((e = mm_launch(g, &c)) != cudaSuccess) return e;
             *bytes += mat_bytes(c.w);
         }
     }
