@@ -7,7 +7,8 @@
 # mangled name, of `bench_gpu --lab`); serve runs `dspark serve --gpu` on models/pycoder in
 # each of SERVE_MODES and drives it with bench/concurrency.py (1, 4, 16, 64 concurrent clients against serialised);
 # spec runs `dspark benchmark --gpu` (needs $BIN/dspark and the prompt sets in
-# ../shared/bench/prompts, copied there from $BIN/prompts when missing); variants reruns the 8B
+# ../shared/bench/prompts, copied there from $BIN/prompts when missing, as ../shared/golden is
+# from $BIN/golden for test_gpu's drafter checks); variants reruns the 8B
 # decode (and VARIANT_ARGS, e.g. --batch 1,16) with each VARIANTS entry (VAR=value,
 # comma-separated settings) in the environment; ttft runs bench/ttft.py (a follow-up turn
 # over a ~2,000-token cached prefix against a cold prompt) on `dspark serve --gpu` for
@@ -55,6 +56,9 @@ if has info; then
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
     git log -1 --format='commit %h %s' 2>/dev/null || true
 fi
+if [ ! -d ../shared/golden ] && [ -d "$BIN/golden" ]; then # the drafters' reference data
+    mkdir -p ../shared && cp -r "$BIN/golden" ../shared/
+fi
 if has test; then
     stamp test_gpu
     timeout 180 "$BIN/test_gpu" 2>&1 | tee "$OUT/test_gpu.log"
@@ -62,7 +66,7 @@ fi
 if has sanitize && command -v compute-sanitizer >/dev/null; then
     stamp compute-sanitizer
     timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$BIN/test_gpu" gpu_golden \
-        gpu_multi_sequence gpu_shared_cache gpu_gemm_exact \
+        gpu_multi_sequence gpu_shared_cache gpu_gemm_exact gpu_block_pycoder \
         >"$OUT/memcheck.log" 2>&1
     tail -4 "$OUT/memcheck.log"
 fi

@@ -37,6 +37,13 @@ struct gpu_model_desc {
     struct gpu_weight embed, lm_head;
     const float *final_norm;
     const struct gpu_layer_desc *layers;
+    /* A block drafter (DSpark, DFlash): fc [hidden, n_taps * target hidden] and hidden_norm
+     * make its context rows from the target's taps (gpu_ctx_append); fc.data NULL otherwise.
+     * share: a model on the same device whose embedding and lm_head serve where embed.data
+     * or lm_head.data is NULL (it must outlive this one). */
+    struct gpu_weight fc;
+    const float *hidden_norm;
+    const struct gpu_model *share;
 };
 
 int gpu_available(void); /* 1 when a CUDA build finds a device */
@@ -81,8 +88,14 @@ struct gpu_seq_io {
     int32_t *out_ids;
     float *taps;
     int all_rows;
+    int noncausal; /* each row attends to all n rows (a drafter's block), not those before it */
+    float *hidden; /* drafters: [n, H] every row after the final norm (with all_rows), or NULL */
 };
 int gpu_forward_batch(struct gpu_model *g, struct gpu_seq_io *seqs, int n);
+/* A drafter's context rows for positions pos0.. of kv from fused[n, fc cols] (host): fc,
+ * hidden_norm, then each layer's k (normed, roped) and v written into kv, as the CPU's
+ * block_ctx_append() computes them. */
+int gpu_ctx_append(struct gpu_model *g, struct gpu_kv *kv, int pos0, const float *fused, int n);
 /* Hidden-state taps: the residual stream leaving each of layers[0..n) (n <= 16), reported by
  * gpu_forward_batch() in this order. n = 0 turns them off. */
 int gpu_set_taps(struct gpu_model *g, const int *layers, int n);

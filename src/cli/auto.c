@@ -16,8 +16,8 @@ static void parent_of(const char *dir, char *out, size_t cap) {
     snprintf(out, cap, "%.*s", n ? (int)n : 1, n ? dir : ".");
 }
 
-int cli_mode_auto(const char *model_dir, const char *drafter, int gpu, enum gen_mode *mode,
-                  char *buf, size_t cap, const char **drafter_out) {
+int cli_mode_auto(const char *model_dir, const char *drafter, enum gen_mode *mode, char *buf,
+                  size_t cap, const char **drafter_out) {
     struct registry r = {0};
     char parent[4096];
     int t = -1, given = -1, rc = 2;
@@ -35,22 +35,20 @@ int cli_mode_auto(const char *model_dir, const char *drafter, int gpu, enum gen_
         goto done;
     }
     struct reg_choice c;
-    if (registry_choose(&r, t, given, !gpu, &c)) goto done;
+    if (registry_choose(&r, t, given, 1, &c)) goto done;
     static const enum gen_mode modes[] = {GEN_LOOKUP, GEN_DRAFT, GEN_DFLASH, GEN_DSPARK};
     *mode = modes[c.mode];
     *drafter_out = NULL;
     if (c.drafter >= 0) {
         snprintf(buf, cap, "%s", r.m[c.drafter].dir);
         *drafter_out = buf;
-        fprintf(stderr, "mode auto: %s (%s %s%s)\n", registry_mode_name(c.mode),
-                given >= 0 ? "given drafter" : "drafter", buf,
-                gpu && given < 0 ? "; with --gpu DSpark and DFlash drafters run on the CPU, slower"
-                                 : "");
+        fprintf(stderr, "mode auto: %s (%s %s)\n", registry_mode_name(c.mode),
+                given >= 0 ? "given drafter" : "drafter", buf);
     } else {
         fprintf(stderr,
-                "mode auto: lookup (no %sdraft model found for %s; `dspark models` shows the "
-                "search path)\n",
-                gpu ? "" : "DSpark, DFlash or ", model_dir);
+                "mode auto: lookup (no DSpark, DFlash or draft model found for %s; `dspark "
+                "models` shows the search path)\n",
+                model_dir);
     }
     rc = 0;
 done:

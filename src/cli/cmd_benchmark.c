@@ -59,8 +59,8 @@ static void usage(FILE *f) {
         "  --threads N             CPU threads (default: all cores)\n"
         "  --temperature T         0 = greedy (default 0); > 0 samples with seed = prompt\n"
         "                          index and skips the exactness check\n"
-        "  --gpu                   run the target and a draft model on the GPU (a `make\n"
-        "                          CUDA=1` build; dspark and dflash drafters need the CPU)\n"
+        "  --gpu                   run the target and every drafter on the GPU (a `make\n"
+        "                          CUDA=1` build)\n"
         "  --no-chat               raw prompt text (default: a ChatML user turn when the\n"
         "                          tokenizer has <|im_start|> and <|im_end|>)\n"
         "  --widths N              first time one forward pass of widths 1..N (a verify round\n"
@@ -532,7 +532,7 @@ static int resolve_auto(struct opts *o, char *buf, size_t cap) {
         struct run_spec *r = &o->runs[i];
         const char *dir;
         if (strncmp(r->name, "auto", 4) || (r->name[4] && r->name[4] != ':')) continue;
-        if (cli_mode_auto(o->model_dir, NULL, 0, &r->mode, buf, cap, &dir)) return -1;
+        if (cli_mode_auto(o->model_dir, NULL, &r->mode, buf, cap, &dir)) return -1;
         const char **slot = r->mode == GEN_DRAFT    ? &o->drafter_dir
                             : r->mode == GEN_DSPARK ? &o->dspark_dir
                             : r->mode == GEN_DFLASH ? &o->dflash_dir

@@ -25,44 +25,46 @@
 #define MAX_STOP      8
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dspark generate [--model DIR] (--prompt TEXT | --prompt-ids IDS) [flags]\n\n"
-               "  --model DIR            Hugging Face model folder (default: " DEFAULT_MODEL ")\n"
-               "  --prompt TEXT          prompt text, used as is (no chat template)\n"
-               "  --prompt-ids IDS       prompt as comma-separated token ids\n"
-               "  --max-tokens N         new tokens at most (default 128)\n"
-               "  --temperature T        0 = greedy (default: generation_config.json, else 0)\n"
-               "  --top-p P              nucleus sampling mass (default: generation_config.json)\n"
-               "  --top-k K              keep the K most likely tokens (0 = off)\n"
-               "  --presence-penalty X   OpenAI presence penalty (default 0)\n"
-               "  --frequency-penalty X  OpenAI frequency penalty (default 0)\n"
-               "  --seed S               random seed (default 0): same seed, same output\n"
-               "  --stop TEXT            stop before this text (repeatable, up to 8)\n"
-               "  --ignore-eos           do not stop at end-of-sequence tokens\n"
-               "  --mode M               baseline | lookup | draft | dspark | dflash | auto\n"
-               "                         (default baseline; auto: the best drafter found for the\n"
-               "                         model, see `dspark models`)\n"
-               "  --drafter DIR          drafter folder for draft, dspark and dflash modes\n"
-               "                         (default: DIR-draft, DIR-dspark, DIR-dflash)\n"
-               "  --max-draft N|auto     drafts verified per round at most (default 15 lookup,\n"
-               "                         3 draft, 4 dspark, auto dflash; 0: the whole block);\n"
-               "                         auto: chosen every few rounds from this machine's\n"
-               "                         measured costs and the acceptance so far\n"
-               "  --calibration-file F   --max-draft auto's cost cache (default\n"
-               "                         ~/.cache/dspark/calibration.json)\n"
-               "  --recalibrate          measure the costs again even when they are cached\n"
-               "  --confidence-threshold X  dspark: end the block where the chance that every\n"
-               "                         draft so far is accepted falls below X (default 0: off)\n"
-               "  --confidence-per-slot  ... judged by each draft's own confidence instead\n"
-               "  --lookup-drafts        in draft mode, verify an n-gram continuation when the\n"
-               "                         prompt or output has one (default on)\n"
-               "  --no-lookup-drafts     always ask the draft model\n"
-               "  --logprobs N           with --json: raw logprobs with N alternatives per token\n"
-               "  --json                 print one JSON object (ids, text, stats, rounds)\n"
-               "  --threads N            CPU threads (default: all cores)\n"
-               "  --gpu                  run the target on the GPU (a `make CUDA=1` build)\n"
-               "  --activations f32|bf16 activation precision (default f32; bf16 rounds where\n"
-               "                         transformers' bfloat16 path rounds, to reproduce it)\n"
-               "  --no-progress          no progress bar while loading\n");
+    fprintf(f,
+            "usage: dspark generate [--model DIR] (--prompt TEXT | --prompt-ids IDS) [flags]\n\n"
+            "  --model DIR            Hugging Face model folder (default: " DEFAULT_MODEL ")\n"
+            "  --prompt TEXT          prompt text, used as is (no chat template)\n"
+            "  --prompt-ids IDS       prompt as comma-separated token ids\n"
+            "  --max-tokens N         new tokens at most (default 128)\n"
+            "  --temperature T        0 = greedy (default: generation_config.json, else 0)\n"
+            "  --top-p P              nucleus sampling mass (default: generation_config.json)\n"
+            "  --top-k K              keep the K most likely tokens (0 = off)\n"
+            "  --presence-penalty X   OpenAI presence penalty (default 0)\n"
+            "  --frequency-penalty X  OpenAI frequency penalty (default 0)\n"
+            "  --seed S               random seed (default 0): same seed, same output\n"
+            "  --stop TEXT            stop before this text (repeatable, up to 8)\n"
+            "  --ignore-eos           do not stop at end-of-sequence tokens\n"
+            "  --mode M               baseline | lookup | draft | dspark | dflash | auto\n"
+            "                         (default baseline; auto: the best drafter found for the\n"
+            "                         model, see `dspark models`)\n"
+            "  --drafter DIR          drafter folder for draft, dspark and dflash modes\n"
+            "                         (default: DIR-draft, DIR-dspark, DIR-dflash)\n"
+            "  --max-draft N|auto     drafts verified per round at most (default 15 lookup,\n"
+            "                         3 draft, 4 dspark, auto dflash; 0: the whole block);\n"
+            "                         auto: chosen every few rounds from this machine's\n"
+            "                         measured costs and the acceptance so far\n"
+            "  --calibration-file F   --max-draft auto's cost cache (default\n"
+            "                         ~/.cache/dspark/calibration.json)\n"
+            "  --recalibrate          measure the costs again even when they are cached\n"
+            "  --confidence-threshold X  dspark: end the block where the chance that every\n"
+            "                         draft so far is accepted falls below X (default 0: off)\n"
+            "  --confidence-per-slot  ... judged by each draft's own confidence instead\n"
+            "  --lookup-drafts        in draft mode, verify an n-gram continuation when the\n"
+            "                         prompt or output has one (default on)\n"
+            "  --no-lookup-drafts     always ask the draft model\n"
+            "  --logprobs N           with --json: raw logprobs with N alternatives per token\n"
+            "  --json                 print one JSON object (ids, text, stats, rounds)\n"
+            "  --threads N            CPU threads (default: all cores)\n"
+            "  --gpu                  run the target and its drafter on the GPU (a `make CUDA=1`\n"
+            "                         build)\n"
+            "  --activations f32|bf16 activation precision (default f32; bf16 rounds where\n"
+            "                         transformers' bfloat16 path rounds, to reproduce it)\n"
+            "  --no-progress          no progress bar while loading\n");
 }
 
 struct opts {
@@ -278,8 +280,8 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     char draft_default[4096];
-    if (o.auto_mode && (rc = cli_mode_auto(o.model_dir, o.drafter_dir, o.gpu, &o.gp.mode,
-                                           draft_default, sizeof draft_default, &o.drafter_dir)))
+    if (o.auto_mode && (rc = cli_mode_auto(o.model_dir, o.drafter_dir, &o.gp.mode, draft_default,
+                                           sizeof draft_default, &o.drafter_dir)))
         return rc;
     static const char *suffix[] = {"", "", "-draft", "-dspark", "-dflash"};
     if (o.gp.mode >= GEN_DRAFT && !o.drafter_dir) {

@@ -58,7 +58,8 @@ static void usage(FILE *f) {
                "  --max-batch N            sequences generated together, sharing each weight\n"
                "                           read (default 1)\n"
                "  --threads N              CPU threads (default: all cores)\n"
-               "  --gpu                    run the target on the GPU (a `make CUDA=1` build)\n");
+               "  --gpu                    run the target and its drafter on the GPU (a `make\n"
+               "                           CUDA=1` build)\n");
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -164,7 +165,7 @@ int cmd_serve(int argc, char **argv) {
     /* GPU prefill runs about 2.4k tokens/s on an 8B model (docs/perf.md), so a 2048-token
      * chunk would stall the running streams for 0.85 s; 256 keeps it near 0.1 s */
     if (!o.prefill_chunk) o.prefill_chunk = o.gpu ? 256 : 2048;
-    int rc = auto_mode ? cli_mode_auto(o.model_dir, o.drafter_dir, o.gpu, &o.mode, draft_default,
+    int rc = auto_mode ? cli_mode_auto(o.model_dir, o.drafter_dir, &o.mode, draft_default,
                                        sizeof draft_default, &o.drafter_dir)
                        : 0;
     if (rc) return rc;

@@ -201,8 +201,14 @@ static int forward_batch_gpu(struct model *m, struct model_batch_item *items, in
     if (!io) return ERR_NOMEM;
     for (int i = 0; i < n_items; i++) {
         struct model_batch_item *it = &items[i];
-        io[i] = (struct gpu_seq_io){it->kv->gpu, it->kv->len, it->ids,  it->n,
-                                    it->logits,  it->out_ids, it->taps, !it->last_only};
+        io[i] = (struct gpu_seq_io){.kv = it->kv->gpu,
+                                    .pos0 = it->kv->len,
+                                    .ids = it->ids,
+                                    .n = it->n,
+                                    .logits = it->logits,
+                                    .out_ids = it->out_ids,
+                                    .taps = it->taps,
+                                    .all_rows = !it->last_only};
     }
     int rc = gpu_forward_batch(m->gpu, io, n_items);
     free(io);

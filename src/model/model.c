@@ -103,6 +103,28 @@ static void weights_to_hugepages(struct model *m) {
         m->embed.data = m->lm_head.data;
 }
 
+#define W(w, r, cl) ((struct gpu_weight){(w).data, (w).dtype, (r), (cl)})
+
+struct gpu_layer_desc *model_gpu_layers(const struct hf_config *c, const struct layer *layers) {
+    int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
+    int64_t QD = (int64_t)c->n_heads * D, KD = (int64_t)c->n_kv_heads * D;
+    struct gpu_layer_desc *ls = calloc((size_t)c->n_layers, sizeof *ls);
+    if (!ls) return NULL;
+    for (int i = 0; i < c->n_layers; i++) {
+        const struct layer *l = &layers[i];
+        ls[i] = (struct gpu_layer_desc){
+            W(l->wq, QD, H), W(l->wk, KD, H), W(l->wv, KD, H), W(l->wo, H, QD), W(l->wg, I, H),
+            W(l->wu, I, H),  W(l->wd, H, I),  l->bq,           l->bk,           l->bv,
+            l->attn_norm,    l->ffn_norm,     l->q_norm,       l->k_norm,
+        };
+    }
+    return ls;
+}
+
+struct gpu_model *model_gpu(struct model *m) {
+    return m->gpu;
+}
+
 /* Copies the weights to the GPU (they stay mapped on the host for drafters that share the
  * target's embedding and head). */
 static int upload_gpu(struct model *m) {
@@ -111,26 +133,16 @@ static int upload_gpu(struct model *m) {
         log_error("bf16 activations are not available on the GPU yet");
         return ERR_UNSUPPORTED;
     }
-    int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
-    int64_t QD = (int64_t)c->n_heads * D, KD = (int64_t)c->n_kv_heads * D;
-    struct gpu_layer_desc *ls = calloc((size_t)c->n_layers, sizeof *ls);
+    int64_t H = c->hidden_size;
+    struct gpu_layer_desc *ls = model_gpu_layers(c, m->layers);
     if (!ls) return ERR_NOMEM;
-#define W(w, r, cl) ((struct gpu_weight){(w).data, (w).dtype, (r), (cl)})
-    for (int i = 0; i < c->n_layers; i++) {
-        const struct layer *l = &m->layers[i];
-        ls[i] = (struct gpu_layer_desc){
-            W(l->wq, QD, H), W(l->wk, KD, H), W(l->wv, KD, H), W(l->wo, H, QD), W(l->wg, I, H),
-            W(l->wu, I, H),  W(l->wd, H, I),  l->bq,           l->bk,           l->bv,
-            l->attn_norm,    l->ffn_norm,     l->q_norm,       l->k_norm,
-        };
-    }
     struct gpu_model_desc d = {
         .n_layers = c->n_layers,
         .hidden = (int)H,
-        .ffn = (int)I,
+        .ffn = c->intermediate_size,
         .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads,
-        .head_dim = (int)D,
+        .head_dim = c->head_dim,
         .vocab = c->vocab_size,
         .max_pos = c->max_pos,
         .window = c->sliding_window,
@@ -141,12 +153,12 @@ static int upload_gpu(struct model *m) {
         .final_norm = m->final_norm,
         .layers = ls,
     };
-#undef W
-    int rc = D <= 256 ? gpu_model_new(&d, &m->gpu) : ERR_UNSUPPORTED;
+    int rc = c->head_dim <= 256 ? gpu_model_new(&d, &m->gpu) : ERR_UNSUPPORTED;
     free(ls);
     if (rc) log_hint("run on the CPU (without --gpu)");
     return rc;
 }
+#undef W
 
 int model_load(const char *dir, const struct model_opts *opts, struct model **out) {
     *out = NULL;

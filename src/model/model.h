@@ -24,8 +24,8 @@ struct model_opts {
     /* Round activations to bfloat16 where transformers' bfloat16 path rounds them, to
      * reproduce a bf16 checkpoint's reference logits. 0 (default): float32 activations. */
     int bf16_activations;
-    /* Run the target's forward on the GPU (a CUDA build with a device); drafters keep using
-     * the CPU. Not combinable with bf16_activations or hidden-state taps yet. */
+    /* Run the forward on the GPU (a CUDA build with a device); DSpark and DFlash drafters
+     * loaded beside the model run there too. Not combinable with bf16_activations. */
     int gpu;
 };
 
@@ -84,6 +84,11 @@ int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int 
 int model_forward_greedy(struct model *m, struct kv_cache *kv, const int32_t *ids, int n,
                          int32_t *out, int all_rows);
 int model_on_gpu(const struct model *m); /* 1 when the forward runs on the GPU */
+/* The device model (NULL on the CPU), and the GPU description of layers[0..c->n_layers)
+ * (calloc'd; for models that run beside this one, such as block drafters). */
+struct gpu_model *model_gpu(struct model *m);
+struct layer;
+struct gpu_layer_desc *model_gpu_layers(const struct hf_config *c, const struct layer *layers);
 /* For benchmarks of a model on the GPU: gpu_profile() of passes of n rows after the cache's
  * contents. ERR_UNSUPPORTED on the CPU. */
 struct gpu_op_time;

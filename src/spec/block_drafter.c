@@ -37,7 +37,7 @@ static int propose_group(struct drafter *const *ds, const int32_t *const *seqs, 
     struct block_drafter *bs[BLOCK_MAX_BATCH];
     struct block_state *sts[BLOCK_MAX_BATCH];
     const int32_t *ids[BLOCK_MAX_BATCH];
-    float *hid[BLOCK_MAX_BATCH];
+    float *hid[BLOCK_MAX_BATCH], *lgs[BLOCK_MAX_BATCH];
     struct draft *os[BLOCK_MAX_BATCH];
     int ks[BLOCK_MAX_BATCH], done[BLOCK_MAX_BATCH] = {0};
     for (int i = 0; i < n; i++) outs[i]->n = 0;
@@ -59,16 +59,18 @@ static int propose_group(struct drafter *const *ds, const int32_t *const *seqs, 
             b->ids[0] = seqs[i][n_seqs[i] - 1];
             for (int j = 1; j < B; j++) b->ids[j] = c->mask_token_id;
             bs[m] = b, sts[m] = b->st, ids[m] = b->ids, hid[m] = b->hidden, os[m] = outs[i];
+            lgs[m] = b->logits;
             ks[m++] = k;
         }
         if (!m) continue;
         const struct hf_config *c = block_model_config(bm);
-        int rc = block_forward_batch(sts, ids, m, c->block_size, hid);
+        int have = block_logits_in_forward(bm); /* every row's logits come with the pass */
+        int rc = block_forward_batch(sts, ids, m, c->block_size, hid, have ? lgs : NULL);
         if (rc) return rc;
         if (c->arch == ARCH_DSPARK)
-            dspark_draft(bs, ks, os, m);
+            dspark_draft(bs, ks, os, m, have);
         else
-            dflash_draft(bs, ks, os, m);
+            dflash_draft(bs, ks, os, m, have);
     }
     return OK;
 }

@@ -22,7 +22,7 @@ struct block_drafter {
     void *dist_mem;
     int32_t *ids;  /* [block_size] block input */
     float *hidden; /* [block_size, H] */
-    float *logits; /* [block_size, V] */
+    float *logits; /* [block_size, V] the rows that drafts come from (all rows on the GPU) */
     float *bias;   /* [V] Markov bias */
     int broken;    /* the context missed rows: no more drafts this sequence */
 };
@@ -30,9 +30,12 @@ struct block_drafter {
 /* Picks a draft from logits[V]: argmax, or a draw from the truncated distribution slot i. */
 int32_t block_pick(struct block_drafter *b, const float *logits, int i,
                    const struct sample_dist **q);
-/* Drafts of n drafters of one model whose blocks have run (ids, hidden): up to k[i] into
- * outs[i] (whose n is 0), each exactly what the drafter proposes alone. */
-void dspark_draft(struct block_drafter *const *bs, const int *k, struct draft *const *outs, int n);
-void dflash_draft(struct block_drafter *const *bs, const int *k, struct draft *const *outs, int n);
+/* Drafts of n drafters of one model whose blocks have run (ids, hidden, and with have_logits
+ * every block row's logits): up to k[i] into outs[i] (whose n is 0), each exactly what the
+ * drafter proposes alone. */
+void dspark_draft(struct block_drafter *const *bs, const int *k, struct draft *const *outs, int n,
+                  int have_logits);
+void dflash_draft(struct block_drafter *const *bs, const int *k, struct draft *const *outs, int n,
+                  int have_logits);
 
 #endif

@@ -3,6 +3,7 @@
 #include "spec/block_model.h"
 
 #include "backend/cpu/cpu.h"
+#include "backend/gpu.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "model/layer.h"
@@ -34,7 +35,8 @@ struct block_model {
     int n_taps;      /* target layers fused per position */
     void *huge;      /* the matmul weights in 2 MiB pages (weights_place), or NULL */
     size_t huge_bytes;
-    uint64_t fingerprint; /* block_model_fingerprint(), 0 until computed */
+    uint64_t fingerprint;  /* block_model_fingerprint(), 0 until computed */
+    struct gpu_model *gpu; /* the layers on the device, beside a target there; else NULL */
     /* scratch shared by every state of this model (one thread uses it), grown on demand:
      * activations of `rows` rows, and [LOGIT_CHUNK] rows of gathered inputs and outputs */
     int rows;
@@ -46,7 +48,8 @@ struct block_model {
 struct block_state {
     struct block_model *bm;
     int cap, len;
-    float *k, *v; /* [n_layers][n_kv][cap][D] context K/V (block rows written past len) */
+    float *k, *v;       /* [n_layers][n_kv][cap][D] context K/V (block rows written past len) */
+    struct gpu_kv *gkv; /* the same on the device (bm->gpu), k and v then NULL */
 };
 
 const struct hf_config *block_model_config(const struct block_model *bm) {
@@ -68,6 +71,7 @@ void block_model_free(struct block_model *bm) {
     free(bm->x), free(bm->xn), free(bm->q), free(bm->kb), free(bm->vb), free(bm->att);
     free(bm->g), free(bm->u), free(bm->ctx), free(bm->gin), free(bm->gout), free(bm->w1row);
     if (bm->huge) munmap(bm->huge, bm->huge_bytes);
+    gpu_model_free(bm->gpu);
     st_close(bm->st);
     free(bm);
 }
@@ -131,6 +135,38 @@ static void place_weights(struct block_model *bm) {
     free(list);
 }
 
+/* The drafter's layers on the GPU beside its target: the target's embedding and lm_head
+ * serve unless the checkpoint ships its own. */
+static int upload_gpu(struct block_model *bm) {
+    const struct hf_config *c = &bm->cfg;
+    int64_t H = c->hidden_size, V = c->vocab_size;
+    struct gpu_layer_desc *ls = model_gpu_layers(c, bm->layers);
+    if (!ls) return ERR_NOMEM;
+    struct gpu_model_desc d = {
+        .n_layers = c->n_layers,
+        .hidden = (int)H,
+        .ffn = c->intermediate_size,
+        .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads,
+        .head_dim = c->head_dim,
+        .vocab = c->vocab_size,
+        .max_pos = c->max_pos,
+        .rms_eps = c->rms_eps,
+        .inv_freq = bm->inv_freq,
+        .embed = {bm->embed.data, bm->embed.dtype, V, H},
+        .lm_head = {bm->head.data, bm->head.dtype, V, H},
+        .final_norm = bm->norm,
+        .layers = ls,
+        .fc = {bm->fc.data, bm->fc.dtype, H, H * bm->n_taps},
+        .hidden_norm = bm->hidden_norm,
+        .share = model_gpu(bm->target),
+    };
+    int rc = gpu_model_new(&d, &bm->gpu);
+    free(ls);
+    if (rc) log_error("cannot put the drafter on the GPU beside its target");
+    return rc;
+}
+
 int block_model_load(const char *dir, struct model *target, struct block_model **out) {
     *out = NULL;
     struct block_model *bm = calloc(1, sizeof *bm);
@@ -163,7 +199,11 @@ int block_model_load(const char *dir, struct model *target, struct block_model *
         if ((rc = layer_load(&src, c, "layers", i, &bm->layers[i]))) goto fail;
     for (int i = 0; i < c->head_dim / 2; i++)
         bm->inv_freq[i] = (float)(1.0 / pow((double)c->rope_theta, (double)(2 * i) / c->head_dim));
-    place_weights(bm);
+    if (model_on_gpu(target)) {
+        if ((rc = upload_gpu(bm))) goto fail;
+    } else {
+        place_weights(bm);
+    }
     int64_t gw = H > c->markov_rank ? H : c->markov_rank;
     bm->gin = malloc(sizeof(float) * LOGIT_CHUNK * (size_t)gw);
     bm->gout = malloc(sizeof(float) * LOGIT_CHUNK * (size_t)c->vocab_size);
@@ -206,6 +246,15 @@ int block_state_new(struct block_model *bm, int cap, struct block_state **out) {
     if (!st) return ERR_NOMEM;
     st->bm = bm;
     st->cap = cap;
+    if (bm->gpu) {
+        int rc = gpu_kv_new(bm->gpu, cap, &st->gkv);
+        if (rc) {
+            free(st);
+            return rc;
+        }
+        *out = st;
+        return OK;
+    }
     size_t kv = (size_t)c->n_layers * c->n_kv_heads * (size_t)cap * (size_t)c->head_dim;
     st->k = malloc(sizeof(float) * kv);
     st->v = malloc(sizeof(float) * kv);
@@ -220,6 +269,7 @@ int block_state_new(struct block_model *bm, int cap, struct block_state **out) {
 void block_state_free(struct block_state *st) {
     if (!st) return;
     free(st->k), free(st->v);
+    gpu_kv_free(st->gkv);
     free(st);
 }
 
@@ -268,6 +318,12 @@ int block_ctx_append(struct block_state *st, const float *fused, int n, float *c
     const struct hf_config *c = &bm->cfg;
     int H = c->hidden_size, T = bm->n_taps * H;
     if (st->len + n > st->cap) return ERR_FULL;
+    if (st->gkv) {
+        if (ctx_rows) return ERR_UNSUPPORTED; /* the rows stay on the device */
+        int rc = gpu_ctx_append(bm->gpu, st->gkv, st->len, fused, n);
+        if (!rc) st->len += n;
+        return rc;
+    }
     if (ensure_rows(bm, n < CTX_CHUNK ? n : CTX_CHUNK)) return ERR_NOMEM;
     for (int done = 0; done < n; done += CTX_CHUNK) {
         int m = n - done < CTX_CHUNK ? n - done : CTX_CHUNK;
@@ -285,11 +341,48 @@ int block_ctx_width(const struct block_model *bm) {
     return 2 * bm->cfg.n_layers * bm->cfg.n_kv_heads * bm->cfg.head_dim;
 }
 
+/* Between rows (below) and the device cache's export layout [2][n_layers * n_kv][n][D]:
+ * to_rows 1 from dev into rows, 0 back. */
+static void permute_rows(const struct hf_config *c, float *dev, float *rows, int n, int to_rows) {
+    int D = c->head_dim, nkv = c->n_kv_heads, W = 2 * c->n_layers * nkv * D;
+    size_t per = (size_t)n * D, half = (size_t)c->n_layers * nkv * per;
+    for (int li = 0; li < c->n_layers; li++)
+        for (int h = 0; h < nkv; h++)
+            for (int kv = 0; kv < 2; kv++) {
+                float *d = dev + kv * half + ((size_t)li * nkv + h) * per;
+                float *r = rows + ((size_t)(li * 2 + kv) * nkv + h) * D;
+                for (int p = 0; p < n; p++)
+                    if (to_rows)
+                        memcpy(r + (size_t)p * W, d + (size_t)p * D, sizeof(float) * D);
+                    else
+                        memcpy(d + (size_t)p * D, r + (size_t)p * W, sizeof(float) * D);
+            }
+}
+
+/* The device cache's first n positions through host memory, in or out */
+static int gpu_ctx_rows(const struct block_state *st, float *rows, int n, int save) {
+    const struct hf_config *c = &st->bm->cfg;
+    int heads = c->n_layers * c->n_kv_heads;
+    float *tmp = malloc(sizeof(float) * (size_t)block_ctx_width(st->bm) * (size_t)(n ? n : 1));
+    if (!tmp) return ERR_NOMEM;
+    int rc = OK;
+    if (save) {
+        rc = gpu_kv_export(st->gkv, n, heads, c->head_dim, tmp);
+        if (!rc) permute_rows(c, tmp, rows, n, 1);
+    } else {
+        permute_rows(c, tmp, rows, n, 0);
+        rc = gpu_kv_import(st->gkv, tmp, n, n, heads, c->head_dim);
+    }
+    free(tmp);
+    return rc;
+}
+
 /* rows[p] holds, layer by layer, position p's keys [n_kv][D] and then its values */
 int block_ctx_save(const struct block_state *st, float *rows, int n) {
     const struct hf_config *c = &st->bm->cfg;
     int D = c->head_dim, nkv = c->n_kv_heads, W = block_ctx_width(st->bm);
     if (n > st->len) n = st->len;
+    if (st->gkv) return gpu_ctx_rows(st, rows, n, 1) ? 0 : n;
     for (int li = 0; li < c->n_layers; li++)
         for (int h = 0; h < nkv; h++) {
             size_t base = ((size_t)li * nkv + h) * st->cap * D;
@@ -306,6 +399,11 @@ int block_ctx_load(struct block_state *st, const float *rows, int n) {
     const struct hf_config *c = &st->bm->cfg;
     int D = c->head_dim, nkv = c->n_kv_heads, W = block_ctx_width(st->bm);
     if (n < 0 || n > st->cap) return ERR_FULL;
+    if (st->gkv) {
+        int rc = gpu_ctx_rows(st, (float *)rows, n, 0);
+        st->len = rc ? 0 : n;
+        return rc;
+    }
     for (int li = 0; li < c->n_layers; li++)
         for (int h = 0; h < nkv; h++) {
             size_t base = ((size_t)li * nkv + h) * st->cap * D;
@@ -330,11 +428,28 @@ static void embed(struct block_model *bm, const int32_t *ids, int B, float *x) {
                      x + (size_t)i * H, H);
 }
 
+/* The blocks on the GPU: every state's block is a sequence of the pass that attends to all
+ * its rows; the hidden rows and, when asked, the logits of every row come back. */
+static int forward_gpu(struct block_state *const *sts, const int32_t *const *ids, int n, int B,
+                       float *const *hidden, float *const *logits) {
+    struct gpu_seq_io io[BLOCK_MAX_BATCH];
+    for (int i = 0; i < n; i++)
+        io[i] = (struct gpu_seq_io){.kv = sts[i]->gkv,
+                                    .pos0 = sts[i]->len,
+                                    .ids = ids[i],
+                                    .n = B,
+                                    .logits = logits ? logits[i] : NULL,
+                                    .all_rows = 1,
+                                    .noncausal = 1,
+                                    .hidden = hidden[i]};
+    return gpu_forward_batch(sts[0]->bm->gpu, io, n);
+}
+
 /* The blocks of n states in one pass: every matmul, norm and activation runs over all n * B
  * rows, RoPE, the K/V writes and attention per state. Each kernel is batch-invariant, so a
- * block's rows are what it gets alone. */
+ * block's rows are what it gets alone. logits (GPU only): every row's too. */
 static int forward(struct block_state *const *sts, const int32_t *const *ids, int n, int B,
-                   float *const *hidden, float *layer_out) {
+                   float *const *hidden, float *layer_out, float *const *logits) {
     struct block_model *bm = sts[0]->bm;
     const struct hf_config *c = &bm->cfg;
     int H = c->hidden_size, D = c->head_dim, QD = c->n_heads * D, T = n * B;
@@ -345,6 +460,8 @@ static int forward(struct block_state *const *sts, const int32_t *const *ids, in
         if (sts[i]->len + B > sts[i]->cap) return ERR_FULL;
         sg[i] = (struct seg){sts[i], i * B, B, sts[i]->len};
     }
+    if (bm->gpu) return layer_out ? ERR_UNSUPPORTED : forward_gpu(sts, ids, n, B, hidden, logits);
+    if (logits) return ERR_UNSUPPORTED;
     if (ensure_rows(bm, T)) return ERR_NOMEM;
     for (int i = 0; i < n; i++) embed(bm, ids[i], B, bm->x + (size_t)i * B * H);
     for (int li = 0; li < c->n_layers; li++) {
@@ -387,12 +504,16 @@ static int forward(struct block_state *const *sts, const int32_t *const *ids, in
 
 int block_forward(struct block_state *st, const int32_t *ids, int B, float *hidden,
                   float *layer_out) {
-    return forward(&st, &ids, 1, B, &hidden, layer_out);
+    return forward(&st, &ids, 1, B, &hidden, layer_out, NULL);
 }
 
 int block_forward_batch(struct block_state *const *sts, const int32_t *const *ids, int n, int B,
-                        float *const *hidden) {
-    return forward(sts, ids, n, B, hidden, NULL);
+                        float *const *hidden, float *const *logits) {
+    return forward(sts, ids, n, B, hidden, NULL, logits);
+}
+
+int block_logits_in_forward(const struct block_model *bm) {
+    return bm->gpu != NULL;
 }
 
 static void lm_head(struct block_model *bm, const float *hidden, int n, float *logits) {
@@ -488,6 +609,8 @@ uint64_t block_model_fingerprint(struct block_model *bm) {
     XXH3_64bits_update(h, c->target_layer_ids, sizeof(int) * (size_t)bm->n_taps);
     float eps = c->rms_eps;
     XXH3_64bits_update(h, &eps, sizeof eps);
+    int on_gpu = bm->gpu != NULL; /* the device sums in other orders */
+    XXH3_64bits_update(h, &on_gpu, sizeof on_gpu);
     XXH3_64bits_update(h, bm->inv_freq, sizeof(float) * (size_t)(c->head_dim / 2));
     hash_weight(h, &bm->fc, H, H * bm->n_taps);
     hash_vec(h, bm->hidden_norm, H);

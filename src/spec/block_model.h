@@ -3,6 +3,8 @@
  * row, ctx = hidden_norm(fc(taps)), whose keys and values every drafter layer caches once.
  * A block [anchor, mask, ...] then runs through the drafter layers at the next positions,
  * attending to the whole context and to the whole block (no causal mask).
+ * On the GPU (when the target runs there) the layers, the context cache and lm_head live in
+ * device memory; the Markov and confidence heads stay on the host.
  * struct block_model holds weights and the activation scratch, and is shared by the states of
  * one thread (it uses the target's thread pool, which admits one user at a time); struct
  * block_state is one sequence's context cache. The target model must outlive both
@@ -43,9 +45,13 @@ int block_forward(struct block_state *st, const int32_t *ids, int B, float *hidd
                   float *layer_out);
 /* block_forward() for n (<= BLOCK_MAX_BATCH) states of one model in one pass: block i is
  * ids[i][0..B) of sts[i], its rows go to hidden[i][B, H]. Each attends only to its own
- * context and block. */
+ * context and block. logits (NULL, or where block_logits_in_forward()): the same pass also
+ * gives every row's logits[i][B, V] with the lm_head block_logits() uses. */
 int block_forward_batch(struct block_state *const *sts, const int32_t *const *ids, int n, int B,
-                        float *const *hidden);
+                        float *const *hidden, float *const *logits);
+/* 1 when the drafter runs on the GPU (beside a target there), whose passes bring back the
+ * logits of every block row with the hidden rows. */
+int block_logits_in_forward(const struct block_model *bm);
 /* logits[n, V] from hidden rows, with the drafter's lm_head or the target's. */
 void block_logits(struct block_state *st, const float *hidden, int n, float *logits);
 /* The same for n sequences in shared passes: logits[i][rows[i], V] from hidden[i][rows[i], H]. */

@@ -28,7 +28,8 @@ static int confident(struct block_drafter *b, struct walk *w, int i, struct draf
     return 1;
 }
 
-void dspark_draft(struct block_drafter *const *bs, const int *k, struct draft *const *outs, int n) {
+void dspark_draft(struct block_drafter *const *bs, const int *k, struct draft *const *outs, int n,
+                  int have_logits) {
     struct block_model *bm = bs[0]->bm;
     int V = block_model_config(bm)->vocab_size, markov = block_has_markov(bm);
     const float *hid[BLOCK_MAX_BATCH];
@@ -46,7 +47,7 @@ void dspark_draft(struct block_drafter *const *bs, const int *k, struct draft *c
         kmax = k[s] > kmax ? k[s] : kmax;
     }
     /* the base logits of every row that may be verified, in shared passes over lm_head */
-    block_logits_batch(bm, hid, k, lg, n);
+    if (!have_logits) block_logits_batch(bm, hid, k, lg, n);
     for (int i = 0; i < kmax; i++) {
         int m = 0;
         for (int s = 0; s < n; s++) {

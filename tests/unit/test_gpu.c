@@ -193,6 +193,194 @@ TEST(gpu_gemm_exact) {
     model_free(m), model_free(mg);
 }
 
+/* ---- DSpark and DFlash drafters on the GPU ---- */
+
+#define GOLD "../shared/golden/"
+
+static int ids_of(const cJSON *a, int32_t *out, int cap) {
+    int n = 0;
+    for (const cJSON *it = a ? a->child : NULL; it && n < cap; it = it->next)
+        out[n++] = (int32_t)it->valuedouble;
+    return n;
+}
+
+static const float *tensor_of(struct st_set *st, const char *name, size_t n) {
+    const struct st_tensor *t = st_find(st, name);
+    return t && (size_t)st_numel(t) == n ? t->data : NULL;
+}
+
+/* A drafter beside a GPU target against ../shared/golden: round 0's block hidden rows and
+ * logits from the reference's fused taps, and the whole greedy speculative trace through the
+ * engine (tokens, and drafts and accepted counts round by round). */
+static void block_golden(const char *name, enum gen_mode mode) {
+    char dir[256], js[256], sf[256];
+    snprintf(dir, sizeof dir, GOLD "%s", name);
+    snprintf(js, sizeof js, GOLD "%s_golden.json", name);
+    snprintf(sf, sizeof sf, GOLD "%s_golden.safetensors", name);
+    struct model *t;
+    struct block_model *bm;
+    REQUIRE(model_load(GOLD "target", &(struct model_opts){.n_threads = 1, .gpu = 1}, &t) == 0);
+    REQUIRE(block_model_load(dir, t, &bm) == 0);
+    CHECK(block_logits_in_forward(bm));
+    char *text;
+    size_t len;
+    REQUIRE(fs_read_file(js, &text, &len, 1 << 24) == 0);
+    cJSON *gj = cJSON_Parse(text);
+    free(text);
+    REQUIRE(fs_read_file(GOLD "target_golden.json", &text, &len, 1 << 24) == 0);
+    cJSON *tj = cJSON_Parse(text);
+    free(text);
+    struct st_set *gst;
+    REQUIRE(gj && tj && st_open_file(sf, &gst) == 0);
+    const struct hf_config *c = block_model_config(bm);
+    int H = c->hidden_size, V = c->vocab_size, B = c->block_size, nt = c->n_target_layer_ids;
+    int32_t prompt[64], block[16];
+    int L = ids_of(cJSON_GetObjectItem(tj, "prompt_ids"), prompt, 64);
+    int nb = ids_of(cJSON_GetObjectItem(cJSON_GetObjectItem(gj, "round0"), "block_input_ids"),
+                    block, 16);
+    REQUIRE(nb == B);
+    const float *fused = tensor_of(gst, "fused_input", (size_t)L * nt * H);
+    const float *gh = tensor_of(gst, "round0.block_hidden", (size_t)B * H);
+    const float *gl = tensor_of(
+        gst, mode == GEN_DSPARK ? "round0.base_logits" : "round0.block_logits", (size_t)B * V);
+    REQUIRE(fused && gh && gl);
+    struct block_state *st;
+    REQUIRE(block_state_new(bm, 256, &st) == 0);
+    CHECK(block_ctx_append(st, fused, L, NULL) == 0);
+    float *hid = malloc(sizeof(float) * B * H), *lg = malloc(sizeof(float) * B * V);
+    const int32_t *ids = block;
+    CHECK(block_forward_batch(&st, &ids, 1, B, &hid, &lg) == 0);
+    double eh = rel_err(hid, gh, (size_t)B * H), el = rel_err(lg, gl, (size_t)B * V);
+    /* the trace */
+    const cJSON *tr = cJSON_GetObjectItem(gj, "trace");
+    int32_t want[128];
+    int n_want = ids_of(cJSON_GetObjectItem(tr, "new_ids"), want, 128);
+    struct gen_engine e = {.target = t, .block = bm};
+    struct gen_params gp = {.max_tokens = n_want,
+                            .ignore_eos = 1,
+                            .top_logprobs = -1,
+                            .mode = mode,
+                            .trace = 1,
+                            .confidence_per_slot = 1};
+    struct gen_result r;
+    REQUIRE(gen_run(&e, prompt, L, &gp, NULL, NULL, &r) == 0);
+    int same_ids = r.n_ids == n_want && !memcmp(r.ids, want, sizeof(int32_t) * (size_t)n_want);
+    int i = 0, same = 0, compared = 0;
+    const cJSON *rounds = cJSON_GetObjectItem(tr, "rounds");
+    for (const cJSON *rd = rounds ? rounds->child : NULL; rd && i < r.stats.rounds;
+         rd = rd->next, i++) {
+        int32_t d[16];
+        int n = ids_of(cJSON_GetObjectItem(rd, "draft_ids"), d, 16);
+        const cJSON *nv = cJSON_GetObjectItem(rd, "n_verified_drafts");
+        if (nv) n = (int)nv->valuedouble;
+        int acc = (int)cJSON_GetObjectItem(rd, "accepted")->valuedouble;
+        const struct gen_round *our = &r.rounds[i];
+        if (our->n_drafted < n) break; /* the token budget cut the last round shorter */
+        compared++;
+        same += our->n_drafted == n && our->n_accepted == acc &&
+                !memcmp(r.drafted + our->first, d, sizeof(int32_t) * (size_t)n);
+    }
+    printf("  %s on the GPU: block hidden rel err %.2e, logits %.2e; trace %d tokens %s, %d of %d "
+           "rounds identical\n",
+           name, eh, el, n_want, same_ids ? "equal" : "DIFFER", same, compared);
+    CHECK(eh <= 1e-4 && el <= 1e-4 && same_ids && same == compared &&
+          compared >= r.stats.rounds - 1);
+    gen_result_free(&r);
+    free(hid), free(lg);
+    block_state_free(st);
+    st_close(gst);
+    cJSON_Delete(gj), cJSON_Delete(tj);
+    block_model_free(bm);
+    model_free(t);
+}
+
+TEST(gpu_block_golden) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists(GOLD "dspark")) SKIP("../shared/golden is absent");
+    block_golden("dspark", GEN_DSPARK);
+    block_golden("dflash", GEN_DFLASH);
+}
+
+/* models/pycoder's BF16 drafters on the GPU: hidden rows and logits within fp32 tolerance of
+ * the CPU drafter's from the same taps, three blocks in one pass equal each alone (bits), and
+ * a context saved and loaded again gives the same bits. */
+static void block_pycoder(const char *dir) {
+    struct model *mc, *mg;
+    struct block_model *bc, *bg;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1}, &mc) == 0);
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &mg) == 0);
+    REQUIRE(block_model_load(dir, mc, &bc) == 0 && block_model_load(dir, mg, &bg) == 0);
+    const struct hf_config *c = block_model_config(bg);
+    int H = c->hidden_size, V = c->vocab_size, B = c->block_size, nt = c->n_target_layer_ids;
+    enum { L = 50, NS = 3 };
+    int32_t prompt[L], block[NS][16];
+    for (int i = 0; i < L; i++) prompt[i] = 20 + (i * 151) % 8000;
+    REQUIRE(model_set_taps(mc, c->target_layer_ids, nt) == 0);
+    struct kv_cache *kv;
+    REQUIRE(kv_new(mc, 128, &kv) == 0);
+    float *fused = malloc(sizeof(float) * L * nt * H);
+    REQUIRE(fused && model_forward_taps(mc, kv, prompt, L, NULL, 0, fused) == 0);
+    static const int lens[NS] = {L, L - 7, L - 20};
+    struct block_state *sa[NS], *sb[NS], *scpu, *sl;
+    float *ha[NS], *la[NS], *hb[NS], *lb[NS];
+    const int32_t *ids[NS];
+    for (int i = 0; i < NS; i++) {
+        REQUIRE(block_state_new(bg, 128, &sa[i]) == 0 && block_state_new(bg, 128, &sb[i]) == 0);
+        CHECK(block_ctx_append(sa[i], fused, lens[i], NULL) == 0);
+        CHECK(block_ctx_append(sb[i], fused, lens[i], NULL) == 0);
+        block[i][0] = prompt[lens[i] - 1];
+        for (int j = 1; j < B; j++) block[i][j] = c->mask_token_id;
+        ids[i] = block[i];
+        ha[i] = malloc(sizeof(float) * B * H), hb[i] = malloc(sizeof(float) * B * H);
+        la[i] = malloc(sizeof(float) * B * V), lb[i] = malloc(sizeof(float) * B * V);
+        CHECK(block_forward_batch(&sa[i], &ids[i], 1, B, &ha[i], &la[i]) == 0);
+    }
+    CHECK(block_forward_batch(sb, ids, NS, B, hb, lb) == 0);
+    int batched = 0;
+    for (int i = 0; i < NS; i++)
+        batched += !memcmp(ha[i], hb[i], sizeof(float) * B * H) &&
+                   !memcmp(la[i], lb[i], sizeof(float) * B * V);
+    /* the CPU drafter from the same taps */
+    float *hc = malloc(sizeof(float) * B * H), *lc = malloc(sizeof(float) * B * V);
+    REQUIRE(block_state_new(bc, 128, &scpu) == 0);
+    CHECK(block_ctx_append(scpu, fused, L, NULL) == 0);
+    CHECK(block_forward(scpu, block[0], B, hc, NULL) == 0);
+    block_logits(scpu, hc, B, lc);
+    double eh = rel_err(ha[0], hc, (size_t)B * H), el = rel_err(la[0], lc, (size_t)B * V);
+    int same_argmax = 0;
+    for (int j = 0; j < B; j++)
+        same_argmax += argmax(la[0] + (size_t)j * V, V) == argmax(lc + (size_t)j * V, V);
+    /* the context out and back in */
+    float *rows = malloc(sizeof(float) * L * block_ctx_width(bg));
+    CHECK(block_ctx_save(sa[0], rows, L) == L);
+    REQUIRE(block_state_new(bg, 128, &sl) == 0);
+    CHECK(block_ctx_load(sl, rows, L) == 0);
+    float *hl = malloc(sizeof(float) * B * H), *ll = malloc(sizeof(float) * B * V);
+    CHECK(block_forward_batch(&sl, &ids[0], 1, B, &hl, &ll) == 0);
+    int reload =
+        !memcmp(hl, ha[0], sizeof(float) * B * H) && !memcmp(ll, la[0], sizeof(float) * B * V);
+    printf("  %s on the GPU: hidden rel err %.2e and logits %.2e against the CPU drafter, argmax "
+           "equal on %d of %d rows; %d of %d blocks batched equal alone; saved context: %s\n",
+           dir, eh, el, same_argmax, B, batched, NS, reload ? "same bits" : "DIFFERS");
+    CHECK(eh <= 1e-4 && el <= 1e-4 && batched == NS && reload);
+    for (int i = 0; i < NS; i++) {
+        block_state_free(sa[i]), block_state_free(sb[i]);
+        free(ha[i]), free(hb[i]), free(la[i]), free(lb[i]);
+    }
+    block_state_free(scpu), block_state_free(sl);
+    free(hc), free(lc), free(rows), free(hl), free(ll), free(fused);
+    kv_free(kv);
+    block_model_free(bc), block_model_free(bg);
+    model_free(mc), model_free(mg);
+}
+
+TEST(gpu_block_pycoder) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder-dspark")) SKIP("models/ absent");
+    block_pycoder("models/pycoder-dspark");
+    block_pycoder("models/pycoder-dflash");
+}
+
 /* Every speculative mode keeps the GPU baseline's greedy tokens on models/pycoder, and the
  * GPU baseline equals the CPU's. */
 TEST(gpu_exact_modes) {
@@ -573,6 +761,8 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_golden")) RUN(gpu_golden);
     if (wanted(argc, argv, "gpu_batch_invariance")) RUN(gpu_batch_invariance);
     if (wanted(argc, argv, "gpu_gemm_exact")) RUN(gpu_gemm_exact);
+    if (wanted(argc, argv, "gpu_block_golden")) RUN(gpu_block_golden);
+    if (wanted(argc, argv, "gpu_block_pycoder")) RUN(gpu_block_pycoder);
     if (wanted(argc, argv, "gpu_exact_modes")) RUN(gpu_exact_modes);
     if (wanted(argc, argv, "gpu_multi_sequence")) RUN(gpu_multi_sequence);
     if (wanted(argc, argv, "gpu_engine_batch")) RUN(gpu_engine_batch);

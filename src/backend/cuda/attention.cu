@@ -204,6 +204,7 @@ template <int D> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_a
             const seq_params &P = sp->seq[s];
             q.a = max(P.row0, a.r0), q.b = min(P.row0 + P.n, a.r0 + a.nr);
             int pa = P.pos0 + q.a - P.row0, pb = P.pos0 + q.b - 1 - P.row0;
+            if (P.noncausal) pa = pb = P.pos0 + P.n - 1; /* every row sees the whole block */
             q.span0 = att_lo(pa, a.window) / ATT_SPAN;
             q.nsp = pb / ATT_SPAN - q.span0 + 1;
             q.units = (q.b - q.a + ATT_ROWS - 1) / ATT_ROWS;
@@ -229,8 +230,10 @@ template <int D> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_a
         int local = item - q.it0, kvh = local % a.nkv, rest = local / a.nkv;
         int span = q.span0 + rest % q.nsp, unit = rest / q.nsp;
         int ua = q.a + unit * ATT_ROWS, nr = min(q.b - ua, ATT_ROWS);
-        int k0 = span * ATT_SPAN, k1 = min(k0 + ATT_SPAN, P.pos0 + ua + nr - P.row0);
-        int klo = max(k0, att_lo(P.pos0 + ua - P.row0, a.window));
+        const int last = P.noncausal ? P.pos0 + P.n - 1 : -1; /* every row's limit, or none */
+        int k0 = span * ATT_SPAN,
+            k1 = min(k0 + ATT_SPAN, last >= 0 ? last + 1 : P.pos0 + ua + nr - P.row0);
+        int klo = max(k0, att_lo(last >= 0 ? last : P.pos0 + ua - P.row0, a.window));
         if (k1 <= klo) continue; /* no row of this unit sees the span */
         const size_t hh = (size_t)a.layer * a.nkv + kvh;
         for (int x = tid; x < (k1 - klo) * D4; x += ATT_THREADS) {
@@ -245,7 +248,7 @@ template <int D> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_a
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
         if (tid < nr) {
-            int t = ua + tid, p = P.pos0 + t - P.row0, lo = att_lo(p, a.window);
+            int t = ua + tid, p = last >= 0 ? last : P.pos0 + t - P.row0, lo = att_lo(p, a.window);
             att_row r = {t, 0, 0};
             if (k0 <= p && k0 + ATT_SPAN > lo) r.j0 = max(lo, k0) - k0, r.j1 = min(p + 1, k1) - k0;
             rows[tid] = r;
@@ -319,7 +322,7 @@ __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
     pdl_wait();
     if (!a.early) pdl_launch();
     const int t = a.r0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
-    const int p = row_pos(a.sp, t), sa = att_lo(p, a.window) / ATT_SPAN, sb = p / ATT_SPAN;
+    const int p = row_lim(a.sp, t), sa = att_lo(p, a.window) / ATT_SPAN, sb = p / ATT_SPAN;
     const size_t base = ((size_t)(t - a.r0) * a.nh + h) * a.spans;
     if (tid < 32) {
         const float *ml = a.ml + base * 2;

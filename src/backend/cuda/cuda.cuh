@@ -176,6 +176,7 @@ struct seq_params {
     float *kc, *vc; /* its own rows, [n_layers][n_kv][cap][D] each */
     int nb, bcap;   /* positions [0, nb) are rows of a base cache of bcap rows per head */
     const float *bk, *bv;
+    int noncausal; /* its rows attend to all its rows of the pass (a drafter's block) */
 };
 struct step_params {
     int n_seq;
@@ -188,6 +189,11 @@ struct step_params {
 __device__ inline int row_pos(const step_params *sp, int t) {
     const seq_params &s = sp->seq[sp->row_seq[t]];
     return s.pos0 + t - s.row0;
+}
+/* the last position row t attends to: its own, or with noncausal its sequence's last row's */
+__device__ inline int row_lim(const step_params *sp, int t) {
+    const seq_params &s = sp->seq[sp->row_seq[t]];
+    return s.noncausal ? s.pos0 + s.n - 1 : s.pos0 + t - s.row0;
 }
 __device__ inline size_t row_cache(const step_params *sp, int t, int layer, int nkv, int h, int D,
                                    float **kc, float **vc) {
@@ -227,6 +233,12 @@ struct gpu_graph {
 
 struct gpu_model {
     gpu_model_desc d;
+    /* a block drafter's: its context rows come from the target's taps (fc, hidden_norm) */
+    dmat fc;
+    float *hidden_norm;
+    float *ctx_in; /* [GPU_ROWS, fc K] fused taps of a context chunk */
+    uint16_t *xt;  /* their xb */
+    float *hid;    /* [GPU_ROWS, H] rows after the final norm, brought back with the logits */
     int H, D, QD, KD, I, V, QKV, G;
     int KT_H, KT_QD, KT_I; /* k-tiles of the matmul inputs */
     const void *embed;     /* row-major [V, H], stored type */
@@ -286,11 +298,12 @@ struct gpu_kv {
 };
 
 /* the pass parameters of a sequence whose rows are [row0, row0 + n) at positions pos0.. */
-static inline seq_params seq_of(int row0, int n, int pos0, const gpu_kv *kv) {
+static inline seq_params seq_of(int row0, int n, int pos0, const gpu_kv *kv, int noncausal) {
     seq_params s = {row0,   n,      pos0, kv->cap - kv->nb, kv->k, kv->v, kv->nb,
                     kv->nb ? kv->base->cap : 0,
                     kv->nb ? kv->base->k : NULL,
-                    kv->nb ? kv->base->v : NULL};
+                    kv->nb ? kv->base->v : NULL,
+                    noncausal};
     return s;
 }
 
@@ -368,5 +381,7 @@ cudaError_t norm_launch(gpu_model *g, uint16_t *xb, const float *w, int row0, in
 cudaError_t norm_sel_launch(gpu_model *g, uint16_t *xb, const float *w, const int32_t *sel, int n);
 cudaError_t swiglu_launch(gpu_model *g, int T);
 cudaError_t argmax_launch(gpu_model *g, int n);
+cudaError_t split_launch(gpu_model *g, uint16_t *xb, const float *x, int K, int KT, int T);
+cudaError_t unsplit_launch(gpu_model *g, float *x, const uint16_t *xb, int K, int KT, int T);
 
 #endif

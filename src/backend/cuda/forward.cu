@@ -148,20 +148,33 @@ static int upload(gpu_model *g, const gpu_model_desc *d) {
     int H = g->H, I = g->I, V = g->V, D = g->D, QD = g->QD, KD = g->KD, rc;
     /* scratch for one row-major BF16 matrix on its way to fragments */
     size_t scratch_bytes = (size_t)V * H;
-    size_t big[] = {(size_t)(QD + 2 * KD) * H, (size_t)2 * I * H, (size_t)H * I, (size_t)H * QD};
+    size_t big[] = {(size_t)(QD + 2 * KD) * H, (size_t)2 * I * H, (size_t)H * I, (size_t)H * QD,
+                    d->fc.data ? (size_t)H * d->fc.cols : 0};
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
         if (big[i] > scratch_bytes) scratch_bytes = big[i];
     scratch_bytes *= 2; /* bytes of bf16 */
     void *scratch;
     CK(cudaMalloc(&scratch, scratch_bytes));
-    size_t esz = dtype_size(d->embed.dtype);
-    rc = dev_alloc(g, (void **)&g->embed, (size_t)V * H * esz);
-    if (!rc && cudaMemcpy((void *)g->embed, d->embed.data, (size_t)V * H * esz,
-                          cudaMemcpyHostToDevice) != cudaSuccess)
-        rc = ERR_NOMEM;
-    g->embed_dtype = d->embed.dtype;
-    const gpu_weight *head[] = {&d->lm_head};
-    if (!rc) rc = up_mat(g, &g->lm_head, head, 1, 0, scratch);
+    rc = OK;
+    if (!d->embed.data && d->share) { /* another model's, in device memory already */
+        g->embed = d->share->embed, g->embed_dtype = d->share->embed_dtype;
+    } else {
+        size_t esz = dtype_size(d->embed.dtype);
+        rc = dev_alloc(g, (void **)&g->embed, (size_t)V * H * esz);
+        if (!rc && cudaMemcpy((void *)g->embed, d->embed.data, (size_t)V * H * esz,
+                              cudaMemcpyHostToDevice) != cudaSuccess)
+            rc = ERR_NOMEM;
+        g->embed_dtype = d->embed.dtype;
+    }
+    const gpu_weight *head[] = {&d->lm_head}, *fc[] = {&d->fc};
+    if (!rc && !d->lm_head.data && d->share)
+        g->lm_head = d->share->lm_head;
+    else if (!rc)
+        rc = up_mat(g, &g->lm_head, head, 1, 0, scratch);
+    if (!rc && d->fc.data) {
+        rc = up_mat(g, &g->fc, fc, 1, 0, scratch);
+        if (!rc) rc = up_vec(g, d->hidden_norm, (size_t)H, &g->hidden_norm);
+    }
     if (!rc) rc = up_vec(g, d->final_norm, (size_t)H, &g->final_norm);
     if (!rc) rc = up_vec(g, d->inv_freq, (size_t)D / 2, &g->inv_freq);
     float *bias = NULL;
@@ -202,6 +215,7 @@ static int alloc_state(gpu_model *g) {
     const gpu_model_desc *d = &g->d;
     size_t R = GPU_ROWS, groups = GPU_ROWS / GPU_GROUP;
     size_t parts = part_floats(&g->lm_head);
+    if (g->fc.w && part_floats(&g->fc) > parts) parts = part_floats(&g->fc);
     for (int i = 0; i < d->n_layers; i++) {
         const dlayer *l = &g->layers[i];
         const dmat *ms[] = {&l->qkv, &l->o, &l->gu, &l->down};
@@ -226,6 +240,13 @@ static int alloc_state(gpu_model *g) {
         (rc = dev_alloc(g, (void **)&g->dsel, sizeof(int32_t) * R)) ||
         (rc = dev_alloc(g, (void **)&g->dsp, sizeof(step_params))))
         return rc;
+    if (g->fc.w) { /* a drafter: its context input, and the hidden rows it reports */
+        size_t KT = (size_t)g->fc.KT;
+        if ((rc = dev_alloc(g, (void **)&g->ctx_in, sizeof(float) * R * g->fc.K)) ||
+            (rc = dev_zeros(g, (void **)&g->xt, sizeof(uint2) * groups * xb_group_stride(KT))) ||
+            (rc = dev_alloc(g, (void **)&g->hid, sizeof(float) * R * g->H)))
+            return rc;
+    }
     CK(cudaMallocHost((void **)&g->hsp, sizeof(step_params)));
     CK(cudaMallocHost((void **)&g->hids, sizeof(int32_t) * R));
     CK(cudaMallocHost((void **)&g->hsel, sizeof(int32_t) * R));
@@ -514,6 +535,7 @@ static cudaError_t enqueue(gpu_model *g, int T, int mode, int n_sel) {
         E(norm_sel_launch(g, g->xa, g->final_norm, g->dsel, n));
     else
         E(norm_launch(g, g->xa, g->final_norm, all ? 0 : T - 1, n));
+    if (g->hid) E(unsplit_launch(g, g->hid, g->xa, g->H, g->KT_H, n)); /* a drafter's rows */
     E(mm_rows(g, &g->lm_head, g->xa, n, EPI_STORE, g->logits, g->V, NULL, NULL, NULL, NULL,
               NULL));
     if (mode == MODE_GREEDY_LAST || mode == MODE_GREEDY_ALL || mode == MODE_GREEDY_SEL)
@@ -553,21 +575,29 @@ off:
 struct pass_seq {
     gpu_kv *kv;
     int pos0, n;
-    const int32_t *ids;
+    const int32_t *ids; /* NULL: none (a context pass) */
+    int noncausal;
 };
 
-static int pass(gpu_model *g, const pass_seq *seqs, int n, int T, int mode, int n_sel) {
+/* the pass parameters of seqs[0..n) (T rows) into device memory */
+static int put_params(gpu_model *g, const pass_seq *seqs, int n, int T) {
     step_params *sp = g->hsp;
     sp->n_seq = n;
     for (int i = 0, row = 0; i < n; i++) {
         const pass_seq *q = &seqs[i];
-        sp->seq[i] = seq_of(row, q->n, q->pos0, q->kv);
-        memcpy(sp->ids + row, q->ids, sizeof(int32_t) * (size_t)q->n);
+        sp->seq[i] = seq_of(row, q->n, q->pos0, q->kv, q->noncausal);
+        if (q->ids) memcpy(sp->ids + row, q->ids, sizeof(int32_t) * (size_t)q->n);
         memset(sp->row_seq + row, i, (size_t)q->n);
         row += q->n;
     }
     CK(cudaMemcpyAsync(g->dsp, sp, offsetof(step_params, ids) + sizeof(int32_t) * (size_t)T,
                        cudaMemcpyHostToDevice, g->stream));
+    return OK;
+}
+
+static int pass(gpu_model *g, const pass_seq *seqs, int n, int T, int mode, int n_sel) {
+    int rc = put_params(g, seqs, n, T);
+    if (rc) return rc;
     if (n_sel)
         CK(cudaMemcpyAsync(g->dsel, g->hsel, sizeof(int32_t) * (size_t)n_sel,
                            cudaMemcpyHostToDevice, g->stream));
@@ -606,6 +636,10 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
             CK(cudaMemcpyAsync(s->logits + at * V, g->logits + (size_t)dev[i] * V,
                                sizeof(float) * (size_t)rows * V, cudaMemcpyDeviceToHost,
                                g->stream));
+        if (rows && s->hidden && g->hid)
+            CK(cudaMemcpyAsync(s->hidden + at * H, g->hid + (size_t)dev[i] * H,
+                               sizeof(float) * (size_t)rows * H, cudaMemcpyDeviceToHost,
+                               g->stream));
         if (s->taps && g->taps)
             CK(cudaMemcpyAsync(s->taps + (size_t)done[i] * g->n_taps * H,
                                g->taps + (size_t)row * g->n_taps * H,
@@ -636,7 +670,8 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
 
 extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
     for (int i = 0; i < n; i++)
-        if (io[i].n < 1 || io[i].pos0 < io[i].kv->nb) /* shared rows are never written */
+        if (io[i].n < 1 || io[i].pos0 < io[i].kv->nb || /* shared rows are never written */
+            (io[i].noncausal && io[i].n > GPU_ROWS))   /* a block runs in one pass */
             return ERR_ARG;
         else if (io[i].pos0 + io[i].n > io[i].kv->cap)
             return ERR_FULL;
@@ -652,7 +687,9 @@ extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
                 if (done[i] == io_k[i].n) continue;
                 int take = io_k[i].n - done[i];
                 if (take > GPU_ROWS - T) take = GPU_ROWS - T;
-                ps[m] = (pass_seq){io_k[i].kv, io_k[i].pos0 + done[i], take, io_k[i].ids + done[i]};
+                if (io_k[i].noncausal && take < io_k[i].n) continue; /* whole, next pass */
+                ps[m] = (pass_seq){io_k[i].kv, io_k[i].pos0 + done[i], take, io_k[i].ids + done[i],
+                                   io_k[i].noncausal};
                 idx[m++] = i;
                 T += take;
                 if (rows_out(&io_k[i], done[i], take)) {
@@ -696,14 +733,55 @@ extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
 
 extern "C" int gpu_forward(gpu_model *g, gpu_kv *kv, int pos0, const int32_t *ids, int n,
                            float *logits, int all_rows) {
-    gpu_seq_io s = {kv, pos0, ids, n, logits, NULL, NULL, all_rows};
+    gpu_seq_io s = {kv, pos0, ids, n, logits, NULL, NULL, all_rows, 0, NULL};
     return gpu_forward_batch(g, &s, 1);
 }
 
 extern "C" int gpu_forward_greedy(gpu_model *g, gpu_kv *kv, int pos0, const int32_t *ids, int n,
                                   int32_t *out_ids, int all_rows) {
-    gpu_seq_io s = {kv, pos0, ids, n, NULL, out_ids, NULL, all_rows};
+    gpu_seq_io s = {kv, pos0, ids, n, NULL, out_ids, NULL, all_rows, 0, NULL};
     return gpu_forward_batch(g, &s, 1);
+}
+
+/* A drafter's context chunk of n <= GPU_ROWS rows at positions pos0..: the fused taps (in
+ * ctx_in) through fc into x, hidden_norm into xa, and every layer's q|k|v matmul of those
+ * rows, whose epilogue norms, ropes and writes k and v into the cache (q is not used). */
+static cudaError_t enqueue_ctx(gpu_model *g, int n) {
+    E(split_launch(g, g->xt, g->ctx_in, g->fc.K, g->fc.KT, n));
+    E(mm_rows(g, &g->fc, g->xt, n, EPI_STORE, g->x, g->H, NULL, NULL, NULL, NULL, NULL));
+    E(norm_launch(g, g->xa, g->hidden_norm, 0, n));
+    for (int li = 0; li < g->d.n_layers; li++) {
+        const dlayer *l = &g->layers[li];
+        if (l->qkv.mma && 128 % g->D == 0) {
+            qkv_epi qe = {g->dsp,          g->q, l->q_norm, l->k_norm,   g->inv_freq, g->d.n_heads,
+                          g->d.n_kv_heads, g->D, li,        g->d.rms_eps};
+            E(mm_rows(g, &l->qkv, g->xa, n, EPI_QKV, NULL, 0, l->bqkv, NULL, &qe, NULL, NULL));
+        } else {
+            E(mm_rows(g, &l->qkv, g->xa, n, EPI_STORE, g->qkv, g->QKV, l->bqkv, NULL, NULL, NULL,
+                      NULL));
+            E(rope_launch(g, l, li, n));
+        }
+    }
+    return cudaSuccess;
+}
+
+extern "C" int gpu_ctx_append(gpu_model *g, gpu_kv *kv, int pos0, const float *fused, int n) {
+    if (!g->fc.w) return ERR_UNSUPPORTED;
+    if (n < 0 || pos0 < kv->nb) return ERR_ARG;
+    if (pos0 + n > kv->cap) return ERR_FULL;
+    const int K = g->fc.K;
+    for (int done = 0; done < n; done += GPU_ROWS) {
+        int m = n - done < GPU_ROWS ? n - done : GPU_ROWS;
+        pass_seq ps = {kv, pos0 + done, m, NULL, 0};
+        int rc = put_params(g, &ps, 1, m);
+        if (rc) return rc;
+        CK(cudaMemcpyAsync(g->ctx_in, fused + (size_t)done * K, sizeof(float) * (size_t)m * K,
+                           cudaMemcpyHostToDevice, g->stream));
+        CK(enqueue_ctx(g, m));
+        CK(cudaStreamSynchronize(g->stream)); /* the pinned parameters are reused next pass */
+        CK(cudaGetLastError());
+    }
+    return OK;
 }
 
 extern "C" int gpu_set_taps(gpu_model *g, const int *layers, int n) {

@@ -1,5 +1,6 @@
 /* backend/cuda/ops.cu: the small kernels around the matmuls: embedding rows, RMSNorm into a
- * matmul's B operand, SwiGLU for matmuls without the fused epilogue, and the greedy argmax
+ * matmul's B operand, SwiGLU for matmuls without the fused epilogue, float rows into a B
+ * operand and back, and the greedy argmax
  * (first index of the largest logit, NaN never chosen, 0 when no logit beats -inf: what
  * the CPU's sample_greedy picks). Each row is reduced in a fixed order. */
 #include "backend/cuda/cuda.cuh"
@@ -124,4 +125,32 @@ cudaError_t argmax_launch(gpu_model *g, int n) {
     if (e != cudaSuccess) return e;
     return launch(k_argmax_final, dim3(cdiv(n, 32)), dim3(32), 0, g->stream, g->amax_v, g->amax_i,
                   g->out_ids, n);
+}
+
+/* xb rows [0, T) (K columns, KT k-tiles) = the float rows x[T, K], and back (exactly: the
+ * three terms add up to the value) */
+__global__ void k_split(uint16_t *xb, const float *x, int K, int KT, int T) {
+    pdl_wait();
+    pdl_launch();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * K) return;
+    xb_put(xb, T, KT, (int)(i / K), (int)(i % K), __ldcg(x + i));
+}
+
+cudaError_t split_launch(gpu_model *g, uint16_t *xb, const float *x, int K, int KT, int T) {
+    return launch(k_split, dim3(cdiv((size_t)T * K, 256)), dim3(256), 0, g->stream, xb, x, K, KT,
+                  T);
+}
+
+__global__ void k_unsplit(float *x, const uint16_t *xb, int K, int KT, int T) {
+    pdl_wait();
+    pdl_launch();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * K) return;
+    x[i] = xb_get(xb, T, KT, (int)(i / K), (int)(i % K));
+}
+
+cudaError_t unsplit_launch(gpu_model *g, float *x, const uint16_t *xb, int K, int KT, int T) {
+    return launch(k_unsplit, dim3(cdiv((size_t)T * K, 256)), dim3(256), 0, g->stream, x, xb, K, KT,
+                  T);
 }

@@ -111,7 +111,7 @@ extern "C" int gpu_profile(gpu_model *g, gpu_kv *kv, int pos0, int n, gpu_op_tim
     if (n < 1 || n > GPU_ROWS || pos0 < kv->nb || pos0 + n > kv->cap) return ERR_ARG;
     step_params *sp = g->hsp;
     sp->n_seq = 1;
-    sp->seq[0] = seq_of(0, n, pos0, kv);
+    sp->seq[0] = seq_of(0, n, pos0, kv, 0);
     for (int i = 0; i < n; i++) sp->ids[i] = 0, sp->row_seq[i] = 0;
     CK(cudaMemcpy(g->dsp, sp, sizeof *sp, cudaMemcpyHostToDevice));
     cudaEvent_t e0, e1;
