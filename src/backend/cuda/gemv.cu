@@ -30,8 +30,15 @@ __host__ __device__ constexpr int mm_unroll(int NT) { /* k-tiles per register ba
 __host__ __device__ constexpr int mm_chunk(int NT) { /* k-tiles of input staged at a time */
     return NT <= 2 ? 64 : NT <= 4 ? 32 : 16;
 }
+/* floats per row of a warp's 16 x 8NT tile of sums in mm_finish: from 3 n-tiles on, 2 more
+ * than 8NT (an odd number of pairs), so the 16 rows a warp reads at once fall in 16 different
+ * banks (1-2 n-tiles read too few values to matter, and keep their registers) */
+__host__ __device__ constexpr int mm_fin_row(int NT) {
+    return NT <= 2 ? 8 * NT : 8 * NT + 2;
+}
 static size_t mm_smem(int NT) { /* max(two input chunks, per-warp tiles + final values) */
-    size_t b = (size_t)2 * mm_chunk(NT) * NT * 256, f = (size_t)4096 * NT + 512 * mm_rows(NT);
+    size_t b = (size_t)2 * mm_chunk(NT) * NT * 256,
+           f = (size_t)8 * 16 * mm_fin_row(NT) * 4 + 512 * mm_rows(NT);
     return b > f ? b : f;
 }
 
@@ -66,7 +73,7 @@ __device__ __forceinline__ void mm_compute(float (&acc)[NT][4], const uint4 (&r)
 /* The end of a piece of strip group g: the block's sums (acc of each warp) into val, or into
  * the partial buffer (slot 0: the block's first piece, 1: its last) with the group's last
  * piece to arrive adding them up; then the epilogue, by whoever has the group's whole sums.
- * smem: at least 4096 NT + 512 mm_rows(NT) bytes, free for reuse. */
+ * smem: at least 512 mm_fin_row(NT) + 512 mm_rows(NT) bytes, free for reuse. */
 template <int NT>
 __device__ __forceinline__ void mm_finish(const mm_args &a, const float (&acc)[NT][4], int g,
                                           bool whole, int slot, unsigned char *smem) {
@@ -74,22 +81,23 @@ __device__ __forceinline__ void mm_finish(const mm_args &a, const float (&acc)[N
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, blk = blockIdx.x, KT = a.KT;
     const int nitems = 128 * a.T; /* (t, warp, row): m contiguous within t */
     /* each warp's 16 x 8NT tile of sums; a row's value adds its three columns in order */
-    float *fin = (float *)smem, *val = fin + 8 * 128 * NT;
+    constexpr int S = mm_fin_row(NT);
+    float *fin = (float *)smem, *val = fin + 8 * 16 * S;
     {
-        float *f = fin + warp * 128 * NT;
+        float *f = fin + warp * 16 * S;
         int gq = lane >> 2, c = 2 * (lane & 3);
 #pragma unroll
         for (int n = 0; n < NT; n++) {
-            f[gq * 8 * NT + n * 8 + c] = acc[n][0];
-            f[gq * 8 * NT + n * 8 + c + 1] = acc[n][1];
-            f[(gq + 8) * 8 * NT + n * 8 + c] = acc[n][2];
-            f[(gq + 8) * 8 * NT + n * 8 + c + 1] = acc[n][3];
+            f[gq * S + n * 8 + c] = acc[n][0];
+            f[gq * S + n * 8 + c + 1] = acc[n][1];
+            f[(gq + 8) * S + n * 8 + c] = acc[n][2];
+            f[(gq + 8) * S + n * 8 + c + 1] = acc[n][3];
         }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < nitems; i += 256) {
         int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
-        const float *f = fin + w * 128 * NT + r * 8 * NT + 3 * t;
+        const float *f = fin + w * 16 * S + r * S + 3 * t;
         float v = (f[0] + f[1]) + f[2];
         if (whole)
             val[i] = v;
