@@ -77,7 +77,6 @@ __device__ __forceinline__ void mm_compute(float (&acc)[NT][4], const uint4 (&r)
 template <int NT>
 __device__ __forceinline__ void mm_finish(const mm_args &a, const float (&acc)[NT][4], int g,
                                           bool whole, int slot, unsigned char *smem) {
-    __shared__ int last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, blk = blockIdx.x, KT = a.KT;
     const int nitems = 128 * a.T; /* (t, warp, row): m contiguous within t */
     /* each warp's 16 x 8NT tile of sums; a row's value adds its three columns in order */
@@ -106,12 +105,7 @@ __device__ __forceinline__ void mm_finish(const mm_args &a, const float (&acc)[N
     }
     if (!whole) {
         const int2 gp = make_int2(mm_block_of(a, g * KT), mm_block_of(a, (g + 1) * KT - 1));
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(&a.cnt[g], 1u) == (unsigned)(gp.y - gp.x);
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
+        if (!arrive_last(&a.cnt[g], (unsigned)(gp.y - gp.x + 1))) return;
         for (int i = threadIdx.x; i < nitems; i += 256) {
             size_t off = (size_t)(i >> 7) * 128 + (i & 127);
             /* the first block's piece is its last (slot 1) unless it starts the group */
@@ -121,7 +115,6 @@ __device__ __forceinline__ void mm_finish(const mm_args &a, const float (&acc)[N
                 v += __ldcg(a.part + (size_t)(2 * b) * GPU_GROUP * 128 + off);
             val[i] = v;
         }
-        if (threadIdx.x == 0) a.cnt[g] = 0;
     }
     __syncthreads();
     mm_epilogue(a, g, val, nitems);

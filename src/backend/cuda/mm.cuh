@@ -40,6 +40,24 @@ __device__ __forceinline__ void mma_bf16(float c[4], uint4 a, uint2 b) {
                  : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b.x), "r"(b.y));
 }
 
+/* The block's arrival at a counter that n blocks of the grid share, once all its threads'
+ * stores are done: true in every thread of the last block to arrive, which then sees the
+ * stores every block made before arriving (and resets the counter). Thread 0's
+ * acquire-release atomic carries the whole block's stores, ordered before it by the barrier
+ * (as CUTLASS's semaphores do), instead of a fence in every thread. */
+__device__ __forceinline__ bool arrive_last(unsigned *cnt, unsigned n) {
+    __shared__ int last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned old;
+        asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt) : "memory");
+        last = old == n - 1;
+        if (last) *cnt = 0;
+    }
+    __syncthreads();
+    return last;
+}
+
 __device__ __forceinline__ float silu_mul(float gv, float uv) {
     return gv / (1.0f + expf(-gv)) * uv;
 }
@@ -145,16 +163,8 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
             *dst = val[i] + (a.bias ? a.bias[m] : 0.f);
     }
     if (a.epi == EPI_RESID && a.norm_w) {
-        __shared__ int glast;
         __shared__ double red[256];
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0)
-            glast = atomicAdd(a.cnt + CNT_GRID, 1u) == (unsigned)(a.MS + 7) / 8 - 1;
-        __syncthreads();
-        if (!glast) return;
-        __threadfence();
-        if (threadIdx.x == 0) a.cnt[CNT_GRID] = 0;
+        if (!arrive_last(a.cnt + CNT_GRID, (unsigned)(a.MS + 7) / 8)) return;
         for (int t = 0; t < a.T; t++)
             norm_row(a.y + (size_t)(a.row0 + t) * a.ldy, a.norm_w, a.H_norm, a.eps, a.norm_out,
                      a.T_chunk, a.KT_norm, a.row0 + t, red);
