@@ -193,6 +193,40 @@ TEST(gpu_gemm_exact) {
     model_free(m), model_free(mg);
 }
 
+/* Attention with two tile buffers a block (passes with few work items) gives the bits of the
+ * one-buffer kernel (DSPARK_GPU_ATT_NB=1 uses it always): a 300-token prompt, then a 16-row
+ * verify and single steps. */
+TEST(gpu_attention_buffers) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m[2];
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m[0]) ==
+            0);
+    REQUIRE(load_with("DSPARK_GPU_ATT_NB", "1", &m[1]) == 0);
+    enum { P = 300, W = 16, S = 4 };
+    int V = model_config(m[0])->vocab_size;
+    int32_t ids[P + W + S];
+    for (int i = 0; i < P + W + S; i++) ids[i] = 20 + (i * 197) % 8000;
+    float *l[2];
+    size_t n = (size_t)V * (P + W + S);
+    for (int k = 0; k < 2; k++) {
+        REQUIRE((l[k] = malloc(sizeof(float) * n)) != NULL);
+        struct kv_cache *kv;
+        REQUIRE(kv_new(m[k], 512, &kv) == 0);
+        CHECK(model_forward(m[k], kv, ids, P, l[k], 1) == 0);
+        CHECK(model_forward(m[k], kv, ids + P, W, l[k] + (size_t)P * V, 1) == 0);
+        for (int i = 0; i < S; i++)
+            CHECK(model_forward(m[k], kv, ids + P + W + i, 1, l[k] + (size_t)(P + W + i) * V, 0) ==
+                  0);
+        kv_free(kv);
+    }
+    int same = !memcmp(l[0], l[1], sizeof(float) * n);
+    printf("  attention with two tile buffers equals one buffer (prompt, verify, steps): %s\n",
+           same ? "yes" : "NO");
+    CHECK(same);
+    for (int k = 0; k < 2; k++) free(l[k]), model_free(m[k]);
+}
+
 /* ---- DSpark and DFlash drafters on the GPU ---- */
 
 #define GOLD "../shared/golden/"
@@ -761,6 +795,7 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_golden")) RUN(gpu_golden);
     if (wanted(argc, argv, "gpu_batch_invariance")) RUN(gpu_batch_invariance);
     if (wanted(argc, argv, "gpu_gemm_exact")) RUN(gpu_gemm_exact);
+    if (wanted(argc, argv, "gpu_attention_buffers")) RUN(gpu_attention_buffers);
     if (wanted(argc, argv, "gpu_block_golden")) RUN(gpu_block_golden);
     if (wanted(argc, argv, "gpu_block_pycoder")) RUN(gpu_block_pycoder);
     if (wanted(argc, argv, "gpu_exact_modes")) RUN(gpu_exact_modes);

@@ -79,7 +79,7 @@ struct att_seq {
     int a, b, span0, nsp, units, it0;
 };
 
-__device__ __forceinline__ int att_lo(int p, int window) {
+__host__ __device__ __forceinline__ int att_lo(int p, int window) {
     return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
 }
 
@@ -183,15 +183,23 @@ __device__ __forceinline__ void attn_row(const attn_args &a, const float *Ks, co
     }
 }
 
-template <int D> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
+/* what a block needs of its work item once the item's tiles are in shared memory */
+struct att_item {
+    int ok; /* 0: no row of the item sees the span (nothing loaded) */
+    int kvh, span, nr;
+};
+
+/* NB tile buffers: with two, a block loads the next item's K, V and queries while it works
+ * on this one (same sums; an SM then holds one block) */
+template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
     constexpr int DP = D + 4, D4 = D / 4;
     extern __shared__ __align__(16) float sm[];
-    /* K and V tiles [ATT_SPAN][DP], the rows' queries [ATT_ROWS][G][D], scores then weights
-     * of items of up to ATT_COOP_ROWS rows [ATT_COOP_ROWS * G][ATT_SPAN] */
-    const int G = a.G;
-    float *Ks = sm, *Vs = Ks + ATT_SPAN * DP, *Qs = Vs + ATT_SPAN * DP, *S = Qs + ATT_ROWS * G * D;
+    /* per buffer: K and V tiles [ATT_SPAN][DP] and the rows' queries [ATT_ROWS][G][D]; then
+     * the scores, then weights, of items of up to ATT_COOP_ROWS rows [ATT_COOP_ROWS * G][ATT_SPAN] */
+    const int G = a.G, BUF = 2 * ATT_SPAN * DP + ATT_ROWS * G * D;
+    float *S = sm + NB * BUF;
     __shared__ att_seq seqs[GPU_SEQS];
-    __shared__ att_row rows[ATT_ROWS];
+    __shared__ att_row rows_of[NB][ATT_ROWS];
     __shared__ int info[3]; /* items, first sequence, sequences */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     pdl_wait();
@@ -222,7 +230,11 @@ template <int D> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_a
     }
     __syncthreads();
     const int n_items = info[0], s_first = info[1], ns = info[2];
-    for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
+    /* item's K, V and queries into buffer b (asynchronous copies; the caller commits) and its
+     * rows into rows_of[b] */
+    auto fetch = [&](int item, int b) {
+        att_item it = {0, 0, 0, 0};
+        if (item >= n_items) return it;
         int i = 0;
         while (i + 1 < ns && seqs[i + 1].it0 <= item) i++;
         const att_seq q = seqs[i];
@@ -234,7 +246,8 @@ template <int D> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_a
         int k0 = span * ATT_SPAN,
             k1 = min(k0 + ATT_SPAN, last >= 0 ? last + 1 : P.pos0 + ua + nr - P.row0);
         int klo = max(k0, att_lo(last >= 0 ? last : P.pos0 + ua - P.row0, a.window));
-        if (k1 <= klo) continue; /* no row of this unit sees the span */
+        if (k1 <= klo) return it; /* no row of this unit sees the span */
+        float *Ks = sm + b * BUF, *Vs = Ks + ATT_SPAN * DP, *Qs = Vs + ATT_SPAN * DP;
         const size_t hh = (size_t)a.layer * a.nkv + kvh;
         for (int x = tid; x < (k1 - klo) * D4; x += ATT_THREADS) {
             int r = klo - k0 + x / D4, c = (x % D4) * 4, j = k0 + r;
@@ -246,17 +259,34 @@ template <int D> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_a
             int r = x / (G * D4), c = (x % (G * D4)) * 4;
             cp_async16(Qs + r * G * D + c, a.q + ((size_t)(ua + r) * a.nh + kvh * G) * D + c);
         }
-        asm volatile("cp.async.commit_group;" ::: "memory");
         if (tid < nr) {
             int t = ua + tid, p = last >= 0 ? last : P.pos0 + t - P.row0, lo = att_lo(p, a.window);
             att_row r = {t, 0, 0};
             if (k0 <= p && k0 + ATT_SPAN > lo) r.j0 = max(lo, k0) - k0, r.j1 = min(p + 1, k1) - k0;
-            rows[tid] = r;
+            rows_of[b][tid] = r;
         }
-        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        it.ok = 1, it.kvh = kvh, it.span = span, it.nr = nr;
+        return it;
+    };
+    int buf = 0;
+    att_item cur = fetch(blockIdx.x, 0);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
+        att_item next = {0, 0, 0, 0};
+        if (NB == 2) { /* one group committed per item, possibly empty: wait for all but it */
+            next = fetch(item + gridDim.x, buf ^ 1);
+            asm volatile("cp.async.commit_group;" ::: "memory");
+            asm volatile("cp.async.wait_group 1;" ::: "memory");
+        } else {
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+        }
         __syncthreads();
-        const int P2 = nr * G;    /* (row, head) pairs */
-        if (nr > ATT_COOP_ROWS) { /* a warp per row */
+        const float *Ks = sm + buf * BUF, *Vs = Ks + ATT_SPAN * DP, *Qs = Vs + ATT_SPAN * DP;
+        const att_row *rows = rows_of[buf];
+        const int kvh = cur.kvh, span = cur.span, nr = cur.nr;
+        const int P2 = nr * G; /* (row, head) pairs */
+        if (!cur.ok) {
+        } else if (nr > ATT_COOP_ROWS) { /* a warp per row */
             for (int w = warp; w < nr; w += ATT_THREADS / 32) {
                 att_row r = rows[w];
                 if (!r.j1) continue;
@@ -266,50 +296,57 @@ template <int D> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_a
                                 a.acc + (slot + (size_t)g0 * a.spans) * D,
                                 a.ml + (slot + (size_t)g0 * a.spans) * 2);
             }
+        } else {
+            /* a few rows: all threads on them; the same sums in the same order as attn_row */
+            for (int x = tid; x < P2 * ATT_SPAN; x += ATT_THREADS) { /* a thread per (pair, key) */
+                int pr = x / ATT_SPAN, j = x % ATT_SPAN;
+                att_row r = rows[pr / G];
+                if (j < r.j0 || j >= r.j1) continue;
+                S[x] = score<D>(Qs + pr * D, Ks + j * DP) * a.scale;
+            }
             __syncthreads();
-            continue;
-        }
-        /* a few rows: all threads on them; the same sums in the same order as attn_row */
-        for (int x = tid; x < P2 * ATT_SPAN; x += ATT_THREADS) { /* a thread per (pair, key) */
-            int pr = x / ATT_SPAN, j = x % ATT_SPAN;
-            att_row r = rows[pr / G];
-            if (j < r.j0 || j >= r.j1) continue;
-            S[x] = score<D>(Qs + pr * D, Ks + j * DP) * a.scale;
-        }
-        __syncthreads();
-        /* softmax of the span per pair: a warp per pair, two keys a lane */
-        for (int pr = warp; pr < P2; pr += ATT_THREADS / 32) {
-            att_row r = rows[pr / G];
-            if (!r.j1) continue;
-            float *sr = S + pr * ATT_SPAN;
-            float v0 = lane >= r.j0 && lane < r.j1 ? sr[lane] : -INFINITY;
-            float v1 = lane + 32 >= r.j0 && lane + 32 < r.j1 ? sr[lane + 32] : -INFINITY;
-            float m = fmaxf(v0, v1);
-            for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-            float e0 = v0 == -INFINITY ? 0.f : expf(v0 - m),
-                  e1 = v1 == -INFINITY ? 0.f : expf(v1 - m);
-            float l = e0 + e1;
-            for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-            sr[lane] = e0, sr[lane + 32] = e1;
-            if (lane == 0) {
+            /* softmax of the span per pair: a warp per pair, two keys a lane */
+            for (int pr = warp; pr < P2; pr += ATT_THREADS / 32) {
+                att_row r = rows[pr / G];
+                if (!r.j1) continue;
+                float *sr = S + pr * ATT_SPAN;
+                float v0 = lane >= r.j0 && lane < r.j1 ? sr[lane] : -INFINITY;
+                float v1 = lane + 32 >= r.j0 && lane + 32 < r.j1 ? sr[lane + 32] : -INFINITY;
+                float m = fmaxf(v0, v1);
+                for (int off = 16; off; off >>= 1)
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+                float e0 = v0 == -INFINITY ? 0.f : expf(v0 - m),
+                      e1 = v1 == -INFINITY ? 0.f : expf(v1 - m);
+                float l = e0 + e1;
+                for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+                sr[lane] = e0, sr[lane + 32] = e1;
+                if (lane == 0) {
+                    size_t slot =
+                        ((size_t)(r.t - a.r0) * a.nh + kvh * G + pr % G) * a.spans + span;
+                    a.ml[slot * 2] = m, a.ml[slot * 2 + 1] = l;
+                }
+            }
+            __syncthreads();
+            /* values: a thread per (pair, dim), keys in order */
+            for (int x = tid; x < P2 * D; x += ATT_THREADS) {
+                int pr = x / D, d = x % D;
+                att_row r = rows[pr / G];
+                if (!r.j1) continue;
+                const float *e = S + pr * ATT_SPAN;
+                float o = 0.f;
+#pragma unroll 4
+                for (int j = r.j0; j < r.j1; j++) o = fmaf(e[j], Vs[j * DP + d], o);
                 size_t slot = ((size_t)(r.t - a.r0) * a.nh + kvh * G + pr % G) * a.spans + span;
-                a.ml[slot * 2] = m, a.ml[slot * 2 + 1] = l;
+                a.acc[slot * D + d] = o;
             }
         }
-        __syncthreads();
-        /* values: a thread per (pair, dim), keys in order */
-        for (int x = tid; x < P2 * D; x += ATT_THREADS) {
-            int pr = x / D, d = x % D;
-            att_row r = rows[pr / G];
-            if (!r.j1) continue;
-            const float *e = S + pr * ATT_SPAN;
-            float o = 0.f;
-#pragma unroll 4
-            for (int j = r.j0; j < r.j1; j++) o = fmaf(e[j], Vs[j * DP + d], o);
-            size_t slot = ((size_t)(r.t - a.r0) * a.nh + kvh * G + pr % G) * a.spans + span;
-            a.acc[slot * D + d] = o;
+        __syncthreads(); /* this buffer is refilled two items on (S, rows: the next item) */
+        if (NB == 1) {
+            cur = fetch(item + gridDim.x, 0);
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        } else {
+            cur = next, buf ^= 1;
         }
-        __syncthreads(); /* the tiles are refilled for the next item */
     }
 }
 
@@ -355,16 +392,36 @@ __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
     }
 }
 
-static size_t attn_smem(int G, int D) {
-    return sizeof(float) * (2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * D +
+static size_t attn_smem(int G, int D, int nb) {
+    return sizeof(float) * (nb * (2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * D) +
                             (size_t)ATT_COOP_ROWS * G * ATT_SPAN);
 }
 
 typedef void (*attn_kernel)(attn_args);
-#define K16(n) k_attn<16 * (n)>
-static const attn_kernel attn_kernels[17] = {NULL,    K16(1),  K16(2),  K16(3),  K16(4),  K16(5),
-                                             K16(6),  K16(7),  K16(8),  K16(9),  K16(10), K16(11),
-                                             K16(12), K16(13), K16(14), K16(15), K16(16)};
+#define K16(n)  k_attn<16 * (n), 1>, k_attn<16 * (n), 2>
+#define K16S(n) k_attn<16 * (n), 1>, NULL /* two buffers of a wider head hardly ever fit */
+static const attn_kernel attn_kernels[17][2] = {
+    {NULL, NULL}, {K16(1)},   {K16(2)},   {K16(3)},   {K16(4)},   {K16(5)},
+    {K16(6)},     {K16(7)},   {K16(8)},   {K16S(9)},  {K16S(10)}, {K16S(11)},
+    {K16S(12)},   {K16S(13)}, {K16S(14)}, {K16S(15)}, {K16S(16)}};
+
+/* Work items of the pass in g->hsp (as k_attn numbers them): with at most one per SM, each
+ * of at most ATT_COOP_ROWS rows (decode steps), one block a SM with two buffers measured
+ * faster; with more, or with items of more rows (verify, blocks), two blocks a SM with one
+ * buffer each. Same sums either way. */
+void attn_choose(gpu_model *g) {
+    const step_params *sp = g->hsp;
+    long items = 0;
+    for (int i = 0; i < sp->n_seq; i++) {
+        const seq_params &P = sp->seq[i];
+        if (P.n > ATT_COOP_ROWS) items += g->sms + 1;
+        int hi = P.pos0 + P.n - 1, lo = P.noncausal ? hi : P.pos0;
+        int span0 = att_lo(lo, g->d.window) / ATT_SPAN;
+        items += (long)(P.n + ATT_ROWS - 1) / ATT_ROWS * (hi / ATT_SPAN - span0 + 1) *
+                 g->d.n_kv_heads;
+    }
+    g->att_few = g->att_nb == 2 && items <= g->sms;
+}
 
 /* rows [row0, row0 + n) of a chunk of T rows (n <= g->att_rows) */
 static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
@@ -376,8 +433,9 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
     a.KT_out = g->KT_QD, a.layer = layer, a.window = d->window, a.spans = g->att_spans;
     a.scale = 1.0f / sqrtf((float)g->D);
     a.early = g->early_merge;
-    cudaError_t e = launch(attn_kernels[g->D / 16], dim3(g->att_grid), dim3(ATT_THREADS),
-                           attn_smem(g->G, g->D), g->stream, a);
+    const int nb = g->att_few ? 2 : 1;
+    cudaError_t e = launch(attn_kernels[g->D / 16][nb - 1], dim3(g->att_few ? g->sms : g->att_grid),
+                           dim3(ATT_THREADS), attn_smem(g->G, g->D, nb), g->stream, a);
     if (e != cudaSuccess) return e;
     return launch(k_attn_merge, dim3(n, d->n_heads), dim3(128), sizeof(float) * g->att_spans,
                   g->stream, a, g->D);
@@ -392,9 +450,21 @@ cudaError_t attn_launch(gpu_model *g, int layer, int T) {
     return cudaSuccess;
 }
 
-int attn_init(int G, int D, int spans) {
+/* The kernels' shared memory for the model's heads, and g->att_nb: two tile buffers where
+ * they fit (and g->att_nb asked for two), else one. */
+int attn_init(gpu_model *g, int spans) {
+    const int G = g->G, D = g->D;
     if (D % 16 || D > 256 || G > ATT_GMAX) return ERR_UNSUPPORTED;
-    size_t need = attn_smem(G, D), merge = sizeof(float) * (size_t)spans, most = 227 << 10;
+    size_t most = 227 << 10;
+    if (g->att_nb != 1 && attn_kernels[D / 16][1] && attn_smem(G, D, 2) <= most) {
+        g->att_nb = 2;
+        CK(cudaFuncSetAttribute(attn_kernels[D / 16][1],
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)attn_smem(G, D, 2)));
+    } else {
+        g->att_nb = 1;
+    }
+    size_t need = attn_smem(G, D, 1), merge = sizeof(float) * (size_t)spans;
     if (need > most || merge > most) {
         log_error("GPU attention needs %zu KB of shared memory for head_dim %d, %d query heads per "
                   "kv head and %d positions; the GPU has %zu KB a block",
@@ -402,8 +472,8 @@ int attn_init(int G, int D, int spans) {
         log_hint("run on the CPU (without --gpu)");
         return ERR_UNSUPPORTED;
     }
-    CK(cudaFuncSetAttribute(attn_kernels[D / 16], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            (int)attn_smem(G, D)));
+    CK(cudaFuncSetAttribute(attn_kernels[D / 16][0], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)attn_smem(G, D, 1)));
     CK(cudaFuncSetAttribute(k_attn_merge, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)(sizeof(float) * spans)));
     return OK;

@@ -264,6 +264,9 @@ struct gpu_model {
     int att_rows;               /* rows per attention launch (GPU_GROUP..GPU_ROWS) */
     int att_wide;               /* 0: GPU_GROUP rows per attention launch always */
     int att_grid;               /* attention blocks per launch (they loop over the work items) */
+    int att_nb;  /* 2: the two-buffer attention kernel is there (one block a SM, loading the
+                  * next item's tiles meanwhile), 1: only the one-buffer kernel (two a SM) */
+    int att_few; /* this pass has at most one attention item per SM: two buffers (attn_choose) */
     float *taps;                /* [GPU_ROWS][n_taps][H] hidden-state taps, or NULL */
     int tap_of[GPU_MAX_LAYERS]; /* tap slot of each layer, -1 for none */
     int n_taps;
@@ -276,7 +279,7 @@ struct gpu_model {
     int32_t *dsel;    /* [GPU_ROWS] the rows of a pass whose logits are wanted (MODE_SEL) */
     int32_t *hsel;    /* pinned copy */
     cudaStream_t stream;
-    gpu_graph graphs[GPU_GROUP + 1][GPU_MODES];
+    gpu_graph graphs[GPU_GROUP + 1][GPU_MODES][2]; /* [rows][mode][att_few] */
     int use_graphs, use_pdl, slots, even_split, early_merge, sel_rows;
     int sms;  /* streaming multiprocessors */
     int gemm; /* passes over GPU_GROUP rows: 1 one launch (gemm.cu) where it fills the GPU, 2
@@ -373,7 +376,8 @@ int mm_init(void); /* shared-memory limits of the matmul kernels */
 
 cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T);
 cudaError_t attn_launch(gpu_model *g, int layer, int T);
-int attn_init(int G, int D, int spans);
+void attn_choose(gpu_model *g); /* att_few for the pass in g->hsp */
+int attn_init(gpu_model *g, int spans);
 
 cudaError_t embed_launch(gpu_model *g, int T);
 cudaError_t tap_launch(gpu_model *g, int slot, int T); /* rows of x into tap slot */

@@ -101,10 +101,11 @@ extern "C" const char *gpu_device_name(void) {
 static void drop_graphs(gpu_model *g) {
     for (int t = 0; t <= GPU_GROUP; t++)
         for (int m = 0; m < GPU_MODES; m++)
-            if (g->graphs[t][m].exec) {
-                cudaGraphExecDestroy(g->graphs[t][m].exec);
-                g->graphs[t][m].exec = NULL;
-            }
+            for (int f = 0; f < 2; f++)
+                if (g->graphs[t][m][f].exec) {
+                    cudaGraphExecDestroy(g->graphs[t][m][f].exec);
+                    g->graphs[t][m][f].exec = NULL;
+                }
 }
 
 extern "C" void gpu_model_free(gpu_model *g) {
@@ -280,14 +281,15 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->sms = sms;
     g->att_rows = GPU_GROUP; /* att_reserve sets it with the first cache */
     g->slots = sms * env_int("DSPARK_GPU_BLOCKS_PER_SM", 2);
-    g->att_grid = sms * env_int("DSPARK_GPU_ATT_BLOCKS_PER_SM", 2);
+    g->att_nb = env_int("DSPARK_GPU_ATT_NB", 2); /* 1: never two buffers; attn_init may take 1 */
     for (int i = 0; i < GPU_MAX_LAYERS; i++) g->tap_of[i] = -1;
     gpu_pdl_on = env_int("DSPARK_GPU_PDL", 1);
     g->layers = (dlayer *)calloc((size_t)d->n_layers, sizeof *g->layers);
     rc = g->layers ? OK : ERR_NOMEM;
     if (!rc && (cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking) != cudaSuccess ||
-                mm_init() || attn_init(g->G, g->D, d->max_pos / ATT_SPAN + 1)))
+                mm_init() || attn_init(g, d->max_pos / ATT_SPAN + 1)))
         rc = ERR_UNSUPPORTED;
+    g->att_grid = sms * env_int("DSPARK_GPU_ATT_BLOCKS_PER_SM", 2); /* one-buffer blocks */
     if (!rc) rc = upload(g, d);
     if (!rc) rc = alloc_state(g);
     if (rc) {
@@ -546,7 +548,7 @@ static cudaError_t enqueue(gpu_model *g, int T, int mode, int n_sel) {
 /* The graph of T rows in this mode, captured on first use; NULL when capture fails (graphs
  * are then turned off and passes launch directly). */
 static cudaGraphExec_t graph_for(gpu_model *g, int T, int mode) {
-    gpu_graph *gr = &g->graphs[T][mode];
+    gpu_graph *gr = &g->graphs[T][mode][g->att_few];
     if (gr->exec) return gr->exec;
     cudaGraph_t graph = NULL;
     if (cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
@@ -592,6 +594,7 @@ static int put_params(gpu_model *g, const pass_seq *seqs, int n, int T) {
     }
     CK(cudaMemcpyAsync(g->dsp, sp, offsetof(step_params, ids) + sizeof(int32_t) * (size_t)T,
                        cudaMemcpyHostToDevice, g->stream));
+    attn_choose(g);
     return OK;
 }
 

@@ -114,6 +114,7 @@ extern "C" int gpu_profile(gpu_model *g, gpu_kv *kv, int pos0, int n, gpu_op_tim
     sp->seq[0] = seq_of(0, n, pos0, kv, 0);
     for (int i = 0; i < n; i++) sp->ids[i] = 0, sp->row_seq[i] = 0;
     CK(cudaMemcpy(g->dsp, sp, sizeof *sp, cudaMemcpyHostToDevice));
+    attn_choose(g);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
