@@ -96,6 +96,11 @@ int gpu_ctx_append(struct gpu_model *g, struct gpu_kv *kv, int pos0, const float
     return ERR_UNSUPPORTED;
 }
 
+int gpu_markov_bias(struct gpu_model *g, const int32_t *prev, int n, float *const *bias) {
+    (void)g, (void)prev, (void)n, (void)bias;
+    return ERR_UNSUPPORTED;
+}
+
 int gpu_set_taps(struct gpu_model *g, const int *layers, int n) {
     (void)g, (void)layers, (void)n;
     return ERR_UNSUPPORTED;

@@ -44,6 +44,10 @@ struct gpu_model_desc {
     struct gpu_weight fc;
     const float *hidden_norm;
     const struct gpu_model *share;
+    /* DSpark's Markov head (bias(prev) = W2 · W1[prev]): w1 and w2 [vocab, r] each, r at most
+     * hidden; data NULL: none. Uploaded where W2 is large enough to pay for a device round
+     * trip (else gpu_markov_bias refuses and the caller uses the CPU). */
+    struct gpu_weight markov_w1, markov_w2;
 };
 
 int gpu_available(void); /* 1 when a CUDA build finds a device */
@@ -96,6 +100,9 @@ int gpu_forward_batch(struct gpu_model *g, struct gpu_seq_io *seqs, int n);
  * hidden_norm, then each layer's k (normed, roped) and v written into kv, as the CPU's
  * block_ctx_append() computes them. */
 int gpu_ctx_append(struct gpu_model *g, struct gpu_kv *kv, int pos0, const float *fused, int n);
+/* DSpark's Markov bias for n previous tokens: bias[i][vocab] = W2 · W1[prev[i]] (host rows).
+ * ERR_UNSUPPORTED when the model has no Markov head on the device. */
+int gpu_markov_bias(struct gpu_model *g, const int32_t *prev, int n, float *const *bias);
 /* Hidden-state taps: the residual stream leaving each of layers[0..n) (n <= 16), reported by
  * gpu_forward_batch() in this order. n = 0 turns them off. */
 int gpu_set_taps(struct gpu_model *g, const int *layers, int n);

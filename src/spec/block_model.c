@@ -160,6 +160,8 @@ static int upload_gpu(struct block_model *bm) {
         .fc = {bm->fc.data, bm->fc.dtype, H, H * bm->n_taps},
         .hidden_norm = bm->hidden_norm,
         .share = model_gpu(bm->target),
+        .markov_w1 = {bm->w1.data, bm->w1.dtype, V, c->markov_rank},
+        .markov_w2 = {bm->w2.data, bm->w2.dtype, V, c->markov_rank},
     };
     int rc = gpu_model_new(&d, &bm->gpu);
     free(ls);
@@ -557,6 +559,7 @@ static const float *w1_row(struct block_model *bm, int32_t prev, float *out) {
 
 void block_markov_bias(struct block_state *st, int32_t prev, float *bias) {
     struct block_model *bm = st->bm;
+    if (bm->gpu && !gpu_markov_bias(bm->gpu, &prev, 1, &bias)) return;
     cpu_matmul(bm->pool, bias, w1_row(bm, prev, bm->w1row), bm->w2.data, bm->w2.dtype, NULL, 1,
                bm->cfg.markov_rank, bm->cfg.vocab_size);
 }
@@ -564,6 +567,7 @@ void block_markov_bias(struct block_state *st, int32_t prev, float *bias) {
 void block_markov_bias_batch(struct block_model *bm, const int32_t *prev, int n,
                              float *const *bias) {
     int r = bm->cfg.markov_rank, V = bm->cfg.vocab_size;
+    if (bm->gpu && !gpu_markov_bias(bm->gpu, prev, n, bias)) return; /* else on the CPU */
     for (int done = 0; done < n; done += LOGIT_CHUNK) {
         int m = n - done < LOGIT_CHUNK ? n - done : LOGIT_CHUNK;
         for (int i = 0; i < m; i++) w1_row(bm, prev[done + i], bm->gin + (size_t)i * r);

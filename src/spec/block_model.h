@@ -3,8 +3,8 @@
  * row, ctx = hidden_norm(fc(taps)), whose keys and values every drafter layer caches once.
  * A block [anchor, mask, ...] then runs through the drafter layers at the next positions,
  * attending to the whole context and to the whole block (no causal mask).
- * On the GPU (when the target runs there) the layers, the context cache and lm_head live in
- * device memory; the Markov and confidence heads stay on the host.
+ * On the GPU (when the target runs there) the layers, the context cache, lm_head and a large
+ * Markov head live in device memory; the confidence head stays on the host.
  * struct block_model holds weights and the activation scratch, and is shared by the states of
  * one thread (it uses the target's thread pool, which admits one user at a time); struct
  * block_state is one sequence's context cache. The target model must outlive both

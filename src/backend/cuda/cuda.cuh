@@ -239,6 +239,9 @@ struct gpu_model {
     float *ctx_in; /* [GPU_ROWS, fc K] fused taps of a context chunk */
     uint16_t *xt;  /* their xb */
     float *hid;    /* [GPU_ROWS, H] rows after the final norm, brought back with the logits */
+    dmat markov;   /* DSpark's Markov W2 [V, r] (markov.w NULL: none) */
+    const void *markov_w1; /* W1 [V, r] row-major in its stored type */
+    int markov_dtype;
     int H, D, QD, KD, I, V, QKV, G;
     int KT_H, KT_QD, KT_I; /* k-tiles of the matmul inputs */
     const void *embed;     /* row-major [V, H], stored type */
@@ -386,6 +389,9 @@ cudaError_t norm_sel_launch(gpu_model *g, uint16_t *xb, const float *w, const in
 cudaError_t swiglu_launch(gpu_model *g, int T);
 cudaError_t argmax_launch(gpu_model *g, int n);
 cudaError_t split_launch(gpu_model *g, uint16_t *xb, const float *x, int K, int KT, int T);
+/* xb rows t < n (K = r) = rows ids[t] (device) of the row-major [*, r] matrix w of type dt */
+cudaError_t gather_launch(gpu_model *g, uint16_t *xb, const void *w, int dt, int r,
+                          const int32_t *ids, int n);
 cudaError_t unsplit_launch(gpu_model *g, float *x, const uint16_t *xb, int K, int KT, int T);
 
 #endif

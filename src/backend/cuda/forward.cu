@@ -150,7 +150,8 @@ static int upload(gpu_model *g, const gpu_model_desc *d) {
     /* scratch for one row-major BF16 matrix on its way to fragments */
     size_t scratch_bytes = (size_t)V * H;
     size_t big[] = {(size_t)(QD + 2 * KD) * H, (size_t)2 * I * H, (size_t)H * I, (size_t)H * QD,
-                    d->fc.data ? (size_t)H * d->fc.cols : 0};
+                    d->fc.data ? (size_t)H * d->fc.cols : 0,
+                    d->markov_w2.data ? (size_t)d->markov_w2.rows * d->markov_w2.cols : 0};
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
         if (big[i] > scratch_bytes) scratch_bytes = big[i];
     scratch_bytes *= 2; /* bytes of bf16 */
@@ -175,6 +176,22 @@ static int upload(gpu_model *g, const gpu_model_desc *d) {
     if (!rc && d->fc.data) {
         rc = up_mat(g, &g->fc, fc, 1, 0, scratch);
         if (!rc) rc = up_vec(g, d->hidden_norm, (size_t)H, &g->hidden_norm);
+    }
+    /* DSpark's Markov head where its W2 is large enough that one pass over it on the device
+     * (a round trip of some 25 us) beats the CPU: 2 MB and up, i.e. real checkpoints (78 MB at
+     * rank 256 over a 152k vocabulary); models/pycoder's 0.5 MB measured faster on the CPU.
+     * DSPARK_GPU_MARKOV=1 always, 0 never. */
+    const gpu_weight *w2[] = {&d->markov_w2};
+    size_t b = (size_t)d->markov_w1.rows * d->markov_w1.cols * dtype_size(d->markov_w1.dtype);
+    int markov = env_int("DSPARK_GPU_MARKOV", -1);
+    if (markov < 0) markov = b >= ((size_t)2 << 20);
+    if (!rc && markov && d->markov_w2.data && d->markov_w1.data && d->markov_w2.cols <= H) {
+        void *w1;
+        if (!(rc = dev_alloc(g, &w1, b)) &&
+            cudaMemcpy(w1, d->markov_w1.data, b, cudaMemcpyHostToDevice) != cudaSuccess)
+            rc = ERR_NOMEM;
+        g->markov_w1 = w1, g->markov_dtype = d->markov_w1.dtype;
+        if (!rc) rc = up_mat(g, &g->markov, w2, 1, 0, scratch);
     }
     if (!rc) rc = up_vec(g, d->final_norm, (size_t)H, &g->final_norm);
     if (!rc) rc = up_vec(g, d->inv_freq, (size_t)D / 2, &g->inv_freq);
@@ -217,6 +234,7 @@ static int alloc_state(gpu_model *g) {
     size_t R = GPU_ROWS, groups = GPU_ROWS / GPU_GROUP;
     size_t parts = part_floats(&g->lm_head);
     if (g->fc.w && part_floats(&g->fc) > parts) parts = part_floats(&g->fc);
+    if (g->markov.w && part_floats(&g->markov) > parts) parts = part_floats(&g->markov);
     for (int i = 0; i < d->n_layers; i++) {
         const dlayer *l = &g->layers[i];
         const dmat *ms[] = {&l->qkv, &l->o, &l->gu, &l->down};
@@ -782,6 +800,27 @@ extern "C" int gpu_ctx_append(gpu_model *g, gpu_kv *kv, int pos0, const float *f
                            cudaMemcpyHostToDevice, g->stream));
         CK(enqueue_ctx(g, m));
         CK(cudaStreamSynchronize(g->stream)); /* the pinned parameters are reused next pass */
+        CK(cudaGetLastError());
+    }
+    return OK;
+}
+
+/* W1's rows of the previous tokens split into xa (K = r <= H fits its layout), W2 over them
+ * into the logits buffer, each row out to its host bias */
+extern "C" int gpu_markov_bias(gpu_model *g, const int32_t *prev, int n, float *const *bias) {
+    if (!g->markov.w) return ERR_UNSUPPORTED;
+    const int V = g->markov.M, r = g->markov.K;
+    for (int done = 0; done < n; done += GPU_ROWS) {
+        int m = n - done < GPU_ROWS ? n - done : GPU_ROWS;
+        memcpy(g->hsel, prev + done, sizeof(int32_t) * (size_t)m);
+        CK(cudaMemcpyAsync(g->dsel, g->hsel, sizeof(int32_t) * (size_t)m, cudaMemcpyHostToDevice,
+                           g->stream));
+        CK(gather_launch(g, g->xa, g->markov_w1, g->markov_dtype, r, g->dsel, m));
+        CK(mm_rows(g, &g->markov, g->xa, m, EPI_STORE, g->logits, V, NULL, NULL, NULL, NULL, NULL));
+        for (int i = 0; i < m; i++)
+            CK(cudaMemcpyAsync(bias[done + i], g->logits + (size_t)i * V, sizeof(float) * V,
+                               cudaMemcpyDeviceToHost, g->stream));
+        CK(cudaStreamSynchronize(g->stream)); /* hsel is reused */
         CK(cudaGetLastError());
     }
     return OK;

@@ -154,3 +154,19 @@ cudaError_t unsplit_launch(gpu_model *g, float *x, const uint16_t *xb, int K, in
     return launch(k_unsplit, dim3(cdiv((size_t)T * K, 256)), dim3(256), 0, g->stream, x, xb, K, KT,
                   T);
 }
+
+__global__ void k_gather(uint16_t *xb, int KT, const void *w, int dt, int r, const int32_t *ids,
+                         int n) {
+    pdl_wait();
+    pdl_launch();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)n * r) return;
+    int t = (int)(i / r), k = (int)(i % r);
+    xb_put(xb, n, KT, t, k, load_w(w, dt, (size_t)ids[t] * r + k));
+}
+
+cudaError_t gather_launch(gpu_model *g, uint16_t *xb, const void *w, int dt, int r,
+                          const int32_t *ids, int n) {
+    return launch(k_gather, dim3(cdiv((size_t)n * r, 256)), dim3(256), 0, g->stream, xb,
+                  (r + 15) / 16, w, dt, r, ids, n);
+}
