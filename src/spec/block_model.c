@@ -150,7 +150,10 @@ static int upload_gpu(struct block_model *bm) {
         .n_kv_heads = c->n_kv_heads,
         .head_dim = c->head_dim,
         .vocab = c->vocab_size,
-        .max_pos = c->max_pos,
+        /* its contexts follow the target's sequences (the CPU drafter has no limit either) */
+        .max_pos = c->max_pos > model_config(bm->target)->max_pos + c->block_size
+                       ? c->max_pos
+                       : model_config(bm->target)->max_pos + c->block_size,
         .rms_eps = c->rms_eps,
         .inv_freq = bm->inv_freq,
         .embed = {bm->embed.data, bm->embed.dtype, V, H},

@@ -396,6 +396,10 @@ static void block_pycoder(const char *dir) {
     CHECK(block_forward_batch(&sl, &ids[0], 1, B, &hl, &ll) == 0);
     int reload =
         !memcmp(hl, ha[0], sizeof(float) * B * H) && !memcmp(ll, la[0], sizeof(float) * B * V);
+    /* the hidden rows alone (no logits asked for) are the same rows */
+    memset(hl, 0, sizeof(float) * B * H);
+    CHECK(block_forward(sl, block[0], B, hl, NULL) == 0);
+    reload = reload && !memcmp(hl, ha[0], sizeof(float) * B * H);
     /* DSpark's Markov bias, on the device beside a GPU target (forced for this small head) */
     double eb = 0;
     if (block_has_markov(bg)) {

@@ -450,6 +450,20 @@ cudaError_t attn_launch(gpu_model *g, int layer, int T) {
     return cudaSuccess;
 }
 
+/* The kernels' dynamic shared memory limit, for the whole process: raised to what each model
+ * loaded needs, never lowered (a drafter's smaller heads must not cut its target's limit). */
+static int raise_smem(const void *k, size_t bytes) {
+    static const void *seen[40];
+    static size_t most[40];
+    int i = 0;
+    while (i < 40 && seen[i] && seen[i] != k) i++;
+    if (i == 40) return ERR_UNSUPPORTED;
+    if (seen[i] && most[i] >= bytes) return OK;
+    CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    seen[i] = k, most[i] = bytes;
+    return OK;
+}
+
 /* The kernels' shared memory for the model's heads, and g->att_nb: two tile buffers where
  * they fit (and g->att_nb asked for two), else one. */
 int attn_init(gpu_model *g, int spans) {
@@ -458,9 +472,8 @@ int attn_init(gpu_model *g, int spans) {
     size_t most = 227 << 10;
     if (g->att_nb != 1 && attn_kernels[D / 16][1] && attn_smem(G, D, 2) <= most) {
         g->att_nb = 2;
-        CK(cudaFuncSetAttribute(attn_kernels[D / 16][1],
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)attn_smem(G, D, 2)));
+        if (raise_smem((const void *)attn_kernels[D / 16][1], attn_smem(G, D, 2)))
+            return ERR_UNSUPPORTED;
     } else {
         g->att_nb = 1;
     }
@@ -472,9 +485,8 @@ int attn_init(gpu_model *g, int spans) {
         log_hint("run on the CPU (without --gpu)");
         return ERR_UNSUPPORTED;
     }
-    CK(cudaFuncSetAttribute(attn_kernels[D / 16][0], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            (int)attn_smem(G, D, 1)));
-    CK(cudaFuncSetAttribute(k_attn_merge, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            (int)(sizeof(float) * spans)));
+    if (raise_smem((const void *)attn_kernels[D / 16][0], attn_smem(G, D, 1)) ||
+        raise_smem((const void *)k_attn_merge, sizeof(float) * spans))
+        return ERR_UNSUPPORTED;
     return OK;
 }

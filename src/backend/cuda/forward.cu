@@ -31,6 +31,7 @@ int dev_alloc(gpu_model *g, void **p, size_t bytes) {
     }
     cudaError_t e = cudaMalloc(p, bytes ? bytes : 16);
     if (e != cudaSuccess) {
+        cudaGetLastError(); /* or the next check of any model would report it again */
         log_error("cannot allocate %.1f MB on the GPU: %s", (double)bytes / 1e6,
                   cudaGetErrorString(e));
         return ERR_NOMEM;
@@ -312,6 +313,7 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     if (!rc) rc = alloc_state(g);
     if (rc) {
         gpu_model_free(g);
+        cudaGetLastError(); /* a failed load leaves no error for the models that stay */
         return rc;
     }
     *out = g;
@@ -407,9 +409,10 @@ static int copy_rows(void *dst, size_t dp, const void *src, size_t sp, int n, in
     if (n <= 0) return OK;
     CK(cudaMemcpy2D(dst, dp * sizeof(float), src, sp * sizeof(float), (size_t)n * D * sizeof(float),
                     (size_t)heads, kind));
-    /* a copy within the device does not make the host wait, and the passes run on a stream
-     * that does not wait for the default one: finish it before the next pass reads the rows */
-    if (kind == cudaMemcpyDeviceToDevice) CK(cudaDeviceSynchronize());
+    /* a copy within the device, or from pageable host memory, may return before its rows have
+     * landed, and the passes run on a stream that does not wait for the default one: finish
+     * it before the next pass reads the rows */
+    if (kind != cudaMemcpyDeviceToHost) CK(cudaDeviceSynchronize());
     return OK;
 }
 
@@ -652,7 +655,7 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
         size_t at = s->all_rows ? (size_t)done[i] : 0;
         /* MODE_LAST computes only the pass's last row; SEL the wanted rows in order */
         dev[i] = all_mode ? r0 : sel_mode ? k : 0;
-        if (rows && (s->logits || s->out_ids)) k += rows;
+        if (rows && (s->logits || s->out_ids || (s->hidden && g->hid))) k += rows;
         if (rows && s->logits)
             CK(cudaMemcpyAsync(s->logits + at * V, g->logits + (size_t)dev[i] * V,
                                sizeof(float) * (size_t)rows * V, cudaMemcpyDeviceToHost,
@@ -714,7 +717,8 @@ extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
                 idx[m++] = i;
                 T += take;
                 if (rows_out(&io_k[i], done[i], take)) {
-                    out |= io_k[i].logits != NULL || io_k[i].out_ids != NULL;
+                    out |= io_k[i].logits != NULL || io_k[i].out_ids != NULL ||
+                           (io_k[i].hidden != NULL && g->hid != NULL);
                     ids |= io_k[i].out_ids != NULL;
                     all |= io_k[i].all_rows;
                 }
@@ -730,7 +734,7 @@ extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
             if (T > GPU_GROUP && g->sel_rows && (mode == MODE_ALL || mode == MODE_GREEDY_ALL)) {
                 for (int j = 0, row = 0; j < m; row += ps[j].n, j++) {
                     const gpu_seq_io *s = &io_k[idx[j]];
-                    if (!s->logits && !s->out_ids) continue;
+                    if (!s->logits && !s->out_ids && !(s->hidden && g->hid)) continue;
                     for (int r = ps[j].n - rows_out(s, done[idx[j]], ps[j].n); r < ps[j].n; r++)
                         g->hsel[n_sel++] = row + r;
                 }
