@@ -1,6 +1,6 @@
 /* backend/gpu.c: the registry's one #ifdef: without HAVE_CUDA the GPU backend is absent and
- * every entry point says so; with it, backend/cuda/forward.cu provides them, except
- * gpu_runtime_info(), which asks the CUDA runtime here. */
+ * every entry point says so; with it, backend/cuda/ (forward.cu, kv.cu, profile.cu) provides
+ * them, except gpu_runtime_info(), which asks the CUDA runtime here. */
 #include "backend/gpu.h"
 
 #include "base/err.h"

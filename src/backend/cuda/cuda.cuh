@@ -343,6 +343,7 @@ static inline unsigned cdiv(size_t n, size_t per) {
 
 /* ---- host side ---- */
 int dev_alloc(gpu_model *g, void **p, size_t bytes); /* freed with the model (forward.cu) */
+void drop_graphs(gpu_model *g); /* captured graphs to capture again (forward.cu) */
 enum { EPI_STORE, EPI_RESID, EPI_SWIGLU, EPI_QKV };
 
 /* What the fused q|k|v epilogue needs: per-head RMSNorm, RoPE, q out, k/v into the cache. */
