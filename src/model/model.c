@@ -105,11 +105,12 @@ static void weights_to_hugepages(struct model *m) {
 
 #define W(w, r, cl) ((struct gpu_weight){(w).data, (w).dtype, (r), (cl)})
 
-struct gpu_layer_desc *model_gpu_layers(const struct hf_config *c, const struct layer *layers) {
+int model_gpu_desc(const struct hf_config *c, const struct layer *layers, const float *inv_freq,
+                   struct gpu_model_desc *d) {
     int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
     int64_t QD = (int64_t)c->n_heads * D, KD = (int64_t)c->n_kv_heads * D;
     struct gpu_layer_desc *ls = calloc((size_t)c->n_layers, sizeof *ls);
-    if (!ls) return NULL;
+    if (!ls) return ERR_NOMEM;
     for (int i = 0; i < c->n_layers; i++) {
         const struct layer *l = &layers[i];
         ls[i] = (struct gpu_layer_desc){
@@ -118,7 +119,21 @@ struct gpu_layer_desc *model_gpu_layers(const struct hf_config *c, const struct 
             l->attn_norm,    l->ffn_norm,     l->q_norm,       l->k_norm,
         };
     }
-    return ls;
+    *d = (struct gpu_model_desc){
+        .n_layers = c->n_layers,
+        .hidden = (int)H,
+        .ffn = (int)I,
+        .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads,
+        .head_dim = (int)D,
+        .vocab = c->vocab_size,
+        .max_pos = c->max_pos,
+        .window = c->sliding_window,
+        .rms_eps = c->rms_eps,
+        .inv_freq = inv_freq,
+        .layers = ls,
+    };
+    return OK;
 }
 
 struct gpu_model *model_gpu(struct model *m) {
@@ -134,27 +149,13 @@ static int upload_gpu(struct model *m) {
         return ERR_UNSUPPORTED;
     }
     int64_t H = c->hidden_size;
-    struct gpu_layer_desc *ls = model_gpu_layers(c, m->layers);
-    if (!ls) return ERR_NOMEM;
-    struct gpu_model_desc d = {
-        .n_layers = c->n_layers,
-        .hidden = (int)H,
-        .ffn = c->intermediate_size,
-        .n_heads = c->n_heads,
-        .n_kv_heads = c->n_kv_heads,
-        .head_dim = c->head_dim,
-        .vocab = c->vocab_size,
-        .max_pos = c->max_pos,
-        .window = c->sliding_window,
-        .rms_eps = c->rms_eps,
-        .inv_freq = m->inv_freq,
-        .embed = W(m->embed, c->vocab_size, H),
-        .lm_head = W(m->lm_head, c->vocab_size, H),
-        .final_norm = m->final_norm,
-        .layers = ls,
-    };
+    struct gpu_model_desc d;
+    if (model_gpu_desc(c, m->layers, m->inv_freq, &d)) return ERR_NOMEM;
+    d.embed = W(m->embed, c->vocab_size, H);
+    d.lm_head = W(m->lm_head, c->vocab_size, H);
+    d.final_norm = m->final_norm;
     int rc = c->head_dim <= 256 ? gpu_model_new(&d, &m->gpu) : ERR_UNSUPPORTED;
-    free(ls);
+    free((void *)d.layers);
     if (rc) log_hint("run on the CPU (without --gpu)");
     return rc;
 }

@@ -84,11 +84,15 @@ int model_forward(struct model *m, struct kv_cache *kv, const int32_t *ids, int 
 int model_forward_greedy(struct model *m, struct kv_cache *kv, const int32_t *ids, int n,
                          int32_t *out, int all_rows);
 int model_on_gpu(const struct model *m); /* 1 when the forward runs on the GPU */
-/* The device model (NULL on the CPU), and the GPU description of layers[0..c->n_layers)
- * (calloc'd; for models that run beside this one, such as block drafters). */
+/* The device model (NULL on the CPU), and the GPU description of a model of config c with
+ * layers[0..c->n_layers) (its shape, inv_freq and layers, d->layers calloc'd for the caller
+ * to free; embedding, head and norms are the caller's to fill): for this model and for
+ * models that run beside it, such as block drafters. */
 struct gpu_model *model_gpu(struct model *m);
 struct layer;
-struct gpu_layer_desc *model_gpu_layers(const struct hf_config *c, const struct layer *layers);
+struct gpu_model_desc;
+int model_gpu_desc(const struct hf_config *c, const struct layer *layers, const float *inv_freq,
+                   struct gpu_model_desc *d);
 /* For benchmarks of a model on the GPU: gpu_profile() of passes of n rows after the cache's
  * contents. ERR_UNSUPPORTED on the CPU. */
 struct gpu_op_time;

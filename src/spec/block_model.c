@@ -140,34 +140,22 @@ static void place_weights(struct block_model *bm) {
 static int upload_gpu(struct block_model *bm) {
     const struct hf_config *c = &bm->cfg;
     int64_t H = c->hidden_size, V = c->vocab_size;
-    struct gpu_layer_desc *ls = model_gpu_layers(c, bm->layers);
-    if (!ls) return ERR_NOMEM;
-    struct gpu_model_desc d = {
-        .n_layers = c->n_layers,
-        .hidden = (int)H,
-        .ffn = c->intermediate_size,
-        .n_heads = c->n_heads,
-        .n_kv_heads = c->n_kv_heads,
-        .head_dim = c->head_dim,
-        .vocab = c->vocab_size,
-        /* its contexts follow the target's sequences (the CPU drafter has no limit either) */
-        .max_pos = c->max_pos > model_config(bm->target)->max_pos + c->block_size
-                       ? c->max_pos
-                       : model_config(bm->target)->max_pos + c->block_size,
-        .rms_eps = c->rms_eps,
-        .inv_freq = bm->inv_freq,
-        .embed = {bm->embed.data, bm->embed.dtype, V, H},
-        .lm_head = {bm->head.data, bm->head.dtype, V, H},
-        .final_norm = bm->norm,
-        .layers = ls,
-        .fc = {bm->fc.data, bm->fc.dtype, H, H * bm->n_taps},
-        .hidden_norm = bm->hidden_norm,
-        .share = model_gpu(bm->target),
-        .markov_w1 = {bm->w1.data, bm->w1.dtype, V, c->markov_rank},
-        .markov_w2 = {bm->w2.data, bm->w2.dtype, V, c->markov_rank},
-    };
+    struct gpu_model_desc d;
+    if (model_gpu_desc(c, bm->layers, bm->inv_freq, &d)) return ERR_NOMEM;
+    /* its contexts follow the target's sequences (the CPU drafter has no limit either) */
+    int most = model_config(bm->target)->max_pos + c->block_size;
+    if (d.max_pos < most) d.max_pos = most;
+    d.window = 0; /* the block attends to its whole context */
+    d.embed = (struct gpu_weight){bm->embed.data, bm->embed.dtype, V, H};
+    d.lm_head = (struct gpu_weight){bm->head.data, bm->head.dtype, V, H};
+    d.final_norm = bm->norm;
+    d.fc = (struct gpu_weight){bm->fc.data, bm->fc.dtype, H, H * bm->n_taps};
+    d.hidden_norm = bm->hidden_norm;
+    d.share = model_gpu(bm->target);
+    d.markov_w1 = (struct gpu_weight){bm->w1.data, bm->w1.dtype, V, c->markov_rank};
+    d.markov_w2 = (struct gpu_weight){bm->w2.data, bm->w2.dtype, V, c->markov_rank};
     int rc = gpu_model_new(&d, &bm->gpu);
-    free(ls);
+    free((void *)d.layers);
     if (rc) log_info("the drafter runs on the CPU beside its GPU target (slower; see above)");
     return rc;
 }

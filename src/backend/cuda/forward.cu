@@ -345,19 +345,23 @@ static int fuses_norm(const gpu_model *g, int li, int T) {
     return T <= FUSE_NORM_ROWS && l->o.mma && l->down.mma;
 }
 
+/* layer li's q|k|v of the T rows in xa: q normed and roped, k and v into the caches */
+static cudaError_t qkv_rows(gpu_model *g, int li, int T) {
+    const dlayer *l = &g->layers[li];
+    if (l->qkv.mma && 128 % g->D == 0) { /* norm, RoPE and the cache append in the epilogue */
+        qkv_epi qe = {g->dsp,          g->q, l->q_norm, l->k_norm,   g->inv_freq, g->d.n_heads,
+                      g->d.n_kv_heads, g->D, li,        g->d.rms_eps};
+        return mm_rows(g, &l->qkv, g->xa, T, EPI_QKV, NULL, 0, l->bqkv, NULL, &qe, NULL, NULL);
+    }
+    E(mm_rows(g, &l->qkv, g->xa, T, EPI_STORE, g->qkv, g->QKV, l->bqkv, NULL, NULL, NULL, NULL));
+    return rope_launch(g, l, li, T);
+}
+
 static cudaError_t layer(gpu_model *g, int li, int T) {
     const dlayer *l = &g->layers[li];
     int fuse = fuses_norm(g, li, T);
     if (li == 0 || !fuses_norm(g, li - 1, T)) E(norm_launch(g, g->xa, l->attn_norm, 0, T));
-    if (l->qkv.mma && 128 % g->D == 0) { /* norm, RoPE and the cache append in the epilogue */
-        qkv_epi qe = {g->dsp,          g->q, l->q_norm, l->k_norm,   g->inv_freq, g->d.n_heads,
-                      g->d.n_kv_heads, g->D, li,        g->d.rms_eps};
-        E(mm_rows(g, &l->qkv, g->xa, T, EPI_QKV, NULL, 0, l->bqkv, NULL, &qe, NULL, NULL));
-    } else {
-        E(mm_rows(g, &l->qkv, g->xa, T, EPI_STORE, g->qkv, g->QKV, l->bqkv, NULL, NULL, NULL,
-                  NULL));
-        E(rope_launch(g, l, li, T));
-    }
+    E(qkv_rows(g, li, T));
     E(attn_launch(g, li, T));
     E(mm_rows(g, &l->o, g->xo, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
               fuse ? l->ffn_norm : NULL, g->xf));
@@ -465,6 +469,12 @@ static int pass(gpu_model *g, const pass_seq *seqs, int n, int T, int mode, int 
     return OK;
 }
 
+/* whether a sequence asks for anything of its rows: logits, greedy ids, or (drafters) hidden
+ * rows */
+static int wants_rows(const gpu_model *g, const gpu_seq_io *s) {
+    return s->logits || s->out_ids || (s->hidden && g->hid);
+}
+
 /* Of a sequence's n rows in a pass (done before it), the last rows_out() are those whose
  * logits or greedy ids it asked for: all of them, its last row when the pass holds it, or none */
 static int rows_out(const gpu_seq_io *s, int done, int n) {
@@ -484,7 +494,7 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
         size_t at = s->all_rows ? (size_t)done[i] : 0;
         /* MODE_LAST computes only the pass's last row; SEL the wanted rows in order */
         dev[i] = all_mode ? r0 : sel_mode ? k : 0;
-        if (rows && (s->logits || s->out_ids || (s->hidden && g->hid))) k += rows;
+        if (rows && wants_rows(g, s)) k += rows;
         if (rows && s->logits)
             CK(cudaMemcpyAsync(s->logits + at * V, g->logits + (size_t)dev[i] * V,
                                sizeof(float) * (size_t)rows * V, cudaMemcpyDeviceToHost,
@@ -546,8 +556,7 @@ extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
                 idx[m++] = i;
                 T += take;
                 if (rows_out(&io_k[i], done[i], take)) {
-                    out |= io_k[i].logits != NULL || io_k[i].out_ids != NULL ||
-                           (io_k[i].hidden != NULL && g->hid != NULL);
+                    out |= wants_rows(g, &io_k[i]);
                     ids |= io_k[i].out_ids != NULL;
                     all |= io_k[i].all_rows;
                 }
@@ -563,7 +572,7 @@ extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
             if (T > GPU_GROUP && g->sel_rows && (mode == MODE_ALL || mode == MODE_GREEDY_ALL)) {
                 for (int j = 0, row = 0; j < m; row += ps[j].n, j++) {
                     const gpu_seq_io *s = &io_k[idx[j]];
-                    if (!s->logits && !s->out_ids && !(s->hidden && g->hid)) continue;
+                    if (!wants_rows(g, s)) continue;
                     for (int r = ps[j].n - rows_out(s, done[idx[j]], ps[j].n); r < ps[j].n; r++)
                         g->hsel[n_sel++] = row + r;
                 }
@@ -604,18 +613,7 @@ static cudaError_t enqueue_ctx(gpu_model *g, int n) {
     E(split_launch(g, g->xt, g->ctx_in, g->fc.K, g->fc.KT, n));
     E(mm_rows(g, &g->fc, g->xt, n, EPI_STORE, g->x, g->H, NULL, NULL, NULL, NULL, NULL));
     E(norm_launch(g, g->xa, g->hidden_norm, 0, n));
-    for (int li = 0; li < g->d.n_layers; li++) {
-        const dlayer *l = &g->layers[li];
-        if (l->qkv.mma && 128 % g->D == 0) {
-            qkv_epi qe = {g->dsp,          g->q, l->q_norm, l->k_norm,   g->inv_freq, g->d.n_heads,
-                          g->d.n_kv_heads, g->D, li,        g->d.rms_eps};
-            E(mm_rows(g, &l->qkv, g->xa, n, EPI_QKV, NULL, 0, l->bqkv, NULL, &qe, NULL, NULL));
-        } else {
-            E(mm_rows(g, &l->qkv, g->xa, n, EPI_STORE, g->qkv, g->QKV, l->bqkv, NULL, NULL, NULL,
-                      NULL));
-            E(rope_launch(g, l, li, n));
-        }
-    }
+    for (int li = 0; li < g->d.n_layers; li++) E(qkv_rows(g, li, n));
     return cudaSuccess;
 }
 
