@@ -83,11 +83,6 @@ __host__ __device__ __forceinline__ int att_lo(int p, int window) {
     return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
 }
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
-}
-
 /* A work item's rows: position, lowest key and the item's valid keys [j0, j1) of the tile
  * (j1 = 0: the span is not one of the row's) */
 static_assert(ATT_SPAN == 64, "the softmax takes two keys a lane");
@@ -270,15 +265,15 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
     };
     int buf = 0;
     att_item cur = fetch(blockIdx.x, 0);
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    cp_async_commit();
     for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
         att_item next = {0, 0, 0, 0};
         if (NB == 2) { /* one group committed per item, possibly empty: wait for all but it */
             next = fetch(item + gridDim.x, buf ^ 1);
-            asm volatile("cp.async.commit_group;" ::: "memory");
-            asm volatile("cp.async.wait_group 1;" ::: "memory");
+            cp_async_commit();
+            cp_async_wait1();
         } else {
-            asm volatile("cp.async.wait_group 0;" ::: "memory");
+            cp_async_wait0();
         }
         __syncthreads();
         const float *Ks = sm + buf * BUF, *Vs = Ks + ATT_SPAN * DP, *Qs = Vs + ATT_SPAN * DP;
@@ -343,7 +338,7 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
         __syncthreads(); /* this buffer is refilled two items on (S, rows: the next item) */
         if (NB == 1) {
             cur = fetch(item + gridDim.x, 0);
-            asm volatile("cp.async.commit_group;" ::: "memory");
+            cp_async_commit();
         } else {
             cur = next, buf ^= 1;
         }

@@ -156,6 +156,22 @@ __device__ inline void norm_row(const float *x, const float *w, int H, float eps
     }
 }
 
+/* ---- asynchronous copies into shared memory (16 bytes a thread; groups committed in turn,
+ * waited for until at most N are still in flight) ---- */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait0(void) {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait1(void) {
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+}
+
 /* ---- programmatic dependent launch ----
  * Every kernel waits for its predecessor before touching activations and only then lets its
  * successor start; work before the wait may read weights only. */
