@@ -3,6 +3,7 @@
  * the target's taps, the fused context rows, the block's layers, logits, Markov bias,
  * confidences and drafts of the first round, and the full greedy speculative traces. */
 #include "test.h"
+#include "unit/golden.h"
 #include "tune/controller.h"
 
 #include "base/fs.h"
@@ -26,13 +27,6 @@ static cJSON *load_json(const char *path) {
     return j;
 }
 
-static int ids_of(const cJSON *a, int32_t *out, int cap) {
-    int n = 0;
-    for (const cJSON *it = a ? a->child : NULL; it && n < cap; it = it->next)
-        out[n++] = (int32_t)it->valuedouble;
-    return n;
-}
-
 static const cJSON *at(const cJSON *o, const char *path) { /* "a.b.c" */
     char buf[128];
     snprintf(buf, sizeof buf, "%s", path);
@@ -51,11 +45,6 @@ static double rel(const char *what, const float *a, const float *b, size_t n) {
     double e = mb > 0 ? md / mb : md;
     printf("  %-28s rel err %.2e\n", what, e);
     return e;
-}
-
-static const float *tensor(struct st_set *st, const char *name, size_t n) {
-    const struct st_tensor *t = st_find(st, name);
-    return t && (size_t)st_numel(t) == n ? t->data : NULL;
 }
 
 static int argmax(const float *x, int n) {
@@ -108,13 +97,13 @@ static void round0(struct fixture *f, int dspark) {
     float *logits = malloc(sizeof(float) * 16 * V), *hid = malloc(sizeof(float) * 16 * H);
     float *lay = malloc(sizeof(float) * dc->n_layers * 16 * H), *bias = malloc(sizeof(float) * V);
     CHECK(model_forward_taps(f->target, kv, f->prompt, L, NULL, 0, fused) == 0);
-    const float *g = tensor(f->gst, "fused_input", (size_t)L * nt * H);
+    const float *g = tensor_of(f->gst, "fused_input", (size_t)L * nt * H);
     REQUIRE(g);
     CHECK(rel("fused taps", fused, g, (size_t)L * nt * H) <= 1e-4);
     struct block_state *st;
     REQUIRE(block_state_new(f->bm, 256, &st) == 0);
     CHECK(block_ctx_append(st, fused, L, ctx) == 0);
-    CHECK(rel("context rows", ctx, tensor(f->gst, "round0.ctx_rows", (size_t)L * H),
+    CHECK(rel("context rows", ctx, tensor_of(f->gst, "round0.ctx_rows", (size_t)L * H),
               (size_t)L * H) <= 1e-4);
     int32_t block[16], want[16], prev[16];
     int nb = ids_of(at(f->gj, "round0.block_input_ids"), block, 16);
@@ -122,18 +111,18 @@ static void round0(struct fixture *f, int dspark) {
     REQUIRE(nb == B);
     CHECK(block_forward(st, block, B, hid, lay) == 0);
     CHECK(rel("block layer outputs", lay,
-              tensor(f->gst, "round0.layer_out", (size_t)dc->n_layers * B * H),
+              tensor_of(f->gst, "round0.layer_out", (size_t)dc->n_layers * B * H),
               (size_t)dc->n_layers * B * H) <= 1e-4);
-    CHECK(rel("block hidden", hid, tensor(f->gst, "round0.block_hidden", (size_t)B * H),
+    CHECK(rel("block hidden", hid, tensor_of(f->gst, "round0.block_hidden", (size_t)B * H),
               (size_t)B * H) <= 1e-4);
     block_logits(st, hid, B, logits);
     int32_t got[16];
     if (dspark) {
-        CHECK(rel("base logits", logits, tensor(f->gst, "round0.base_logits", (size_t)B * V),
+        CHECK(rel("base logits", logits, tensor_of(f->gst, "round0.base_logits", (size_t)B * V),
                   (size_t)B * V) <= 1e-4);
         ids_of(at(f->gj, "round0.prev_ids"), prev, 16);
-        const float *gb = tensor(f->gst, "round0.markov_bias", (size_t)B * V);
-        const float *gc = tensor(f->gst, "round0.corrected_logits", (size_t)B * V);
+        const float *gb = tensor_of(f->gst, "round0.markov_bias", (size_t)B * V);
+        const float *gc = tensor_of(f->gst, "round0.corrected_logits", (size_t)B * V);
         double eb = 0, ec = 0, econf = 0;
         const cJSON *cl = at(f->gj, "round0.confidence_logits");
         int32_t p = block[0];
@@ -155,7 +144,7 @@ static void round0(struct fixture *f, int dspark) {
                econf);
         CHECK(eb <= 1e-4 && ec <= 1e-4 && econf <= 1e-4);
     } else {
-        CHECK(rel("block logits", logits, tensor(f->gst, "round0.block_logits", (size_t)B * V),
+        CHECK(rel("block logits", logits, tensor_of(f->gst, "round0.block_logits", (size_t)B * V),
                   (size_t)B * V) <= 1e-4);
         for (int i = 1; i < B; i++) got[i - 1] = argmax(logits + (size_t)i * V, V);
     }
@@ -165,7 +154,7 @@ static void round0(struct fixture *f, int dspark) {
     int nv = ids_of(at(f->gj, "round0.verify_input_ids"), vin, 17);
     float *vl = malloc(sizeof(float) * 17 * V);
     CHECK(model_forward(f->target, kv, vin, nv, vl, 1) == 0);
-    CHECK(rel("verify logits", vl, tensor(f->gst, "round0.verify_logits", (size_t)nv * V),
+    CHECK(rel("verify logits", vl, tensor_of(f->gst, "round0.verify_logits", (size_t)nv * V),
               (size_t)nv * V) <= 1e-4);
     model_set_taps(f->target, NULL, 0);
     free(vl), free(fused), free(ctx), free(logits), free(hid), free(lay), free(bias);
@@ -192,21 +181,7 @@ static void trace(struct fixture *f, enum gen_mode mode, const char *key, float 
     struct gen_result r;
     REQUIRE(gen_run(&e, f->prompt, f->n_prompt, &gp, NULL, NULL, &r) == 0);
     CHECK(r.n_ids == n_want && !memcmp(r.ids, want, sizeof(int32_t) * (size_t)n_want));
-    const cJSON *rounds = cJSON_GetObjectItem(t, "rounds");
-    int i = 0, same = 0, compared = 0;
-    for (const cJSON *rd = rounds ? rounds->child : NULL; rd && i < r.stats.rounds;
-         rd = rd->next, i++) {
-        int32_t d[16];
-        int nd = ids_of(cJSON_GetObjectItem(rd, "draft_ids"), d, 16);
-        const cJSON *nv = cJSON_GetObjectItem(rd, "n_verified_drafts");
-        if (nv) nd = (int)nv->valuedouble;
-        int acc = (int)cJSON_GetObjectItem(rd, "accepted")->valuedouble;
-        const struct gen_round *our = &r.rounds[i];
-        if (our->n_drafted < nd) break; /* the token budget cut our last round shorter */
-        compared++;
-        same += our->n_drafted == nd && our->n_accepted == acc &&
-                !memcmp(r.drafted + our->first, d, sizeof(int32_t) * (size_t)nd);
-    }
+    int compared, same = golden_rounds(cJSON_GetObjectItem(t, "rounds"), &r, &compared);
     printf("  %s: %d tokens equal; %d of %d rounds compared are identical (%d rounds)\n", key,
            n_want, same, compared, r.stats.rounds);
     CHECK(same == compared && compared >= r.stats.rounds - 1);

@@ -5,6 +5,7 @@
  * baseline, batched sequences equal to each alone. Skips without a CUDA build
  * and a device (CI has neither; results are recorded in docs/perf.md). */
 #include "test.h"
+#include "unit/golden.h"
 
 #include "backend/gpu.h"
 #include "cache/prefix.h"
@@ -231,18 +232,6 @@ TEST(gpu_attention_buffers) {
 
 #define GOLD "../shared/golden/"
 
-static int ids_of(const cJSON *a, int32_t *out, int cap) {
-    int n = 0;
-    for (const cJSON *it = a ? a->child : NULL; it && n < cap; it = it->next)
-        out[n++] = (int32_t)it->valuedouble;
-    return n;
-}
-
-static const float *tensor_of(struct st_set *st, const char *name, size_t n) {
-    const struct st_tensor *t = st_find(st, name);
-    return t && (size_t)st_numel(t) == n ? t->data : NULL;
-}
-
 /* A drafter beside a GPU target against ../shared/golden: round 0's block hidden rows and
  * logits from the reference's fused taps, and the whole greedy speculative trace through the
  * engine (tokens, and drafts and accepted counts round by round). */
@@ -299,21 +288,7 @@ static void block_golden(const char *name, enum gen_mode mode) {
     struct gen_result r;
     REQUIRE(gen_run(&e, prompt, L, &gp, NULL, NULL, &r) == 0);
     int same_ids = r.n_ids == n_want && !memcmp(r.ids, want, sizeof(int32_t) * (size_t)n_want);
-    int i = 0, same = 0, compared = 0;
-    const cJSON *rounds = cJSON_GetObjectItem(tr, "rounds");
-    for (const cJSON *rd = rounds ? rounds->child : NULL; rd && i < r.stats.rounds;
-         rd = rd->next, i++) {
-        int32_t d[16];
-        int n = ids_of(cJSON_GetObjectItem(rd, "draft_ids"), d, 16);
-        const cJSON *nv = cJSON_GetObjectItem(rd, "n_verified_drafts");
-        if (nv) n = (int)nv->valuedouble;
-        int acc = (int)cJSON_GetObjectItem(rd, "accepted")->valuedouble;
-        const struct gen_round *our = &r.rounds[i];
-        if (our->n_drafted < n) break; /* the token budget cut the last round shorter */
-        compared++;
-        same += our->n_drafted == n && our->n_accepted == acc &&
-                !memcmp(r.drafted + our->first, d, sizeof(int32_t) * (size_t)n);
-    }
+    int compared, same = golden_rounds(cJSON_GetObjectItem(tr, "rounds"), &r, &compared);
     printf("  %s on the GPU: block hidden rel err %.2e, logits %.2e; trace %d tokens %s, %d of %d "
            "rounds identical\n",
            name, eh, el, n_want, same_ids ? "equal" : "DIFFER", same, compared);
