@@ -76,19 +76,32 @@ static int greedy_run(struct model *m, const int32_t *prompt, int np, int n, int
     return rc;
 }
 
-/* each kind of kernel alone over all layers, n rows after the cache's tokens */
-static void kernel_table(struct model *m, struct kv_cache *kv, int n) {
-    struct gpu_op_time ops[16];
-    int k = model_gpu_profile(m, kv, n, ops, 16);
-    printf("kernels alone, %d row%s at context %d (all layers):\n", n, n > 1 ? "s" : "",
-           kv_len(kv));
-    double sum = 0;
+/* each kind of kernel alone over all layers, n rows of each of nseq sequences after their
+ * caches' tokens */
+static void kernel_table(struct model *m, struct kv_cache **kv, int nseq, int n) {
+    struct gpu_op_time ops[24];
+    int k = model_gpu_profile(m, kv, nseq, n, ops, 24);
+    if (nseq > 1)
+        printf("kernels alone, %d sequences of %d row%s at context %d (all layers):\n", nseq, n,
+               n > 1 ? "s" : "", kv_len(kv[0]));
+    else
+        printf("kernels alone, %d row%s at context %d (all layers):\n", n, n > 1 ? "s" : "",
+               kv_len(kv[0]));
+    double sum = 0, pass = 0;
     for (int i = 0; i < k; i++) {
-        printf("  %-10s %8.1f us  %7.1f MB  %6.0f GB/s\n", ops[i].name, ops[i].us,
-               ops[i].bytes / 1e6, ops[i].bytes / (ops[i].us * 1e3));
-        if (strncmp(ops[i].name, "hbm", 3)) sum += ops[i].us;
+        if (!strcmp(ops[i].name, "pass")) {
+            printf("  sum %.1f us; the whole pass %.1f us, of which (the pass less the pass "
+                   "without it):\n",
+                   sum, ops[i].us);
+            pass = ops[i].us;
+        } else if (!strncmp(ops[i].name, "pass-", 5)) {
+            printf("    %-9s %8.1f us\n", ops[i].name + 5, pass - ops[i].us);
+        } else {
+            printf("  %-10s %8.1f us  %7.1f MB  %6.0f GB/s\n", ops[i].name, ops[i].us,
+                   ops[i].bytes / 1e6, ops[i].bytes / (ops[i].us * 1e3));
+            if (strncmp(ops[i].name, "hbm", 3)) sum += ops[i].us;
+        }
     }
-    printf("  sum %.1f us\n", sum);
 }
 
 static double time_prefill(struct model *m, struct kv_cache *kv, const int32_t *ids, int n) {
@@ -125,9 +138,9 @@ static int gemm_compare(const char *dir, struct model *m, struct kv_cache *kv, c
            "differ\n",
            L, diff, (size_t)V * L);
     kv_truncate(kv, 0);
-    kernel_table(m, kv, L);
+    kernel_table(m, &kv, 1, L);
     kv_truncate(kv0, 0);
-    kernel_table(m0, kv0, L);
+    kernel_table(m0, &kv0, 1, L);
     int ns[2] = {n1, n2};
     for (int i = 0; i < 2; i++) {
         if (ns[i] <= 0) continue;
@@ -308,7 +321,7 @@ int main(int argc, char **argv) {
         int widths[2] = {1, 16};
         for (int w = 0; w < 2; w++) {
             kv_truncate(kv, P);
-            kernel_table(m, kv, widths[w]);
+            kernel_table(m, &kv, 1, widths[w]);
         }
     }
     if (n_batch) { /* continuous batching: B sequences of context ctxs[0] */
@@ -330,6 +343,10 @@ int main(int argc, char **argv) {
                    B / t);
             if (t1 > 0) printf(", %.2fx B=1", B * t1 / t);
             printf("\n");
+        }
+        if (lab && nk >= 16) { /* the same kernels over 16 sequences of one row */
+            for (int i = 0; i < 16; i++) kv_truncate(kvs[i], P);
+            kernel_table(m, kvs, 16, 1);
         }
         if (mixed > 0 && nk > 16) { /* 16 decoding sequences beside a prompt chunk */
             double t0 = time_batch(m, kvs, 16, P, ids, quick ? 10 : 20, 0);

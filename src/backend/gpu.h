@@ -112,14 +112,15 @@ int gpu_forward_greedy(struct gpu_model *g, struct gpu_kv *kv, int pos0, const i
                        int32_t *out_ids, int all_rows);
 
 /* For benchmarks: each kind of step work timed alone (each matmul over all layers, attention
- * over the cache as it is, a plain HBM read), passes of n rows (1..256, launched as a pass of
- * n rows launches them) at position pos0. */
+ * over the caches as they are, a plain HBM read), passes of nseq sequences of n rows each
+ * (nseq * n <= 256 rows, launched as such a pass launches them) at position pos0 of each
+ * sequence's cache. */
 struct gpu_op_time {
     char name[16];
     double us;    /* per pass, best of several graph replays */
     double bytes; /* bytes the op must read per pass */
 };
-int gpu_profile(struct gpu_model *g, struct gpu_kv *kv, int pos0, int n, struct gpu_op_time *out,
-                int max);
+int gpu_profile(struct gpu_model *g, struct gpu_kv **kv, int nseq, int pos0, int n,
+                struct gpu_op_time *out, int max);
 
 #endif

@@ -314,8 +314,14 @@ int model_forward_greedy(struct model *m, struct kv_cache *kv, const int32_t *id
     return OK;
 }
 
-int model_gpu_profile(struct model *m, struct kv_cache *kv, int n, struct gpu_op_time *out,
-                      int max) {
-    if (!m->gpu || !kv->gpu) return ERR_UNSUPPORTED;
-    return gpu_profile(m->gpu, kv->gpu, kv->len, n, out, max);
+int model_gpu_profile(struct model *m, struct kv_cache **kv, int nseq, int n,
+                      struct gpu_op_time *out, int max) {
+    struct gpu_kv *g[64]; /* gpu_profile takes at most GPU_SEQS */
+    if (!m->gpu) return ERR_UNSUPPORTED;
+    if (nseq < 1 || nseq > 64) return ERR_ARG;
+    for (int i = 0; i < nseq; i++) {
+        if (!kv[i]->gpu || kv[i]->len != kv[0]->len) return ERR_ARG;
+        g[i] = kv[i]->gpu;
+    }
+    return gpu_profile(m->gpu, g, nseq, kv[0]->len, n, out, max);
 }

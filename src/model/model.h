@@ -93,11 +93,11 @@ struct layer;
 struct gpu_model_desc;
 int model_gpu_desc(const struct hf_config *c, const struct layer *layers, const float *inv_freq,
                    struct gpu_model_desc *d);
-/* For benchmarks of a model on the GPU: gpu_profile() of passes of n rows after the cache's
- * contents. ERR_UNSUPPORTED on the CPU. */
+/* For benchmarks of a model on the GPU: gpu_profile() of passes of n rows after the contents
+ * of each of nseq caches (all as long as the first). ERR_UNSUPPORTED on the CPU. */
 struct gpu_op_time;
-int model_gpu_profile(struct model *m, struct kv_cache *kv, int n, struct gpu_op_time *out,
-                      int max);
+int model_gpu_profile(struct model *m, struct kv_cache **kv, int nseq, int n,
+                      struct gpu_op_time *out, int max);
 
 /* Several sequences in one pass, so each weight is read once for all of them (continuous
  * batching). Item i runs ids[0..n) after its cache's contents, like model_forward_taps(), and

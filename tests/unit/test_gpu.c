@@ -228,6 +228,55 @@ TEST(gpu_attention_buffers) {
     for (int k = 0; k < 2; k++) free(l[k]), model_free(m[k]);
 }
 
+/* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
+ * the one-buffer kernel's path for items of few rows) give the same bits as each sequence
+ * alone (fewer items than SMs: the two-buffer kernel). */
+TEST(gpu_attention_many_steps) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m) == 0);
+    enum { NS = 16, STEPS = 3 };
+    const int V = model_config(m)->vocab_size;
+    int32_t ids[NS][400];
+    for (int i = 0; i < NS; i++)
+        for (int j = 0; j < 400; j++) ids[i][j] = 20 + (i * 613 + j * 227) % 8000;
+    float *l[2][NS];
+    struct kv_cache *kv[2][NS];
+    int pre[NS], w[NS];
+    for (int i = 0; i < NS; i++) pre[i] = 250 + 5 * i, w[i] = 1 + (i % 3 == 1);
+    for (int k = 0; k < 2; k++) /* batched, alone */
+        for (int i = 0; i < NS; i++) {
+            REQUIRE((l[k][i] = calloc((size_t)V * 2 * STEPS, sizeof(float))) != NULL);
+            REQUIRE(kv_new(m, 400, &kv[k][i]) == 0);
+            CHECK(model_forward(m, kv[k][i], ids[i], pre[i], NULL, 0) == 0);
+        }
+    int32_t g[NS * 2];
+    for (int s = 0; s < STEPS; s++) {
+        struct model_batch_item it[NS];
+        for (int k = 1; k >= 0; k--) {
+            for (int i = 0; i < NS; i++) {
+                it[i] = (struct model_batch_item){kv[k][i], ids[i] + pre[i] + s * w[i],
+                                                  w[i],     l[k][i] + (size_t)s * w[i] * V,
+                                                  NULL,     g + 2 * i,
+                                                  0};
+                if (k == 1) CHECK(model_forward_batch(m, &it[i], 1) == 0);
+            }
+            if (k == 0) CHECK(model_forward_batch(m, it, NS) == 0);
+        }
+    }
+    int same = 0;
+    for (int i = 0; i < NS; i++)
+        same += !memcmp(l[0][i], l[1][i], sizeof(float) * V * w[i] * STEPS);
+    printf("  %d sequences' decode steps in one pass (attention items of one or two rows): "
+           "equal to each alone %d\n",
+           NS, same);
+    CHECK(same == NS);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < NS; i++) free(l[k][i]), kv_free(kv[k][i]);
+    model_free(m);
+}
+
 /* ---- DSpark and DFlash drafters on the GPU ---- */
 
 #define GOLD "../shared/golden/"
@@ -794,6 +843,7 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_batch_invariance")) RUN(gpu_batch_invariance);
     if (wanted(argc, argv, "gpu_gemm_exact")) RUN(gpu_gemm_exact);
     if (wanted(argc, argv, "gpu_attention_buffers")) RUN(gpu_attention_buffers);
+    if (wanted(argc, argv, "gpu_attention_many_steps")) RUN(gpu_attention_many_steps);
     if (wanted(argc, argv, "gpu_block_golden")) RUN(gpu_block_golden);
     if (wanted(argc, argv, "gpu_block_pycoder")) RUN(gpu_block_pycoder);
     if (wanted(argc, argv, "gpu_exact_modes")) RUN(gpu_exact_modes);

@@ -91,16 +91,27 @@ struct att_row {
     int t, j0, j1;
 };
 
-/* q . k over d in order, one chain (both attention paths use it) */
-template <int D> __device__ __forceinline__ float score(const float *q, const float *k) {
-    float s = 0.f;
+/* out[gi] = scale * (q_gi . k) for the ng <= 4 queries q + gi * D: each a chain over d in
+ * order, as attn_row computes it, the key loaded once for all of them */
+template <int D>
+__device__ __forceinline__ void score4(const float *q, const float *k, int ng, float scale,
+                                       float *out) {
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 8
     for (int d = 0; d < D; d += 4) {
-        float4 kk = *(const float4 *)(k + d), qq = *(const float4 *)(q + d);
-        s = fmaf(qq.x, kk.x, s), s = fmaf(qq.y, kk.y, s);
-        s = fmaf(qq.z, kk.z, s), s = fmaf(qq.w, kk.w, s);
+        float4 kk = *(const float4 *)(k + d);
+#pragma unroll
+        for (int gi = 0; gi < 4; gi++) {
+            if (gi < ng) {
+                float4 qq = *(const float4 *)(q + gi * D + d);
+                s[gi] = fmaf(qq.x, kk.x, s[gi]), s[gi] = fmaf(qq.y, kk.y, s[gi]);
+                s[gi] = fmaf(qq.z, kk.z, s[gi]), s[gi] = fmaf(qq.w, kk.w, s[gi]);
+            }
+        }
     }
-    return s;
+#pragma unroll
+    for (int gi = 0; gi < 4; gi++)
+        if (gi < ng) out[gi] = s[gi] * scale;
 }
 
 /* One row's partial over keys [j0, j1) of the tile for heads g0..g0+3 (those < G), by a warp:
@@ -185,13 +196,15 @@ struct att_item {
 };
 
 /* NB tile buffers: with two, a block loads the next item's K, V and queries while it works
- * on this one (same sums; an SM then holds one block) */
+ * on this one (same sums; an SM then holds one block). With one, an item's keys and queries
+ * land before its values, so the scores are computed while the values load. */
 template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
     constexpr int DP = D + 4, D4 = D / 4;
     extern __shared__ __align__(16) float sm[];
     /* per buffer: K and V tiles [ATT_SPAN][DP] and the rows' queries [ATT_ROWS][G][D]; then
-     * the scores, then weights, of items of up to ATT_COOP_ROWS rows [ATT_COOP_ROWS * G][ATT_SPAN] */
-    const int G = a.G, BUF = 2 * ATT_SPAN * DP + ATT_ROWS * G * D;
+     * the scores, then weights, of items of up to ATT_COOP_ROWS rows
+     * [ATT_COOP_ROWS][ATT_SPAN][G4] (the heads of a key side by side, padded to four) */
+    const int G = a.G, G4 = (G + 3) & ~3, BUF = 2 * ATT_SPAN * DP + ATT_ROWS * G * D;
     float *S = sm + NB * BUF;
     __shared__ att_seq seqs[GPU_SEQS];
     __shared__ att_row rows_of[NB][ATT_ROWS];
@@ -225,8 +238,9 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
     }
     __syncthreads();
     const int n_items = info[0], s_first = info[1], ns = info[2];
-    /* item's K, V and queries into buffer b (asynchronous copies; the caller commits) and its
-     * rows into rows_of[b] */
+    /* item's K, V and queries into buffer b (asynchronous copies; the caller commits, and with
+     * one buffer the keys and queries are a group of their own before the values) and its rows
+     * into rows_of[b] */
     auto fetch = [&](int item, int b) {
         att_item it = {0, 0, 0, 0};
         if (item >= n_items) return it;
@@ -248,11 +262,19 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
             int r = klo - k0 + x / D4, c = (x % D4) * 4, j = k0 + r;
             size_t at = j < P.nb ? (hh * P.bcap + j) * D + c : (hh * P.cap + j - P.nb) * D + c;
             cp_async16(Ks + r * DP + c, (j < P.nb ? P.bk : P.kc) + at);
-            cp_async16(Vs + r * DP + c, (j < P.nb ? P.bv : P.vc) + at);
+            if (NB == 2) cp_async16(Vs + r * DP + c, (j < P.nb ? P.bv : P.vc) + at);
         }
         for (int x = tid; x < nr * G * D4; x += ATT_THREADS) {
             int r = x / (G * D4), c = (x % (G * D4)) * 4;
             cp_async16(Qs + r * G * D + c, a.q + ((size_t)(ua + r) * a.nh + kvh * G) * D + c);
+        }
+        if (NB == 1) {
+            cp_async_commit();
+            for (int x = tid; x < (k1 - klo) * D4; x += ATT_THREADS) {
+                int r = klo - k0 + x / D4, c = (x % D4) * 4, j = k0 + r;
+                size_t at = j < P.nb ? (hh * P.bcap + j) * D + c : (hh * P.cap + j - P.nb) * D + c;
+                cp_async16(Vs + r * DP + c, (j < P.nb ? P.bv : P.vc) + at);
+            }
         }
         if (tid < nr) {
             int t = ua + tid, p = last >= 0 ? last : P.pos0 + t - P.row0, lo = att_lo(p, a.window);
@@ -272,8 +294,8 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
             next = fetch(item + gridDim.x, buf ^ 1);
             cp_async_commit();
             cp_async_wait1();
-        } else {
-            cp_async_wait0();
+        } else { /* the keys and queries (the values may still be on their way) */
+            cp_async_wait1();
         }
         __syncthreads();
         const float *Ks = sm + buf * BUF, *Vs = Ks + ATT_SPAN * DP, *Qs = Vs + ATT_SPAN * DP;
@@ -282,6 +304,10 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
         const int P2 = nr * G; /* (row, head) pairs */
         if (!cur.ok) {
         } else if (nr > ATT_COOP_ROWS) { /* a warp per row */
+            if (NB == 1) {
+                cp_async_wait0();
+                __syncthreads();
+            }
             for (int w = warp; w < nr; w += ATT_THREADS / 32) {
                 att_row r = rows[w];
                 if (!r.j1) continue;
@@ -292,21 +318,25 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
                                 a.ml + (slot + (size_t)g0 * a.spans) * 2);
             }
         } else {
-            /* a few rows: all threads on them; the same sums in the same order as attn_row */
-            for (int x = tid; x < P2 * ATT_SPAN; x += ATT_THREADS) { /* a thread per (pair, key) */
-                int pr = x / ATT_SPAN, j = x % ATT_SPAN;
-                att_row r = rows[pr / G];
+            /* a few rows: all threads on them; the same sums in the same order as attn_row.
+             * Scores: a thread per (row, key), four heads at a time (each key read once per
+             * four heads: shared memory bandwidth is what these items wait for) */
+            for (int x = tid; x < nr * ATT_SPAN; x += ATT_THREADS) {
+                int ri = x / ATT_SPAN, j = x % ATT_SPAN;
+                att_row r = rows[ri];
                 if (j < r.j0 || j >= r.j1) continue;
-                S[x] = score<D>(Qs + pr * D, Ks + j * DP) * a.scale;
+                for (int g0 = 0; g0 < G; g0 += 4)
+                    score4<D>(Qs + (ri * G + g0) * D, Ks + j * DP, min(G - g0, 4), a.scale,
+                              S + (size_t)x * G4 + g0);
             }
             __syncthreads();
-            /* softmax of the span per pair: a warp per pair, two keys a lane */
+            /* softmax of the span per (row, head) pair: a warp per pair, two keys a lane */
             for (int pr = warp; pr < P2; pr += ATT_THREADS / 32) {
                 att_row r = rows[pr / G];
                 if (!r.j1) continue;
-                float *sr = S + pr * ATT_SPAN;
-                float v0 = lane >= r.j0 && lane < r.j1 ? sr[lane] : -INFINITY;
-                float v1 = lane + 32 >= r.j0 && lane + 32 < r.j1 ? sr[lane + 32] : -INFINITY;
+                float *sr = S + (size_t)(pr / G) * ATT_SPAN * G4 + pr % G; /* key j: sr[j G4] */
+                float v0 = lane >= r.j0 && lane < r.j1 ? sr[lane * G4] : -INFINITY;
+                float v1 = lane + 32 >= r.j0 && lane + 32 < r.j1 ? sr[(lane + 32) * G4] : -INFINITY;
                 float m = fmaxf(v0, v1);
                 for (int off = 16; off; off >>= 1)
                     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
@@ -314,25 +344,35 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
                       e1 = v1 == -INFINITY ? 0.f : expf(v1 - m);
                 float l = e0 + e1;
                 for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-                sr[lane] = e0, sr[lane + 32] = e1;
+                sr[lane * G4] = e0, sr[(lane + 32) * G4] = e1;
                 if (lane == 0) {
                     size_t slot =
                         ((size_t)(r.t - a.r0) * a.nh + kvh * G + pr % G) * a.spans + span;
                     a.ml[slot * 2] = m, a.ml[slot * 2 + 1] = l;
                 }
             }
+            if (NB == 1) cp_async_wait0(); /* the values */
             __syncthreads();
-            /* values: a thread per (pair, dim), keys in order */
-            for (int x = tid; x < P2 * D; x += ATT_THREADS) {
-                int pr = x / D, d = x % D;
-                att_row r = rows[pr / G];
+            /* values: a thread per (row, dim), four heads at a time, keys in order */
+            for (int x = tid; x < nr * D; x += ATT_THREADS) {
+                int ri = x / D, d = x % D;
+                att_row r = rows[ri];
                 if (!r.j1) continue;
-                const float *e = S + pr * ATT_SPAN;
-                float o = 0.f;
+                const float *e = S + (size_t)ri * ATT_SPAN * G4;
+                const size_t slot = ((size_t)(r.t - a.r0) * a.nh + kvh * G) * a.spans + span;
+                for (int g0 = 0; g0 < G; g0 += 4) {
+                    float o[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 4
-                for (int j = r.j0; j < r.j1; j++) o = fmaf(e[j], Vs[j * DP + d], o);
-                size_t slot = ((size_t)(r.t - a.r0) * a.nh + kvh * G + pr % G) * a.spans + span;
-                a.acc[slot * D + d] = o;
+                    for (int j = r.j0; j < r.j1; j++) {
+                        float v = Vs[j * DP + d];
+                        float4 w = *(const float4 *)(e + j * G4 + g0);
+                        o[0] = fmaf(w.x, v, o[0]), o[1] = fmaf(w.y, v, o[1]);
+                        o[2] = fmaf(w.z, v, o[2]), o[3] = fmaf(w.w, v, o[3]);
+                    }
+#pragma unroll
+                    for (int gi = 0; gi < 4; gi++)
+                        if (g0 + gi < G) a.acc[(slot + (size_t)(g0 + gi) * a.spans) * D + d] = o[gi];
+                }
             }
         }
         __syncthreads(); /* this buffer is refilled two items on (S, rows: the next item) */
@@ -389,7 +429,7 @@ __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
 
 static size_t attn_smem(int G, int D, int nb) {
     return sizeof(float) * (nb * (2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * D) +
-                            (size_t)ATT_COOP_ROWS * G * ATT_SPAN);
+                            (size_t)ATT_COOP_ROWS * ((G + 3) & ~3) * ATT_SPAN);
 }
 
 typedef void (*attn_kernel)(attn_args);
@@ -403,7 +443,9 @@ static const attn_kernel attn_kernels[17][2] = {
 /* Work items of the pass in g->hsp (as k_attn numbers them): with at most one per SM, each
  * of at most ATT_COOP_ROWS rows (decode steps), one block a SM with two buffers measured
  * faster; with more, or with items of more rows (verify, blocks), two blocks a SM with one
- * buffer each. Same sums either way. */
+ * buffer each. Same sums either way. (Decode steps of many sequences on a third kernel, one
+ * buffer sized for their items of one or two rows at three blocks a SM, measured no faster
+ * in a whole pass.) */
 void attn_choose(gpu_model *g) {
     const step_params *sp = g->hsp;
     long items = 0;
@@ -448,11 +490,11 @@ cudaError_t attn_launch(gpu_model *g, int layer, int T) {
 /* The kernels' dynamic shared memory limit, for the whole process: raised to what each model
  * loaded needs, never lowered (a drafter's smaller heads must not cut its target's limit). */
 static int raise_smem(const void *k, size_t bytes) {
-    static const void *seen[40];
-    static size_t most[40];
+    static const void *seen[64];
+    static size_t most[64];
     int i = 0;
-    while (i < 40 && seen[i] && seen[i] != k) i++;
-    if (i == 40) return ERR_UNSUPPORTED;
+    while (i < 64 && seen[i] && seen[i] != k) i++;
+    if (i == 64) return ERR_UNSUPPORTED;
     if (seen[i] && most[i] >= bytes) return OK;
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     seen[i] = k, most[i] = bytes;

@@ -300,6 +300,7 @@ struct gpu_model {
     cudaStream_t stream;
     gpu_graph graphs[GPU_GROUP + 1][GPU_MODES][2]; /* [rows][mode][att_few] */
     int use_graphs, use_pdl, slots, even_split, early_merge, sel_rows;
+    unsigned lab_skip; /* profile.cu only: kinds of a layer's work (1 << LAB_*) a pass leaves out */
     int sms;  /* streaming multiprocessors */
     int gemm; /* passes over GPU_GROUP rows: 1 one launch (gemm.cu) where it fills the GPU, 2
                * always, 0 never */
@@ -360,6 +361,9 @@ static inline unsigned cdiv(size_t n, size_t per) {
 /* ---- host side ---- */
 int dev_alloc(gpu_model *g, void **p, size_t bytes); /* freed with the model (forward.cu) */
 void drop_graphs(gpu_model *g); /* captured graphs to capture again (forward.cu) */
+/* a layer's kinds of work, for the marginal cost of each in a whole pass (profile.cu) */
+enum { LAB_QKV, LAB_ATTN, LAB_O, LAB_GU, LAB_DOWN, LAB_NORM, LAB_KINDS };
+cudaError_t pass_enqueue(gpu_model *g, int T); /* a pass of T rows, greedy ids of all (forward.cu) */
 enum { EPI_STORE, EPI_RESID, EPI_SWIGLU, EPI_QKV };
 
 /* What the fused q|k|v epilogue needs: per-head RMSNorm, RoPE, q out, k/v into the cache. */

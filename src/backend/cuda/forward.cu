@@ -359,14 +359,18 @@ static cudaError_t qkv_rows(gpu_model *g, int li, int T) {
 
 static cudaError_t layer(gpu_model *g, int li, int T) {
     const dlayer *l = &g->layers[li];
+    const unsigned skip = g->lab_skip; /* 0 but in profile.cu */
     int fuse = fuses_norm(g, li, T);
-    if (li == 0 || !fuses_norm(g, li - 1, T)) E(norm_launch(g, g->xa, l->attn_norm, 0, T));
-    E(qkv_rows(g, li, T));
-    E(attn_launch(g, li, T));
-    E(mm_rows(g, &l->o, g->xo, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
-              fuse ? l->ffn_norm : NULL, g->xf));
-    if (!fuse) E(norm_launch(g, g->xf, l->ffn_norm, 0, T));
-    if (l->gu.interleaved) {
+    if ((li == 0 || !fuses_norm(g, li - 1, T)) && !(skip >> LAB_NORM & 1))
+        E(norm_launch(g, g->xa, l->attn_norm, 0, T));
+    if (!(skip >> LAB_QKV & 1)) E(qkv_rows(g, li, T));
+    if (!(skip >> LAB_ATTN & 1)) E(attn_launch(g, li, T));
+    if (!(skip >> LAB_O & 1))
+        E(mm_rows(g, &l->o, g->xo, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
+                  fuse ? l->ffn_norm : NULL, g->xf));
+    if (!fuse && !(skip >> LAB_NORM & 1)) E(norm_launch(g, g->xf, l->ffn_norm, 0, T));
+    if (skip >> LAB_GU & 1) {
+    } else if (l->gu.interleaved) {
         E(mm_rows(g, &l->gu, g->xf, T, EPI_SWIGLU, NULL, 0, NULL, g->xh, NULL, NULL, NULL));
     } else {
         E(mm_rows(g, &l->gu, g->xf, T, EPI_STORE, g->gu, 2 * g->I, NULL, NULL, NULL, NULL,
@@ -374,8 +378,9 @@ static cudaError_t layer(gpu_model *g, int li, int T) {
         E(swiglu_launch(g, T));
     }
     int next = fuse && li + 1 < g->d.n_layers;
-    E(mm_rows(g, &l->down, g->xh, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
-              next ? g->layers[li + 1].attn_norm : NULL, g->xa));
+    if (!(skip >> LAB_DOWN & 1))
+        E(mm_rows(g, &l->down, g->xh, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
+                  next ? g->layers[li + 1].attn_norm : NULL, g->xa));
     if (g->taps && g->tap_of[li] >= 0) E(tap_launch(g, g->tap_of[li], T));
     return cudaSuccess;
 }
@@ -397,6 +402,10 @@ static cudaError_t enqueue(gpu_model *g, int T, int mode, int n_sel) {
     if (mode == MODE_GREEDY_LAST || mode == MODE_GREEDY_ALL || mode == MODE_GREEDY_SEL)
         E(argmax_launch(g, n));
     return cudaSuccess;
+}
+
+cudaError_t pass_enqueue(gpu_model *g, int T) {
+    return enqueue(g, T, MODE_GREEDY_ALL, 0);
 }
 
 /* The graph of T rows in this mode, captured on first use; NULL when capture fails (graphs

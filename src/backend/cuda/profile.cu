@@ -38,9 +38,15 @@ __global__ void k_read_streams(const uint4 *p, size_t n, unsigned *sink) {
     if (acc == 0x9e3779b9u) *sink = acc;
 }
 
-enum { OP_QKV, OP_O, OP_GU, OP_DOWN, OP_HEAD, OP_ATTN, OP_NORM, OP_READ, OP_STREAMS, N_OPS };
-static const char *op_names[N_OPS] = {"qkv",       "o",       "gate_up",  "down",       "lm_head",
-                                      "attention", "rmsnorm", "hbm read", "hbm streams"};
+/* then whole passes (greedy ids of every row): all of it, and without each kind of a layer's
+ * work in turn (LAB_*; the outputs are then meaningless), whose difference is that kind's
+ * share of a real pass, overlaps and boundaries included */
+enum { OP_QKV, OP_O, OP_GU, OP_DOWN, OP_HEAD, OP_ATTN, OP_NORM, OP_READ, OP_STREAMS, OP_PASS,
+       OP_PASS_LESS, N_OPS = OP_PASS_LESS + LAB_KINDS };
+static const char *op_names[N_OPS] = {
+    "qkv",       "o",         "gate_up",  "down",    "lm_head",  "attention",
+    "rmsnorm",   "hbm read",  "hbm streams", "pass", "pass-qkv", "pass-attn",
+    "pass-o",    "pass-gu",   "pass-down", "pass-norm"};
 
 static double mat_bytes(const dmat *m) {
     return m->mma ? (double)m->MS * m->KT * 512
@@ -56,6 +62,13 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
         qkv_epi qe = {g->dsp,          g->q, l->q_norm, l->k_norm,   g->inv_freq, g->d.n_heads,
                       g->d.n_kv_heads, g->D, li,        g->d.rms_eps};
         cudaError_t e = cudaSuccess;
+        if (op >= OP_PASS) {
+            g->lab_skip = op > OP_PASS ? 1u << (op - OP_PASS_LESS) : 0;
+            e = pass_enqueue(g, n);
+            g->lab_skip = 0;
+            if (e != cudaSuccess) return e;
+            break;
+        }
         switch (op) {
         case OP_QKV:
             c.w = &l->qkv, c.xb = g->xa, c.y = g->qkv, c.ldy = g->QKV, c.bias = l->bqkv;
@@ -107,12 +120,18 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
     return cudaSuccess;
 }
 
-extern "C" int gpu_profile(gpu_model *g, gpu_kv *kv, int pos0, int n, gpu_op_time *out, int max) {
-    if (n < 1 || n > GPU_ROWS || pos0 < kv->nb || pos0 + n > kv->cap) return ERR_ARG;
+extern "C" int gpu_profile(gpu_model *g, gpu_kv **kv, int nseq, int pos0, int n, gpu_op_time *out,
+                           int max) {
+    if (n < 1 || nseq < 1 || nseq > GPU_SEQS || (long)n * nseq > GPU_ROWS) return ERR_ARG;
     step_params *sp = g->hsp;
-    sp->n_seq = 1;
-    sp->seq[0] = seq_of(0, n, pos0, kv, 0);
-    for (int i = 0; i < n; i++) sp->ids[i] = 0, sp->row_seq[i] = 0;
+    sp->n_seq = nseq;
+    for (int s = 0; s < nseq; s++) {
+        if (pos0 < kv[s]->nb || pos0 + n > kv[s]->cap) return ERR_ARG;
+        sp->seq[s] = seq_of(s * n, n, pos0, kv[s], 0);
+        for (int i = 0; i < n; i++) sp->ids[s * n + i] = 0, sp->row_seq[s * n + i] = s;
+    }
+    const int per = n; /* rows of each sequence */
+    n *= nseq;         /* the pass's rows */
     CK(cudaMemcpy(g->dsp, sp, sizeof *sp, cudaMemcpyHostToDevice));
     attn_choose(g);
     cudaEvent_t e0, e1;
@@ -141,7 +160,7 @@ extern "C" int gpu_profile(gpu_model *g, gpu_kv *kv, int pos0, int n, gpu_op_tim
         cudaGraphExecDestroy(exec);
         cudaGraphDestroy(graph);
         if (op == OP_ATTN) { /* K and V of every layer, read once per row */
-            int p = pos0 + n, lo = g->d.window > 0 && p - g->d.window > 0 ? p - g->d.window : 0;
+            int p = pos0 + per, lo = g->d.window > 0 && p - g->d.window > 0 ? p - g->d.window : 0;
             bytes = 2.0 * g->d.n_layers * g->d.n_kv_heads * (double)(p - lo) * g->D * 4 * n;
         }
         snprintf(out[k].name, sizeof out[k].name, "%s", op_names[op]);
