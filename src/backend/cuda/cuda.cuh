@@ -156,6 +156,24 @@ __device__ inline void norm_row(const float *x, const float *w, int H, float eps
     }
 }
 
+/* Deferred RMSNorm: the sum of squares of one 128-column group of a row, v[c] its values (0
+ * past the row), four warp sums of 32 columns in lane order by a butterfly, then the four in
+ * a fixed pairing. Every producer (matmul epilogue, k_prescale) adds in this order, so a
+ * row's 1 / rms is the same bits whoever wrote it. */
+__device__ __forceinline__ double ss_chunk(float v) { /* a warp's 32 values */
+    double s = (double)v * v;
+    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+__device__ __forceinline__ double ss_group(const double *chunk) {
+    return (chunk[0] + chunk[1]) + (chunk[2] + chunk[3]);
+}
+__device__ __forceinline__ float ss_inv(const double *ss, int ng, int H, float eps) {
+    double s = 0;
+    for (int g = 0; g < ng; g++) s += ss[g];
+    return (float)(1.0 / sqrt(s / H + (double)eps));
+}
+
 /* ---- asynchronous copies into shared memory (16 bytes a thread; groups committed in turn,
  * waited for until at most N are still in flight) ---- */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
@@ -300,6 +318,9 @@ struct gpu_model {
     cudaStream_t stream;
     gpu_graph graphs[GPU_GROUP + 1][GPU_MODES][2]; /* [rows][mode][att_few] */
     int use_graphs, use_pdl, slots, even_split, early_merge, sel_rows;
+    int prescale;         /* layers' norms deferred into the matmuls (mm_call.out_ss) */
+    double *ss_a, *ss_f;  /* [GPU_ROWS][n_ssg] group sums of squares behind xa and xf */
+    int n_ssg;            /* 128-column groups of a hidden row */
     unsigned lab_skip; /* profile.cu only: kinds of a layer's work (1 << LAB_*) a pass leaves out */
     int sms;  /* streaming multiprocessors */
     int gemm; /* passes over GPU_GROUP rows: 1 one launch (gemm.cu) where it fills the GPU, 2
@@ -393,7 +414,13 @@ struct mm_call {
     const qkv_epi *qe;
     const float *norm_w; /* RESID: then RMSNorm of the new rows into norm_out, or NULL */
     uint16_t *norm_out;
+    double *out_ss;      /* with norm_w: deferred, see below */
+    const double *in_ss; /* the sums of squares of rows whose RMSNorm this matmul finishes */
 };
+/* Deferred RMSNorm (g->prescale): a residual matmul with norm_w and out_ss writes w * x of its
+ * new rows into norm_out and each 128-column group's sum of squares (ss_group) into
+ * out_ss[row][group]; the next matmul, given them as in_ss, multiplies its row sums by
+ * 1 / rms (ss_inv) before its epilogue. No block waits for the whole row. */
 cudaError_t mm_launch(gpu_model *g, const mm_call *c);
 int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, int interleave);
 int mm_init(void); /* shared-memory limits of the matmul kernels */
@@ -406,6 +433,8 @@ int attn_init(gpu_model *g, int spans);
 cudaError_t embed_launch(gpu_model *g, int T);
 cudaError_t tap_launch(gpu_model *g, int slot, int T); /* rows of x into tap slot */
 cudaError_t norm_launch(gpu_model *g, uint16_t *xb, const float *w, int row0, int n);
+/* xb = w * x of n rows and their group sums of squares into ss (deferred RMSNorm) */
+cudaError_t prescale_launch(gpu_model *g, uint16_t *xb, const float *w, double *ss, int n);
 cudaError_t norm_sel_launch(gpu_model *g, uint16_t *xb, const float *w, const int32_t *sel, int n);
 cudaError_t swiglu_launch(gpu_model *g, int T);
 cudaError_t argmax_launch(gpu_model *g, int n);

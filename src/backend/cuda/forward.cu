@@ -260,6 +260,10 @@ static int alloc_state(gpu_model *g) {
         (rc = dev_alloc(g, (void **)&g->dsel, sizeof(int32_t) * R)) ||
         (rc = dev_alloc(g, (void **)&g->dsp, sizeof(step_params))))
         return rc;
+    g->n_ssg = (int)cdiv(g->H, 128);
+    if (g->prescale && ((rc = dev_zeros(g, (void **)&g->ss_a, sizeof(double) * R * g->n_ssg)) ||
+                        (rc = dev_zeros(g, (void **)&g->ss_f, sizeof(double) * R * g->n_ssg))))
+        return rc;
     if (g->fc.w) { /* a drafter: its context input, and the hidden rows it reports */
         size_t KT = (size_t)g->fc.KT;
         if ((rc = dev_alloc(g, (void **)&g->ctx_in, sizeof(float) * R * g->fc.K)) ||
@@ -310,6 +314,13 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
         rc = ERR_UNSUPPORTED;
     g->att_grid = sms * env_int("DSPARK_GPU_ATT_BLOCKS_PER_SM", 2); /* one-buffer blocks */
     if (!rc) rc = upload(g, d);
+    if (!rc) { /* the layers' norms deferred into their matmuls where all four take epilogues */
+        g->prescale = env_int("DSPARK_GPU_PRESCALE", 1);
+        for (int i = 0; i < d->n_layers; i++) {
+            const dlayer *l = &g->layers[i];
+            if (!l->qkv.mma || !l->o.mma || !l->gu.mma || !l->down.mma) g->prescale = 0;
+        }
+    }
     if (!rc) rc = alloc_state(g);
     if (rc) {
         gpu_model_free(g);
@@ -331,7 +342,7 @@ enum { MODE_NONE, MODE_LAST, MODE_ALL, MODE_GREEDY_LAST, MODE_GREEDY_ALL, MODE_S
 static cudaError_t mm_rows(gpu_model *g, const dmat *w, const uint16_t *xb, int T, int epi,
                            float *y, int ldy, const float *bias, uint16_t *xb_out,
                            const qkv_epi *qe, const float *norm_w, uint16_t *norm_out) {
-    mm_call c = {w, xb, T, 0, T, epi, y, ldy, bias, xb_out, qe, norm_w, norm_out};
+    mm_call c = {w, xb, T, 0, T, epi, y, ldy, bias, xb_out, qe, norm_w, norm_out, NULL, NULL};
     return mm_launch(g, &c);
 }
 
@@ -345,25 +356,62 @@ static int fuses_norm(const gpu_model *g, int li, int T) {
     return T <= FUSE_NORM_ROWS && l->o.mma && l->down.mma;
 }
 
-/* layer li's q|k|v of the T rows in xa: q normed and roped, k and v into the caches */
-static cudaError_t qkv_rows(gpu_model *g, int li, int T) {
+/* layer li's q|k|v of the T rows in xa: q normed and roped, k and v into the caches; in_ss:
+ * xa's deferred RMSNorm to finish (mm_call), or NULL */
+static cudaError_t qkv_rows(gpu_model *g, int li, int T, const double *in_ss) {
     const dlayer *l = &g->layers[li];
+    mm_call c = {&l->qkv, g->xa, T, 0, T, EPI_STORE, g->qkv, g->QKV, l->bqkv, NULL, NULL, NULL,
+                 NULL, NULL, in_ss};
     if (l->qkv.mma && 128 % g->D == 0) { /* norm, RoPE and the cache append in the epilogue */
         qkv_epi qe = {g->dsp,          g->q, l->q_norm, l->k_norm,   g->inv_freq, g->d.n_heads,
                       g->d.n_kv_heads, g->D, li,        g->d.rms_eps};
-        return mm_rows(g, &l->qkv, g->xa, T, EPI_QKV, NULL, 0, l->bqkv, NULL, &qe, NULL, NULL);
+        c.epi = EPI_QKV, c.y = NULL, c.ldy = 0, c.qe = &qe;
+        return mm_launch(g, &c);
     }
-    E(mm_rows(g, &l->qkv, g->xa, T, EPI_STORE, g->qkv, g->QKV, l->bqkv, NULL, NULL, NULL, NULL));
+    E(mm_launch(g, &c));
     return rope_launch(g, l, li, T);
 }
 
+/* A layer with its norms deferred (g->prescale): the residual matmuls write w * x and the
+ * rows' group sums of squares, and q|k|v and gate/up finish the norm in their epilogues, so
+ * no block or kernel waits for whole rows between them. */
+static cudaError_t layer_prescaled(gpu_model *g, int li, int T) {
+    const dlayer *l = &g->layers[li];
+    const unsigned skip = g->lab_skip; /* 0 but in profile.cu */
+    if (li == 0 && !(skip >> LAB_NORM & 1))
+        E(prescale_launch(g, g->xa, l->attn_norm, g->ss_a, T));
+    if (!(skip >> LAB_QKV & 1)) E(qkv_rows(g, li, T, g->ss_a));
+    if (!(skip >> LAB_ATTN & 1)) E(attn_launch(g, li, T));
+    if (!(skip >> LAB_O & 1)) {
+        mm_call c = {&l->o, g->xo, T, 0, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL, l->ffn_norm,
+                     g->xf, g->ss_f, NULL};
+        E(mm_launch(g, &c));
+    }
+    if (!(skip >> LAB_GU & 1)) {
+        mm_call c = {&l->gu, g->xf, T, 0, T, EPI_SWIGLU, NULL, 0, NULL, g->xh, NULL, NULL, NULL,
+                     NULL, g->ss_f};
+        if (!l->gu.interleaved) c.epi = EPI_STORE, c.y = g->gu, c.ldy = 2 * g->I, c.xb_out = NULL;
+        E(mm_launch(g, &c));
+        if (!l->gu.interleaved) E(swiglu_launch(g, T));
+    }
+    const int next = li + 1 < g->d.n_layers; /* the last layer's rows take the final norm */
+    if (!(skip >> LAB_DOWN & 1)) {
+        mm_call c = {&l->down, g->xh, T, 0, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
+                     next ? g->layers[li + 1].attn_norm : NULL, g->xa, g->ss_a, NULL};
+        E(mm_launch(g, &c));
+    }
+    if (g->taps && g->tap_of[li] >= 0) E(tap_launch(g, g->tap_of[li], T));
+    return cudaSuccess;
+}
+
 static cudaError_t layer(gpu_model *g, int li, int T) {
+    if (g->prescale) return layer_prescaled(g, li, T);
     const dlayer *l = &g->layers[li];
     const unsigned skip = g->lab_skip; /* 0 but in profile.cu */
     int fuse = fuses_norm(g, li, T);
     if ((li == 0 || !fuses_norm(g, li - 1, T)) && !(skip >> LAB_NORM & 1))
         E(norm_launch(g, g->xa, l->attn_norm, 0, T));
-    if (!(skip >> LAB_QKV & 1)) E(qkv_rows(g, li, T));
+    if (!(skip >> LAB_QKV & 1)) E(qkv_rows(g, li, T, NULL));
     if (!(skip >> LAB_ATTN & 1)) E(attn_launch(g, li, T));
     if (!(skip >> LAB_O & 1))
         E(mm_rows(g, &l->o, g->xo, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
@@ -622,7 +670,7 @@ static cudaError_t enqueue_ctx(gpu_model *g, int n) {
     E(split_launch(g, g->xt, g->ctx_in, g->fc.K, g->fc.KT, n));
     E(mm_rows(g, &g->fc, g->xt, n, EPI_STORE, g->x, g->H, NULL, NULL, NULL, NULL, NULL));
     E(norm_launch(g, g->xa, g->hidden_norm, 0, n));
-    for (int li = 0; li < g->d.n_layers; li++) E(qkv_rows(g, li, n));
+    for (int li = 0; li < g->d.n_layers; li++) E(qkv_rows(g, li, n, NULL));
     return cudaSuccess;
 }
 

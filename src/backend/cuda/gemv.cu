@@ -366,6 +366,7 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
     if (c->epi == EPI_QKV) a.qe = *c->qe;
     a.norm_w = c->epi == EPI_RESID ? c->norm_w : NULL, a.norm_out = c->norm_out;
     a.H_norm = g->H, a.KT_norm = g->KT_H, a.eps = g->d.rms_eps;
+    a.out_ss = a.norm_w ? c->out_ss : NULL, a.in_ss = c->in_ss, a.n_ssg = g->n_ssg;
     if (c->n > GPU_GROUP) return mmg_launch(g, &a);
     int NT = xb_ntiles(c->n);
     return launch(mm_kernels[NT], dim3(w->nb), dim3(256), mm_smem(NT), g->stream, a);
@@ -374,7 +375,8 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
 /* one launch over all rows (gemm.cu) where that fills the GPU, otherwise a launch per group of
  * GPU_GROUP rows (above); the same bits either way */
 cudaError_t mm_launch(gpu_model *g, const mm_call *c) {
-    const int step = mmg_wanted(g, c->w, c->n) && !c->norm_w ? c->n : GPU_GROUP;
+    /* a norm fused the old way needs every row group's launch to itself */
+    const int step = mmg_wanted(g, c->w, c->n) && (!c->norm_w || c->out_ss) ? c->n : GPU_GROUP;
     for (int r = 0; r < c->n; r += step) {
         mm_call p = *c;
         p.row0 = c->row0 + r, p.n = c->n - r < step ? c->n - r : step;

@@ -72,6 +72,9 @@ struct mm_args {
     uint16_t *norm_out;
     int H_norm, KT_norm;
     float eps;
+    double *out_ss;      /* with norm_w: the norm deferred (mm_call) */
+    const double *in_ss; /* the row sums are scaled by 1 / rms of these first */
+    int n_ssg;
 };
 
 /* The last block of a strip group has rows [128 b, 128 b + 128) of q|k|v for every row t in
@@ -121,6 +124,15 @@ __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val,
 /* The finished sums of strip group g (val[t * 128 + i]: row t, output g * 128 + i) into
  * their destination. With a fused RMSNorm, whoever finishes the last group normalises. */
 __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val, int nitems) {
+    __shared__ double red[256]; /* the norm's sums: per thread, or per (row, 32 columns) */
+    if (a.in_ss) { /* finish the RMSNorm of the input rows: their sums times 1 / rms */
+        __shared__ float inv[256];
+        for (int t = threadIdx.x; t < a.T; t += 256)
+            inv[t] = ss_inv(a.in_ss + (size_t)(a.row0 + t) * a.n_ssg, a.n_ssg, a.H_norm, a.eps);
+        __syncthreads();
+        for (int i = threadIdx.x; i < nitems; i += 256) val[i] *= inv[i >> 7];
+        __syncthreads();
+    }
     if (a.epi == EPI_SWIGLU) { /* strips 2p and 2p+1 are gate and up of the same 16 features */
         for (int i = threadIdx.x; i < 64 * a.T; i += 256) {
             int t = i >> 6, p = (i >> 4) & 3, r = i & 15;
@@ -142,17 +154,38 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
         qkv_epilogue(a.qe, val, a.T, a.row0, a.M, g);
         return;
     }
+    const bool defer = a.epi == EPI_RESID && a.norm_w && a.out_ss;
     for (int i = threadIdx.x; i < nitems; i += 256) {
         int t = i >> 7, m = g * 128 + (i & 127);
-        if (m >= a.M) continue;
+        if (m >= a.M) {
+            val[i] = 0.f; /* outside the row: nothing to the sum of squares */
+            continue;
+        }
         float *dst = a.y + (size_t)(a.row0 + t) * a.ldy + m;
-        if (a.epi == EPI_RESID)
-            *dst = __ldcg(dst) + val[i];
-        else
+        if (a.epi == EPI_RESID) {
+            float v = __ldcg(dst) + val[i];
+            *dst = v;
+            if (defer) {
+                val[i] = v;
+                xb_put(a.norm_out, a.T_chunk, a.KT_norm, a.row0 + t, m, a.norm_w[m] * v);
+            }
+        } else {
             *dst = val[i] + (a.bias ? a.bias[m] : 0.f);
+        }
+    }
+    if (defer) { /* this group's sums of squares; the next matmul finishes the norm */
+        __syncthreads();
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        for (int c = warp; c < a.T * 4; c += 8) {
+            double s = ss_chunk(val[c * 32 + lane]);
+            if (lane == 0) red[c] = s;
+        }
+        __syncthreads();
+        for (int t = threadIdx.x; t < a.T; t += 256)
+            a.out_ss[(size_t)(a.row0 + t) * a.n_ssg + g] = ss_group(red + 4 * t);
+        return;
     }
     if (a.epi == EPI_RESID && a.norm_w) {
-        __shared__ double red[256];
         if (!arrive_last(a.cnt + CNT_GRID, (unsigned)(a.MS + 7) / 8)) return;
         for (int t = 0; t < a.T; t++)
             norm_row(a.y + (size_t)(a.row0 + t) * a.ldy, a.norm_w, a.H_norm, a.eps, a.norm_out,

@@ -50,6 +50,27 @@ cudaError_t norm_launch(gpu_model *g, uint16_t *xb, const float *w, int row0, in
                   (const int32_t *)NULL, w, g->H, g->d.rms_eps);
 }
 
+/* Deferred RMSNorm of the chunk's rows: block (row, 128-column group) writes w * x of its
+ * columns into xb and the group's sum of squares (ss_group, as the matmul epilogues add it) */
+__global__ void __launch_bounds__(128) k_prescale(uint16_t *xb, int KT, const float *x,
+                                                  const float *w, int H, double *ss, int ng) {
+    pdl_wait();
+    pdl_launch();
+    __shared__ double chunk[4];
+    const int t = blockIdx.x, g = blockIdx.y, m = g * 128 + threadIdx.x;
+    float v = m < H ? __ldcg(x + (size_t)t * H + m) : 0.f;
+    if (m < H) xb_put(xb, gridDim.x, KT, t, m, w[m] * v);
+    double s = ss_chunk(v);
+    if ((threadIdx.x & 31) == 0) chunk[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) ss[(size_t)t * ng + g] = ss_group(chunk);
+}
+
+cudaError_t prescale_launch(gpu_model *g, uint16_t *xb, const float *w, double *ss, int n) {
+    return launch(k_prescale, dim3(n, g->n_ssg), dim3(128), 0, g->stream, xb, g->KT_H, g->x, w,
+                  g->H, ss, g->n_ssg);
+}
+
 /* xb row r of an n-row chunk = x[sel[r]] / rms * w (sel in device memory) */
 cudaError_t norm_sel_launch(gpu_model *g, uint16_t *xb, const float *w, const int32_t *sel, int n) {
     return launch(k_norm_split, dim3(n), dim3(256), 0, g->stream, xb, g->KT_H, g->x, 0, sel, w,

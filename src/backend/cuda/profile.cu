@@ -58,7 +58,7 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
     *bytes = 0;
     for (int li = 0; li < (op == OP_HEAD || op >= OP_READ ? 1 : L); li++) {
         const dlayer *l = &g->layers[li];
-        mm_call c = {NULL, NULL, n, 0, n, EPI_STORE, NULL, 0, NULL, NULL, NULL, NULL, NULL};
+        mm_call c = {NULL, NULL, n, 0, n, EPI_STORE, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
         qkv_epi qe = {g->dsp,          g->q, l->q_norm, l->k_norm,   g->inv_freq, g->d.n_heads,
                       g->d.n_kv_heads, g->D, li,        g->d.rms_eps};
         cudaError_t e = cudaSuccess;
@@ -72,13 +72,15 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
         switch (op) {
         case OP_QKV:
             c.w = &l->qkv, c.xb = g->xa, c.y = g->qkv, c.ldy = g->QKV, c.bias = l->bqkv;
+            c.in_ss = g->ss_a; /* NULL unless the norms are deferred (as in a pass) */
             if (l->qkv.mma && 128 % g->D == 0) c.epi = EPI_QKV, c.qe = &qe;
             break;
         case OP_O:
             c.w = &l->o, c.xb = g->xo, c.epi = EPI_RESID, c.y = g->x, c.ldy = g->H;
+            if (g->prescale) c.norm_w = l->ffn_norm, c.norm_out = g->xf, c.out_ss = g->ss_f;
             break;
         case OP_GU:
-            c.w = &l->gu, c.xb = g->xf;
+            c.w = &l->gu, c.xb = g->xf, c.in_ss = g->ss_f;
             if (l->gu.interleaved)
                 c.epi = EPI_SWIGLU, c.xb_out = g->xh;
             else
@@ -86,6 +88,7 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
             break;
         case OP_DOWN:
             c.w = &l->down, c.xb = g->xh, c.epi = EPI_RESID, c.y = g->x, c.ldy = g->H;
+            if (g->prescale) c.norm_w = l->attn_norm, c.norm_out = g->xa, c.out_ss = g->ss_a;
             break;
         case OP_HEAD:
             c.w = &g->lm_head, c.xb = g->xa, c.y = g->logits, c.ldy = g->V;
