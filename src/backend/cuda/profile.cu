@@ -96,8 +96,11 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
         case OP_ATTN:
             e = attn_launch(g, li, n);
             break;
-        case OP_NORM:
-            e = norm_launch(g, g->xa, l->attn_norm, 0, n);
+        case OP_NORM: /* what a pass runs: with deferred norms, only layer 0's k_prescale */
+            if (!g->prescale)
+                e = norm_launch(g, g->xa, l->attn_norm, 0, n);
+            else if (li == 0)
+                e = prescale_launch(g, g->xa, l->attn_norm, g->ss_a, n);
             break;
         case OP_STREAMS: {
             size_t words = (size_t)g->lm_head.MS * g->lm_head.KT * 32;
