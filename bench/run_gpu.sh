@@ -59,6 +59,11 @@ fi
 if [ ! -d ../shared/golden ] && [ -d "$BIN/golden" ]; then # the drafters' reference data
     mkdir -p ../shared && cp -r "$BIN/golden" ../shared/
 fi
+if has test || has sanitize; then # test_gpu's model with 8 query heads per kv head
+    [ -f /tmp/dspark-g8/model.safetensors ] || { gcc -O2 -o /tmp/mkmodel-t bench/mkmodel.c -lm &&
+        /tmp/mkmodel-t /tmp/dspark-g8 --layers 2 --hidden 256 --heads 16 --kv-heads 2 \
+            --head-dim 64 --ffn 512 --vocab 1024 >/dev/null; }
+fi
 if has test; then
     stamp test_gpu
     timeout 180 "$BIN/test_gpu" 2>&1 | tee "$OUT/test_gpu.log"
@@ -67,7 +72,7 @@ if has sanitize && command -v compute-sanitizer >/dev/null; then
     stamp compute-sanitizer
     timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$BIN/test_gpu" gpu_golden \
         gpu_multi_sequence gpu_shared_cache gpu_gemm_exact gpu_block_pycoder gpu_attention_buffers \
-        gpu_attention_many_steps \
+        gpu_attention_many_steps gpu_many_heads_per_kv \
         >"$OUT/memcheck.log" 2>&1
     tail -4 "$OUT/memcheck.log"
 fi
