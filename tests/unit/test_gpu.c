@@ -46,6 +46,17 @@ static int load_with(const char *var, const char *value, struct model **m) {
     return rc;
 }
 
+/* Whether one pass of the w rows after the first P ids, on a fresh kv holding only those P,
+ * gives into out the logits steps holds (single steps from P). */
+static int pass_equals_steps(struct model *m, struct kv_cache *kv, const int32_t *ids, int P, int w,
+                             const float *steps, float *out) {
+    const int V = model_config(m)->vocab_size;
+    kv_truncate(kv, 0);
+    CHECK(model_forward(m, kv, ids, P, NULL, 0) == 0);
+    CHECK(model_forward(m, kv, ids + P, w, out, 1) == 0);
+    return !memcmp(out, steps, sizeof(float) * V * w);
+}
+
 /* GPU logits of the golden prompt against the reference; greedy 64 against its ids. */
 static void golden(const char *name) {
     char dir[256], js[300], st[300];
@@ -120,10 +131,7 @@ TEST(gpu_batch_invariance) {
         CHECK(model_forward(m, b, ids + P + i, 1, lb + (size_t)i * V, 0) == 0);
     int bad = 0, bad_ids = 0;
     for (int w = 1; w <= W; w++) {
-        kv_truncate(a, 0);
-        CHECK(model_forward(m, a, ids, P, NULL, 0) == 0);
-        CHECK(model_forward(m, a, ids + P, w, la, 1) == 0);
-        if (memcmp(la, lb, sizeof(float) * V * w)) {
+        if (!pass_equals_steps(m, a, ids, P, w, lb, la)) {
             printf("  width %d differs from single steps\n", w);
             bad++;
         }
@@ -170,10 +178,7 @@ TEST(gpu_gemm_exact) {
         CHECK(model_forward(m, a, ids + P + i, 1, la + (size_t)i * V, 0) == 0);
     int bad = 0;
     for (int w = 33; w <= W; w++) {
-        kv_truncate(b, 0);
-        CHECK(model_forward(mg, b, ids, P, NULL, 0) == 0);
-        CHECK(model_forward(mg, b, ids + P, w, lb, 1) == 0);
-        if (memcmp(la, lb, sizeof(float) * V * w)) {
+        if (!pass_equals_steps(mg, b, ids, P, w, la, lb)) {
             printf("  one-launch pass of %d rows differs from single steps\n", w);
             bad++;
         }
@@ -309,12 +314,7 @@ TEST(gpu_many_heads_per_kv) {
     }
     static const int widths[] = {2, 3, 8, 16, W};
     int same = 0;
-    for (int j = 0; j < 5; j++) {
-        kv_truncate(b, 0);
-        CHECK(model_forward(m, b, ids, P, NULL, 0) == 0);
-        CHECK(model_forward(m, b, ids + P, widths[j], wide, 1) == 0);
-        same += !memcmp(wide, one, sizeof(float) * V * widths[j]);
-    }
+    for (int j = 0; j < 5; j++) same += pass_equals_steps(m, b, ids, P, widths[j], one, wide);
     double e = rel_err(one, ref, (size_t)V * W);
     printf("  %d query heads per kv head: passes of 2, 3, 8, 16, %d rows equal single steps %d of "
            "5; steps within %.1e of the CPU\n",

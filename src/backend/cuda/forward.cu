@@ -372,21 +372,27 @@ static cudaError_t qkv_rows(gpu_model *g, int li, int T, const double *in_ss) {
     return rope_launch(g, l, li, T);
 }
 
-/* A layer with its norms deferred (g->prescale): the residual matmuls write w * x and the
- * rows' group sums of squares, and q|k|v and gate/up finish the norm in their epilogues, so
- * no block or kernel waits for whole rows between them. */
-static cudaError_t layer_prescaled(gpu_model *g, int li, int T) {
+/* Layer li over the T rows. Each RMSNorm is deferred into the matmuls around it
+ * (g->prescale: the residual matmul writes w * x and the rows' group sums of squares, q|k|v
+ * and gate/up finish the norm in their epilogues, so nothing waits for whole rows), fused
+ * into the residual matmul's last block (short passes), or a kernel of its own. ss_a and
+ * ss_f are NULL unless the norms are deferred. */
+static cudaError_t layer(gpu_model *g, int li, int T) {
     const dlayer *l = &g->layers[li];
     const unsigned skip = g->lab_skip; /* 0 but in profile.cu */
-    if (li == 0 && !(skip >> LAB_NORM & 1))
-        E(prescale_launch(g, g->xa, l->attn_norm, g->ss_a, T));
+    const int pre = g->prescale, fuse = pre || fuses_norm(g, li, T);
+    const int done_before = li > 0 && (pre || fuses_norm(g, li - 1, T)); /* by the last down */
+    if (!done_before && !(skip >> LAB_NORM & 1))
+        E(pre ? prescale_launch(g, g->xa, l->attn_norm, g->ss_a, T)
+              : norm_launch(g, g->xa, l->attn_norm, 0, T));
     if (!(skip >> LAB_QKV & 1)) E(qkv_rows(g, li, T, g->ss_a));
     if (!(skip >> LAB_ATTN & 1)) E(attn_launch(g, li, T));
     if (!(skip >> LAB_O & 1)) {
-        mm_call c = {&l->o, g->xo, T, 0, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL, l->ffn_norm,
-                     g->xf, g->ss_f, NULL};
+        mm_call c = {&l->o,  g->xo, T, 0, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
+                     fuse ? l->ffn_norm : NULL, g->xf, g->ss_f, NULL};
         E(mm_launch(g, &c));
     }
+    if (!fuse && !(skip >> LAB_NORM & 1)) E(norm_launch(g, g->xf, l->ffn_norm, 0, T));
     if (!(skip >> LAB_GU & 1)) {
         mm_call c = {&l->gu, g->xf, T, 0, T, EPI_SWIGLU, NULL, 0, NULL, g->xh, NULL, NULL, NULL,
                      NULL, g->ss_f};
@@ -394,41 +400,12 @@ static cudaError_t layer_prescaled(gpu_model *g, int li, int T) {
         E(mm_launch(g, &c));
         if (!l->gu.interleaved) E(swiglu_launch(g, T));
     }
-    const int next = li + 1 < g->d.n_layers; /* the last layer's rows take the final norm */
+    const int next = fuse && li + 1 < g->d.n_layers; /* the last layer's rows take the final norm */
     if (!(skip >> LAB_DOWN & 1)) {
         mm_call c = {&l->down, g->xh, T, 0, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
                      next ? g->layers[li + 1].attn_norm : NULL, g->xa, g->ss_a, NULL};
         E(mm_launch(g, &c));
     }
-    if (g->taps && g->tap_of[li] >= 0) E(tap_launch(g, g->tap_of[li], T));
-    return cudaSuccess;
-}
-
-static cudaError_t layer(gpu_model *g, int li, int T) {
-    if (g->prescale) return layer_prescaled(g, li, T);
-    const dlayer *l = &g->layers[li];
-    const unsigned skip = g->lab_skip; /* 0 but in profile.cu */
-    int fuse = fuses_norm(g, li, T);
-    if ((li == 0 || !fuses_norm(g, li - 1, T)) && !(skip >> LAB_NORM & 1))
-        E(norm_launch(g, g->xa, l->attn_norm, 0, T));
-    if (!(skip >> LAB_QKV & 1)) E(qkv_rows(g, li, T, NULL));
-    if (!(skip >> LAB_ATTN & 1)) E(attn_launch(g, li, T));
-    if (!(skip >> LAB_O & 1))
-        E(mm_rows(g, &l->o, g->xo, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
-                  fuse ? l->ffn_norm : NULL, g->xf));
-    if (!fuse && !(skip >> LAB_NORM & 1)) E(norm_launch(g, g->xf, l->ffn_norm, 0, T));
-    if (skip >> LAB_GU & 1) {
-    } else if (l->gu.interleaved) {
-        E(mm_rows(g, &l->gu, g->xf, T, EPI_SWIGLU, NULL, 0, NULL, g->xh, NULL, NULL, NULL));
-    } else {
-        E(mm_rows(g, &l->gu, g->xf, T, EPI_STORE, g->gu, 2 * g->I, NULL, NULL, NULL, NULL,
-                  NULL));
-        E(swiglu_launch(g, T));
-    }
-    int next = fuse && li + 1 < g->d.n_layers;
-    if (!(skip >> LAB_DOWN & 1))
-        E(mm_rows(g, &l->down, g->xh, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
-                  next ? g->layers[li + 1].attn_norm : NULL, g->xa));
     if (g->taps && g->tap_of[li] >= 0) E(tap_launch(g, g->tap_of[li], T));
     return cudaSuccess;
 }
