@@ -1,12 +1,12 @@
 /* cache/prefix.c: see prefix.h. Entries live in an array in LRU order (most recent last);
  * lookups compare token prefixes, which is cheap next to the prefill they save.
- * A hit that reuses a whole entry nobody holds lends the entry's own cache to the sequence (no
- * copy: the usual follow-up turn). The entry stays listed: while lent, its rows [0, n) are
- * still valid, because the sequence only writes after its prompt, so other sequences can share
- * them. Other hits get a cache that reads the prefix's rows from the entry's (kv_new_shared, on
- * either backend). A lent cache comes back through prefix_cache_put(), which replaces the
- * entry with the longer sequence. An entry's storage is shrunk to the rows it holds when it
- * comes in. A drafter context is never lent: the sequence copies its rows. */
+ * A hit gets a cache sharing the entry's rows (kv_new_shared): on the host its pages, the last
+ * one copied only when the sequence writes into it. On a device, a hit that reuses a whole
+ * entry nobody holds is lent the entry's own cache (no copy: the usual follow-up turn); the
+ * entry stays listed, since its rows [0, n) stay valid while lent (the sequence only writes
+ * after its prompt), and the lent cache comes back through prefix_cache_put(), which replaces
+ * the entry with the longer sequence. A drafter context is never lent: the sequence copies its
+ * rows. */
 #include "cache/prefix.h"
 
 #include "base/err.h"
@@ -68,28 +68,17 @@ static size_t ctx_bytes(const struct prefix_ctx *c) {
     return c->rows ? sizeof(float) * (size_t)c->width * (size_t)c->n : 0;
 }
 
-/* Whether kv is an entry's cache. */
-static int listed(const struct prefix_cache *pc, const struct kv_cache *kv) {
-    for (int j = 0; j < pc->n; j++)
-        if (pc->e[j].kv == kv) return 1;
-    return 0;
-}
-
-/* The memory the entries keep alive: their own rows (a lent one's are its sequence's) and
- * their drafter contexts, and once each the caches they read rows of that are no entry's. */
+/* The memory the entries keep alive: their rows (a lent one's are its sequence's), each page
+ * or device base once, and their drafter contexts. */
 static size_t held_bytes(const struct prefix_cache *pc) {
+    struct kv_cache *kvs[pc->n > 0 ? pc->n : 1];
     size_t b = 0;
+    int k = 0;
     for (int i = 0; i < pc->n; i++) {
-        const struct entry *e = &pc->e[i];
-        if (!e->lent) b += kv_bytes(e->kv);
-        b += ctx_bytes(&e->ctx);
-        const struct kv_cache *base = kv_base(e->kv);
-        if (!base || listed(pc, base)) continue;
-        int seen = 0; /* an earlier entry reads it too */
-        for (int j = 0; j < i && !seen; j++) seen = kv_base(pc->e[j].kv) == base;
-        if (!seen) b += kv_bytes(base);
+        if (!pc->e[i].lent) kvs[k++] = pc->e[i].kv;
+        b += ctx_bytes(&pc->e[i].ctx);
     }
-    return b;
+    return b + kv_set_bytes(kvs, k);
 }
 
 /* st.bytes after the entries changed (a put, a lent entry) */
@@ -141,12 +130,13 @@ static void touch(struct prefix_cache *pc, int i) {
     pc->e[pc->n - 1] = e;
 }
 
-/* The first len rows of RAM entry i: the entry's own cache when it can be lent, else a cache
- * that shares them. */
+/* The first len rows of RAM entry i in a cache that shares them. A host cache shares the
+ * entry's pages. A device cache is lent the entry's own cache when it reuses the whole entry
+ * and nobody holds it (a device share of a share would copy the rows past the first share). */
 static struct kv_cache *from_ram(struct prefix_cache *pc, int i, int len, int cap) {
     struct entry *e = &pc->e[i];
     struct kv_cache *kv = NULL;
-    if (!e->lent && len == e->n && kv_capacity(e->kv) >= cap) {
+    if (!kv_paged(e->kv) && !e->lent && len == e->n && kv_capacity(e->kv) >= cap) {
         e->lent = 1;
         kv = e->kv;
     } else if (kv_new_shared(pc->m, cap, e->kv, len, &kv) == OK) {
@@ -263,8 +253,16 @@ static void put_entry(struct prefix_cache *pc, const int32_t *tokens, int n, str
     }
     memcpy(t, tokens, sizeof(int32_t) * (size_t)n);
     kv_truncate(kv, n);
-    /* a cache with room for a follow-up turn is kept as it is; mostly unused ones shrink */
-    if (kv_capacity(kv) - n > n && kv_capacity(kv) - n > PREFIX_CAP_STEP) kv_compact(kv);
+    /* a device cache with room for a follow-up turn is kept as it is (it may be lent); a host
+     * cache only frees the pages of rolled-back drafts */
+    if (kv_paged(kv) || (kv_capacity(kv) - n > n && kv_capacity(kv) - n > PREFIX_CAP_STEP))
+        kv_compact(kv);
+    /* pages computed apart from an entry that holds the same tokens are swapped for the
+     * entry's (the same bits): two cold requests over one system prompt keep one copy */
+    for (int i = 0; i < pc->n; i++)
+        if (pc->e[i].kv != kv && !pc->e[i].lent)
+            pc->st.deduped_tokens +=
+                kv_adopt(kv, pc->e[i].kv, common_prefix(pc->e[i].tokens, pc->e[i].n, tokens, n));
     for (int i = pc->n - 1; i >= 0; i--) /* entries this one extends (its own among them) go */
         if (pc->e[i].kv == kv ||
             (covers(c.tag, pc->e[i].ctx.tag) &&

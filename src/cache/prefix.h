@@ -1,14 +1,17 @@
 /* cache/prefix.h: the prefix cache. Each entry is a token sequence and the KV rows of those
- * tokens. A new request gets a cache whose first positions are copied from the entry sharing
- * the longest prefix with its prompt (at least PREFIX_MIN_TOKENS), and prefills only the rest.
- * Entries stay in the cache while sequences use them, so concurrent requests over the same
- * prefix share it, and a client that goes away never takes an entry with it. A sequence's
- * cache must come back through prefix_cache_put() (with n = 0 when its contents are unknown),
- * and before prefix_cache_free(). A finished sequence's entry replaces the entries it extends
- * (a conversation's earlier turns). The least
- * recently used entries leave RAM beyond max_entries or max_bytes; with a spill folder they
- * are saved there first (cache/spill.h) and found again, also after a restart, when RAM holds
- * no prefix as long. Because every kernel is batch-invariant, a reused prefix gives results
+ * tokens. A new request gets a cache that shares the first positions of the entry sharing the
+ * longest prefix with its prompt (at least PREFIX_MIN_TOKENS), and prefills only the rest.
+ * Host caches share by page (model/model.h: reference-counted pages of KV_PAGE positions), so
+ * any prefix of any entry is reused without a copy, by any number of concurrent sequences, and
+ * entries that hold the same tokens hold the same pages (a conversation's turns, requests over
+ * one system prompt, also when two of them computed it at once). Entries stay in the cache
+ * while sequences use them, and a client that goes away never takes an entry with it. A
+ * sequence's cache must come back through prefix_cache_put() (with n = 0 when its contents are
+ * unknown), and before prefix_cache_free(). A finished sequence's entry replaces the entries it
+ * extends (a conversation's earlier turns). The least recently used entries leave RAM beyond
+ * max_entries or max_bytes (the pages they alone hold); with a spill folder they are saved
+ * there first (cache/spill.h) and found again, also after a restart, when RAM holds no prefix
+ * as long. Because every kernel is batch-invariant, a reused prefix gives results
  * bit-identical to prefilling it. The KV cache keeps every position (sliding-window models
  * mask by position), so sliding-window models are reused exactly as well.
  * An entry may also hold a drafter's context for its positions (struct prefix_ctx: what a
@@ -23,7 +26,8 @@
 #include <stdint.h>
 
 #define PREFIX_MIN_TOKENS 16
-#define PREFIX_CAP_STEP   256 /* sequences' cache capacities are rounded up to this */
+#define PREFIX_CAP_STEP   256 /* sequences' cache capacities are rounded up to this (device
+                                * caches: a follow-up turn's sequence is then lent the entry) */
 
 struct kv_cache;
 struct model;
@@ -48,6 +52,7 @@ struct prefix_stats {
     long hits, misses;
     long reused_tokens; /* prompt tokens not prefilled thanks to the cache */
     long shared_tokens; /* of those, tokens whose rows a sequence reads from an entry (no copy) */
+    long deduped_tokens; /* tokens of finished sequences stored once with an entry's pages */
     int entries;
     size_t bytes;
     /* the spill folder */

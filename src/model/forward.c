@@ -9,6 +9,7 @@
 #include "base/log.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,21 +74,18 @@ static void attention_block(struct model *m, const struct seg *sg, int n_seg, in
         cpu_rope(q, g->n, c->n_heads, D, g->pos0, m->inv_freq, bf);
         cpu_rope(k, g->n, c->n_kv_heads, D, g->pos0, m->inv_freq, bf);
         kv_store(g->kv, li, g->pos0, g->n, k, m->v + (size_t)g->row0 * KD);
-        const struct kv_cache *kv = g->kv, *b = kv->base;
-        int own = kv->cap - kv->nb; /* own rows per head, from position nb */
-        size_t layer_off = (size_t)li * c->n_kv_heads * own * D;
+        const struct kv_cache *kv = g->kv;
+        /* a page's rows: [K/V][layer][kv head][KV_PAGE][D], after the page's header */
+        size_t hdr = offsetof(struct kv_page, rows) / sizeof(float), per = (size_t)KV_PAGE * D;
         struct cpu_attn a = {
             .out = m->att + (size_t)g->row0 * QD,
             .q = q,
-            .k = kv->k + layer_off,
-            .v = kv->v + layer_off,
-            .kb = b ? b->k + (size_t)li * c->n_kv_heads * b->cap * D : NULL,
-            .vb = b ? b->v + (size_t)li * c->n_kv_heads * b->cap * D : NULL,
-            .nb = kv->nb,
-            .cap_b = b ? b->cap : 0,
+            .pages = (const void *const *)kv->pages,
+            .k_off = hdr + (size_t)li * c->n_kv_heads * per,
+            .v_off = hdr + ((size_t)c->n_layers + li) * c->n_kv_heads * per,
+            .page_shift = KV_PAGE_SHIFT,
             .n = g->n,
             .pos0 = g->pos0,
-            .cap = own,
             .n_heads = c->n_heads,
             .n_kv_heads = c->n_kv_heads,
             .head_dim = D,
@@ -153,7 +151,7 @@ static int check_ids(const struct model *m, struct kv_cache *kv, const int32_t *
         log_error("context full: %d positions held, %d more do not fit in %d", kv->len, n, kv->cap);
         return ERR_FULL;
     }
-    if (kv->len < kv->nb) { /* a rollback into shared rows that could not be copied */
+    if (kv->len < kv->nb) { /* a rollback into shared device rows that could not be copied */
         log_error("out of memory: the cache's shared prefix could not be made its own");
         return ERR_NOMEM;
     }
@@ -163,7 +161,8 @@ static int check_ids(const struct model *m, struct kv_cache *kv, const int32_t *
             return ERR_ARG;
         }
     }
-    return OK;
+    /* the pages this pass writes (the hot loop only stores rows) */
+    return m->gpu ? OK : kv_writable(kv, kv->len, kv->len + n);
 }
 
 /* One pass of the layer stack over T rows (x holds their embeddings), the rows split into

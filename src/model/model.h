@@ -35,26 +35,42 @@ struct pool *model_pool(struct model *m); /* to share with a draft model */
 const struct hf_config *model_config(const struct model *m);
 size_t model_weight_bytes(const struct model *m); /* bytes read per decode step */
 
+/* A host cache's pages hold 1 << KV_PAGE_SHIFT positions: 16 keeps the copy a sequence makes
+ * of a page it shares (its prefix's last, partly filled page) small, and the table cheap. */
+#define KV_PAGE_SHIFT 4
+
 /* A KV cache for up to max_ctx positions (<= 0: the model's max_position_embeddings). */
 int kv_new(const struct model *m, int max_ctx, struct kv_cache **out);
-/* A cache holding src's first n positions without copying them: it reads src's rows (or the
- * rows src itself shares) and keeps src alive until both are freed, so any number of caches can
- * share one prefix. src must not change those rows while shared (the prefix cache's entries
- * never do). Device caches share the same way, in device memory. */
+/* A cache holding src's first n positions without copying them. A host cache shares src's
+ * pages (KV_PAGE positions each, reference-counted): any number of caches share one prefix, a
+ * cache shares from one that shares itself, and one that writes a page it shares (the prefix's
+ * last, partly filled page, a rollback into the prefix) copies that page first, so src's rows
+ * never change. A device cache reads src's rows (or those src itself shares) in device memory
+ * and keeps src alive until both are freed; src must not change those rows while shared (the
+ * prefix cache's entries never do). */
 int kv_new_shared(const struct model *m, int max_ctx, struct kv_cache *src, int n,
                   struct kv_cache **out);
-int kv_shared(const struct kv_cache *kv); /* positions read from another cache */
-/* The cache whose rows kv reads for its shared positions, or NULL. */
+int kv_shared(const struct kv_cache *kv); /* positions whose rows another cache holds too */
+int kv_paged(const struct kv_cache *kv);  /* 1 for a (paged) host cache, 0 for a device one */
+/* The device cache whose rows kv reads for its shared positions, or NULL (host caches too). */
 const struct kv_cache *kv_base(const struct kv_cache *kv);
 void kv_free(struct kv_cache *kv);
 int kv_len(const struct kv_cache *kv); /* positions held */
 int kv_capacity(const struct kv_cache *kv);
-/* Rolls back to the first n positions (below the shared ones, they are copied first). */
+/* Rolls back to the first n positions (a device cache copies shared rows below n first). */
 void kv_truncate(struct kv_cache *kv, int n);
 /* Makes room for at least cap positions (keeping the contents), up to max_position_embeddings.
- * ERR_NOMEM leaves the cache as it was. */
+ * ERR_NOMEM leaves the cache as it was. A host cache's memory follows the positions written,
+ * so capacity costs it only a page-table slot per KV_PAGE positions. */
 int kv_reserve(struct kv_cache *kv, int cap);
-size_t kv_bytes(const struct kv_cache *kv); /* memory held (shared rows count with their owner) */
+/* Memory held: a host cache's pages (shared ones too), a device cache's own rows. */
+size_t kv_bytes(const struct kv_cache *kv);
+/* The memory a set of caches keeps alive, each page (or device base) counted once. */
+size_t kv_set_bytes(struct kv_cache *const *kvs, int n);
+/* Makes kv hold `from`'s pages for the whole pages of positions [0, n) where the two hold the
+ * same rows in different pages (two sequences that computed one prefix each): memory for one
+ * copy instead of two, the same bits. Returns the positions adopted (0 for device caches). */
+int kv_adopt(struct kv_cache *kv, const struct kv_cache *from, int n);
 /* ---- moving rows between caches (a host and a device cache: ERR_UNSUPPORTED) ---- */
 size_t kv_row_floats(const struct kv_cache *kv); /* K and V floats of one position */
 /* dst (same model, capacity >= n) gets src's first n positions and holds exactly those. */
@@ -64,7 +80,8 @@ int kv_copy_prefix(struct kv_cache *dst, const struct kv_cache *src, int n);
  * (n <= n_in, capacity >= n). */
 int kv_export(const struct kv_cache *kv, int n, float *out);
 int kv_import(struct kv_cache *kv, const float *in, int n_in, int n);
-/* Shrinks the capacity to the positions held, for a cache that only gets read from now on. */
+/* Frees a host cache's pages past the positions held (rolled-back drafts), for a cache that
+ * only gets read from now on. */
 void kv_compact(struct kv_cache *kv);
 /* A 64-bit digest of everything that determines a cache's contents: the config, RoPE tables,
  * every weight byte, and how activations are computed (bf16 rounding, GPU). Two models with

@@ -35,27 +35,43 @@ struct model {
 /* Rows per forward chunk: longer inputs are processed chunk by chunk (chunked prefill). */
 #define MODEL_CHUNK MODEL_CHUNK_ROWS
 
-struct kv_cache {
-    int n_layers, n_kv_heads, head_dim;
-    int cap; /* positions per head, the shared ones included */
-    int len; /* positions filled */
-    /* own rows: [n_layers][n_kv_heads][cap - nb][D], row r holding position nb + r */
-    float *k, *v;
-    /* positions [0, nb) are the first rows of base, shared and never written here; base
-     * holds no base of its own */
-    struct kv_cache *base;
-    int nb;
-    int refs;           /* 1 + the caches using this one as their base */
-    struct gpu_kv *gpu; /* the K/V in device memory instead, for GPU models */
+#define KV_PAGE (1 << KV_PAGE_SHIFT) /* positions per page of a host cache (model.h) */
+
+/* KV_PAGE positions of every (layer, kv head), K then V: rows[2][n_layers][n_kv_heads]
+ * [KV_PAGE][D]. Any number of caches may hold a page; one holding it alone may write it. */
+struct kv_page {
+    _Alignas(64) int refs; /* caches whose table holds it */
+    unsigned mark;         /* kv_set_bytes()'s visit stamp */
+    _Alignas(64) float rows[];
 };
 
-/* Position j's K (or V, with v != 0) row of (layer, kv head h). */
+struct kv_cache {
+    int n_layers, n_kv_heads, head_dim;
+    int cap; /* positions it may hold */
+    int len; /* positions filled */
+    /* host caches: position j lives in pages[j >> KV_PAGE_SHIFT] (NULL until written), of
+     * n_pages table slots. Pages are shared between caches by reference count (a prefix, a
+     * share of a share), and copied before a cache writes one it does not hold alone. */
+    struct kv_page **pages;
+    int n_pages;
+    /* device caches: positions [0, nb) are the first rows of base (another device cache, with
+     * no base of its own), shared and never written here */
+    struct kv_cache *base;
+    int nb;
+    int refs;           /* 1 + the device caches using this one as their base */
+    struct gpu_kv *gpu; /* the K/V in device memory, for GPU models */
+};
+
+/* Position j's K (or V, with v != 0) row of (layer, kv head h) in a host cache; its page must
+ * exist (kv_writable() makes the pages a pass writes). */
 static inline float *kv_row(const struct kv_cache *kv, int v, int layer, int h, int j) {
-    const struct kv_cache *src = j < kv->nb ? kv->base : kv;
-    int rows = src->cap - src->nb;
-    size_t off = (((size_t)layer * kv->n_kv_heads + h) * rows + (size_t)(j - src->nb)) *
-                 (size_t)kv->head_dim;
-    return (v ? src->v : src->k) + off;
+    size_t head = ((size_t)v * kv->n_layers + (size_t)layer) * kv->n_kv_heads + (size_t)h;
+    return kv->pages[j >> KV_PAGE_SHIFT]->rows +
+           (head * KV_PAGE + (size_t)(j & (KV_PAGE - 1))) * (size_t)kv->head_dim;
 }
+
+/* Makes the pages of positions [from, to) exist and held by kv alone, copying the rows below
+ * `from` of a page it shared. ERR_NOMEM leaves the rows before `from` as they were. */
+int kv_writable(struct kv_cache *kv, int from, int to);
 
 #endif

@@ -200,32 +200,30 @@ TEST(attention) {
                 same = !memcmp(out, one, sizeof(float) * qn);
             }
             CHECK(same);
-            /* the first nb positions read from a shared prefix's rows (another buffer and
-             * stride), the rest from the cache's own: the same bits */
-            int nb = cases[ci].pos0 / 2 + 1, capb = nb + 5, own = cap - nb;
-            float *kb = malloc(sizeof(float) * KVH * capb * D),
-                  *vb = malloc(sizeof(float) * KVH * capb * D);
-            float *ko = malloc(sizeof(float) * KVH * own * D),
-                  *vo = malloc(sizeof(float) * KVH * own * D);
-            REQUIRE(kb && vb && ko && vo);
-            for (int g = 0; g < KVH; g++) {
-                size_t row = sizeof(float) * D;
-                for (int j = 0; j < cap; j++) {
-                    const float *ks = k + ((size_t)g * cap + j) * D,
-                                *vs = v + ((size_t)g * cap + j) * D;
-                    float *kd = j < nb ? kb + ((size_t)g * capb + j) * D
-                                       : ko + ((size_t)g * own + j - nb) * D;
-                    float *vd = j < nb ? vb + ((size_t)g * capb + j) * D
-                                       : vo + ((size_t)g * own + j - nb) * D;
-                    memcpy(kd, ks, row), memcpy(vd, vs, row);
-                }
+            /* a paged cache (pages of 1, 4 and 16 positions, each its own allocation, the
+             * rows after a header, K then V): the same bits as the contiguous rows */
+            for (int shift = 0; shift <= 4; shift += 2) {
+                int P = 1 << shift, np = (cap + P - 1) / P;
+                size_t hdr = 16, per = (size_t)KVH * P * D;
+                float **pg = malloc(sizeof *pg * (size_t)np);
+                REQUIRE(pg);
+                for (int i = 0; i < np; i++) REQUIRE(pg[i] = calloc(hdr + 2 * per, sizeof(float)));
+                for (int g = 0; g < KVH; g++)
+                    for (int j = 0; j < cap; j++) {
+                        size_t at = hdr + ((size_t)g * P + (size_t)(j % P)) * D;
+                        memcpy(pg[j / P] + at, k + ((size_t)g * cap + j) * D, sizeof(float) * D);
+                        memcpy(pg[j / P] + per + at, v + ((size_t)g * cap + j) * D,
+                               sizeof(float) * D);
+                    }
+                struct cpu_attn pa = a;
+                pa.out = one, pa.k = pa.v = NULL, pa.cap = 0;
+                pa.pages = (const void *const *)pg, pa.page_shift = shift;
+                pa.k_off = hdr, pa.v_off = hdr + per;
+                cpu_attention(pools[1], &pa);
+                CHECK(!memcmp(out, one, sizeof(float) * qn));
+                for (int i = 0; i < np; i++) free(pg[i]);
+                free(pg);
             }
-            struct cpu_attn sh = a;
-            sh.out = one, sh.k = ko, sh.v = vo, sh.kb = kb, sh.vb = vb, sh.nb = nb, sh.cap_b = capb;
-            sh.cap = own;
-            cpu_attention(pools[1], &sh);
-            CHECK(!memcmp(out, one, sizeof(float) * qn));
-            free(kb), free(vb), free(ko), free(vo);
         }
         free(q), free(k), free(v), free(out), free(one), free(ref);
     }

@@ -104,15 +104,19 @@ TEST(fingerprint_tells_models_apart) {
     model_free(a), model_free(b), model_free(c);
 }
 
-/* Copying, exporting, importing and shrinking a cache keep its rows bit for bit. */
+#define PAGE (1 << KV_PAGE_SHIFT)
+
+/* Copying, exporting, importing and compacting a cache keep its rows bit for bit; a host
+ * cache's memory follows the positions it holds, not its capacity. */
 TEST(kv_rows_move_exactly) {
     if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
     struct model *m = load(TARGET);
     REQUIRE(m);
-    int32_t ids[90];
-    tokens(ids, 90, 5);
+    int32_t ids[100];
+    tokens(ids, 100, 5);
     struct kv_cache *a = prefilled(m, ids, 90), *b = NULL, *c = NULL;
     REQUIRE(a && kv_new(m, 100, &b) == 0 && kv_new(m, 0, &c) == 0);
+    CHECK(kv_bytes(c) == 0 && kv_capacity(c) == model_config(m)->max_pos);
     REQUIRE(kv_copy_prefix(b, a, 60) == 0);
     CHECK(kv_len(b) == 60 && same_rows(a, b, 60));
     CHECK(kv_copy_prefix(b, a, 91) != 0); /* more rows than the source holds */
@@ -120,20 +124,26 @@ TEST(kv_rows_move_exactly) {
     REQUIRE(rows && kv_export(a, 90, rows) == 0);
     REQUIRE(kv_import(c, rows, 90, 75) == 0);
     CHECK(kv_len(c) == 75 && same_rows(a, c, 75));
-    size_t before = kv_bytes(c);
+    size_t page = kv_bytes(a) / ((90 + PAGE - 1) / PAGE);
+    CHECK(kv_bytes(c) == page * ((75 + PAGE - 1) / PAGE)); /* 5 pages, whatever the capacity */
+    /* rolled-back rows keep their pages until compacted; the rows stay exact */
+    REQUIRE(model_forward(m, c, ids + 75, 25, NULL, 0) == 0);
+    kv_truncate(c, 75);
+    CHECK(kv_bytes(c) == page * ((100 + PAGE - 1) / PAGE));
     kv_compact(c);
-    CHECK(kv_capacity(c) == 75 && kv_bytes(c) < before && same_rows(a, c, 75));
-    /* the shrunk cache still extends exactly: the next rows equal a's */
-    REQUIRE(kv_reserve(c, 90) == 0 && model_forward(m, c, ids + 75, 15, NULL, 0) == 0);
+    CHECK(kv_bytes(c) == page * ((75 + PAGE - 1) / PAGE) && same_rows(a, c, 75));
+    /* the compacted cache still extends exactly: the next rows equal a's */
+    REQUIRE(model_forward(m, c, ids + 75, 15, NULL, 0) == 0);
     CHECK(same_rows(a, c, 90));
     free(rows);
     kv_free(a), kv_free(b), kv_free(c);
     model_free(m);
 }
 
-/* Caches over a shared prefix read the other cache's rows instead of copying them: they hold
- * only their own rows, outlive the cache they share, continue bit for bit as a copy does, share
- * through a cache that shares itself, and copy the rows before a rollback into them. */
+/* Caches over a shared prefix hold the other cache's pages instead of copying them: writing
+ * copies only the page being written (the source's rows never change), they outlive the cache
+ * they share, continue bit for bit as a copy does, share from a cache that shares without
+ * copying anything, and a rollback into the shared rows copies one page. */
 TEST(shared_prefix_rows) {
     if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
     struct model *m = load(TARGET);
@@ -142,42 +152,47 @@ TEST(shared_prefix_rows) {
     int32_t ids[120];
     tokens(ids, 120, 7);
     struct kv_cache *a = prefilled(m, ids, 80), *b = NULL, *c = NULL, *d = NULL, *e = NULL;
-    REQUIRE(a && kv_new_shared(m, 200, a, 60, &b) == 0 && kv_new(m, 200, &c) == 0);
+    struct kv_cache *ref = prefilled(m, ids, 85);
+    REQUIRE(a && ref && kv_new_shared(m, 200, a, 60, &b) == 0 && kv_new(m, 200, &c) == 0);
     REQUIRE(kv_copy_prefix(c, a, 60) == 0);
+    size_t page = kv_bytes(a) / (80 / PAGE);
     CHECK(kv_shared(b) == 60 && kv_len(b) == 60 && same_rows(b, c, 60));
-    CHECK(kv_bytes(b) * 200 == kv_bytes(c) * 140); /* its own 140 positions only */
+    struct kv_cache *ab[2] = {a, b};
+    CHECK(kv_set_bytes(ab, 2) == kv_bytes(a)); /* b holds a's pages, nothing of its own */
     float *lb = malloc(sizeof(float) * V * 30), *lc = malloc(sizeof(float) * V * 30);
     REQUIRE(lb && lc);
     REQUIRE(model_forward(m, b, ids + 60, 20, lb, 1) == 0);
     REQUIRE(model_forward(m, c, ids + 60, 20, lc, 1) == 0);
     CHECK(!memcmp(lb, lc, sizeof(float) * V * 20));
-    kv_free(a); /* b still reads its rows */
+    /* b wrote from position 60: page 3 (48..63) copied, page 4 its own, pages 0..2 still a's */
+    CHECK(kv_shared(b) == 3 * PAGE && kv_set_bytes(ab, 2) == kv_bytes(a) + 2 * page);
+    CHECK(same_rows(a, ref, 80)); /* a's rows are untouched */
+    kv_free(a); /* b still holds its pages */
     REQUIRE(model_forward(m, b, ids + 80, 5, lb, 1) == 0);
     REQUIRE(model_forward(m, c, ids + 80, 5, lc, 1) == 0);
     CHECK(!memcmp(lb, lc, sizeof(float) * V * 5) && same_rows(b, c, 85));
-    /* from a cache that shares: the same base, b's own rows copied */
+    /* from a cache that shares: no copy at all */
     REQUIRE(kv_new_shared(m, 200, b, 75, &d) == 0);
-    CHECK(kv_shared(d) == 60 && same_rows(d, c, 75));
-    float *rb = malloc(sizeof(float) * kv_row_floats(c) * 75),
-          *rc = malloc(sizeof(float) * kv_row_floats(c) * 75);
-    REQUIRE(rb && rc && kv_export(d, 75, rb) == 0 && kv_export(c, 75, rc) == 0);
-    CHECK(!memcmp(rb, rc, sizeof(float) * kv_row_floats(c) * 75));
-    /* a rollback below the shared rows copies them first; the cache goes on exactly */
+    struct kv_cache *bd[2] = {b, d};
+    CHECK(kv_shared(d) == 75 && same_rows(d, c, 75) && kv_set_bytes(bd, 2) == kv_bytes(b));
+    /* a rollback into the shared rows: the written page is copied; b goes on unchanged */
     kv_truncate(d, 40);
     kv_truncate(c, 40);
-    CHECK(kv_shared(d) == 0 && kv_len(d) == 40);
+    CHECK(kv_len(d) == 40 && kv_shared(d) == 40);
     REQUIRE(model_forward(m, d, ids + 100, 20, lb, 1) == 0);
     REQUIRE(model_forward(m, c, ids + 100, 20, lc, 1) == 0);
     CHECK(!memcmp(lb, lc, sizeof(float) * V * 20));
+    CHECK(kv_shared(d) == 2 * PAGE && same_rows(b, ref, 85));
     /* more rows than the source holds are refused */
     CHECK(kv_new_shared(m, 200, b, 86, &e) != 0 && !e);
-    free(lb), free(lc), free(rb), free(rc);
-    kv_free(b), kv_free(c), kv_free(d);
+    free(lb), free(lc);
+    kv_free(b), kv_free(c), kv_free(d), kv_free(ref);
     model_free(m);
 }
 
-/* The bytes the cache reports are the bytes its entries keep alive: an entry whose cache reads
- * another's rows counts them, once, also after that other entry left; the rows stay exact. */
+/* The bytes the cache reports are the bytes its entries keep alive, each page once: an entry
+ * that shares another's pages counts them once, also after that other entry left; the rows
+ * stay exact. */
 TEST(shared_rows_are_counted) {
     if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
     struct model *m = load(TARGET);
@@ -192,19 +207,65 @@ TEST(shared_rows_are_counted) {
     struct kv_cache *ka = prefilled(m, a, 80), *ku = prefilled(m, u, 40),
                     *plain = prefilled(m, b, 100);
     REQUIRE(ka && ku && plain);
+    size_t page = kv_bytes(ka) / (80 / PAGE);
     prefix_cache_put(pc, a, 80, ka);
     int reused = 0;
     struct kv_cache *kb = prefix_cache_take(pc, b, 100, 128, &reused);
     REQUIRE(kb);
     CHECK(reused == 60 && kv_shared(kb) == 60);
     REQUIRE(model_forward(m, kb, b + 60, 40, NULL, 0) == 0);
-    prefix_cache_put(pc, b, 100, kb); /* reads a's entry, which stays */
-    CHECK(kv_shared(kb) == 60 && prefix_cache_stats(pc).bytes == kv_bytes(ka) + kv_bytes(kb));
-    prefix_cache_put(pc, u, 40, ku); /* evicts a's entry; b's still reads its rows */
+    prefix_cache_put(pc, b, 100, kb); /* shares a's first 3 pages; a's entry stays */
+    CHECK(kv_shared(kb) == 3 * PAGE);
+    CHECK(prefix_cache_stats(pc).bytes == kv_bytes(ka) + kv_bytes(kb) - 3 * page);
+    prefix_cache_put(pc, u, 40, ku); /* evicts a's entry; b's keeps the pages it shared */
     struct prefix_stats ps = prefix_cache_stats(pc);
-    CHECK(ps.entries == 2 && kv_shared(kb) == 60);
-    CHECK(ps.bytes == kv_bytes(kb) + kv_bytes(ku) + kv_bytes(ka));
+    CHECK(ps.entries == 2 && kv_shared(kb) == 0);
+    CHECK(ps.bytes == kv_bytes(kb) + kv_bytes(ku));
     CHECK(same_rows(kb, plain, 100));
+    prefix_cache_free(pc);
+    kv_free(plain);
+    model_free(m);
+}
+
+/* Two sequences that computed one prefix apart (two cold requests over one system prompt)
+ * keep one copy of its whole pages once both are cached, and what follows from either is
+ * exactly what a cold run gives. */
+TEST(entries_over_one_prefix_share_pages) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *m = load(TARGET);
+    REQUIRE(m);
+    int V = model_config(m)->vocab_size;
+    struct prefix_cache *pc = NULL;
+    REQUIRE(prefix_cache_new(m, &(struct prefix_cache_opts){.max_entries = 4}, &pc) == 0);
+    int32_t x[120], y[120];
+    tokens(x, 120, 21);
+    memcpy(y, x, sizeof(int32_t) * 70);
+    tokens(y + 70, 50, 22);
+    struct kv_cache *kx = prefilled(m, x, 90), *ky = prefilled(m, y, 100),
+                    *plain = prefilled(m, y, 100);
+    REQUIRE(kx && ky && plain);
+    size_t page = kv_bytes(kx) / ((90 + PAGE - 1) / PAGE);
+    prefix_cache_put(pc, x, 90, kx);
+    prefix_cache_put(pc, y, 100, ky);
+    struct prefix_stats ps = prefix_cache_stats(pc);
+    int whole = 70 / PAGE * PAGE; /* the common prefix's whole pages: 64 positions */
+    CHECK(ps.entries == 2 && ps.deduped_tokens == whole && kv_shared(ky) == whole);
+    CHECK(ps.bytes == kv_bytes(kx) + kv_bytes(ky) - (size_t)(whole / PAGE) * page);
+    CHECK(same_rows(ky, plain, 100));
+    /* a follow-up over y continues exactly as from the plain cache */
+    int32_t z[110];
+    memcpy(z, y, sizeof(int32_t) * 100);
+    tokens(z + 100, 10, 23);
+    int reused = 0;
+    struct kv_cache *kz = prefix_cache_take(pc, z, 110, 128, &reused);
+    REQUIRE(kz && reused == 100);
+    float *lz = malloc(sizeof(float) * V * 10), *lp = malloc(sizeof(float) * V * 10);
+    REQUIRE(lz && lp);
+    REQUIRE(model_forward(m, kz, z + 100, 10, lz, 1) == 0);
+    REQUIRE(model_forward(m, plain, z + 100, 10, lp, 1) == 0);
+    CHECK(!memcmp(lz, lp, sizeof(float) * V * 10));
+    prefix_cache_put(pc, z, 110, kz);
+    free(lz), free(lp);
     prefix_cache_free(pc);
     kv_free(plain);
     model_free(m);
@@ -545,7 +606,7 @@ TEST(chunked_prefill_and_abandoned_sequences) {
     CHECK(same_ids(&whole, &r1) && same_ids(&whole, &r2));
     /* the finished sequences replaced the 70-token entry they extend */
     struct prefix_stats ps = prefix_cache_stats(pc);
-    CHECK(ps.entries == 1 && ps.hits == 2 && ps.shared_tokens == 70); /* s2 read s1's rows */
+    CHECK(ps.entries == 1 && ps.hits == 2 && ps.shared_tokens == 140); /* both read its pages */
     gen_result_free(&whole), gen_result_free(&chunked), gen_result_free(&r1);
     gen_result_free(&r2);
     prefix_cache_free(pc);
@@ -618,6 +679,7 @@ int main(void) {
     RUN(kv_rows_move_exactly);
     RUN(shared_prefix_rows);
     RUN(shared_rows_are_counted);
+    RUN(entries_over_one_prefix_share_pages);
     RUN(spill_round_trip_survives_restart);
     RUN(corrupt_files_are_deleted_never_used);
     RUN(another_models_files_are_not_used);

@@ -17,21 +17,28 @@
 /* Scores of a task's queries, per thread (no per-call malloc once warm). */
 static _Thread_local struct thread_buf scores_buf;
 
-/* One kv head's rows: position j < nb from the shared prefix, the rest from the cache's own. */
+/* One kv head's rows: position j's at pg[j >> shift] + off + (j & mask) * D. A contiguous
+ * cache is one page (pg points to `one`, so a struct rows is filled in place, never copied). */
 struct rows {
-    const float *own, *shared;
-    int nb;
+    const void *const *pg;
+    const void *one;
+    size_t off;
+    int shift, mask;
 };
 
-static inline struct rows head_rows(const struct cpu_attn *a, const float *own, const float *shared,
-                                    int g) {
+static inline void head_rows(struct rows *r, const struct cpu_attn *a, int v, int g) {
     const size_t D = (size_t)a->head_dim;
-    return (struct rows){own + (size_t)g * a->cap * D,
-                         shared ? shared + (size_t)g * a->cap_b * D : NULL, a->nb};
+    if (a->pages) {
+        r->pg = a->pages, r->shift = a->page_shift, r->mask = (1 << a->page_shift) - 1;
+        r->off = (v ? a->v_off : a->k_off) + ((size_t)g << a->page_shift) * D;
+    } else {
+        r->one = (v ? a->v : a->k) + (size_t)g * a->cap * D;
+        r->pg = &r->one, r->shift = 30, r->mask = (1 << 30) - 1, r->off = 0;
+    }
 }
 
 static inline const float *row_at(const struct rows *r, int j, int D) {
-    return j < r->nb ? r->shared + (size_t)j * D : r->own + (size_t)(j - r->nb) * D;
+    return (const float *)r->pg[j >> r->shift] + r->off + (size_t)(j & r->mask) * D;
 }
 
 #ifdef __AVX512F__
@@ -226,7 +233,9 @@ static void attn_task(void *ctx, int ith, int nth) {
     for (int task = ith; task < n_tasks; task += nth) {
         const int g = task / row_blocks, t0 = task % row_blocks * rpt;
         const int t1 = t0 + rpt < a->n ? t0 + rpt : a->n;
-        const struct rows k = head_rows(a, a->k, a->kb, g), v = head_rows(a, a->v, a->vb, g);
+        struct rows k, v;
+        head_rows(&k, a, 0, g);
+        head_rows(&v, a, 1, g);
         if (!sc || !qs || !mx) { /* no memory: the kernel has no error path, so NaN */
             for (int t = t0; t < t1; t++)
                 for (int i = 0; i < group * D; i++)
@@ -288,8 +297,9 @@ static void attn_task(void *ctx, int ith, int nth) {
         int p = a->noncausal ? a->pos0 + a->n - 1 : a->pos0 + t;
         int lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
         const float *q = a->q + (size_t)task * D;
-        const struct rows k = head_rows(a, a->k, a->kb, h / group),
-                          v = head_rows(a, a->v, a->vb, h / group);
+        struct rows k, v;
+        head_rows(&k, a, 0, h / group);
+        head_rows(&v, a, 1, h / group);
         float mx = -INFINITY;
         for (int j = lo; j <= p; j++) {
             float d = dot(q, row_at(&k, j, D), D);

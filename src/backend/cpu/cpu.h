@@ -56,14 +56,16 @@ void cpu_rope(float *x, int n, int n_heads, int head_dim, int pos0, const float 
               int bf16);
 
 /* Causal attention of n query rows at positions pos0.. over a cache holding positions
- * [0, pos0 + n). q, out: [n, n_heads, D]; k, v: [n_kv_heads][cap][D] for one layer.
+ * [0, pos0 + n). q, out: [n, n_heads, D]. The keys and values of kv head g at position j are,
+ * for a paged cache (pages != NULL), at (const float *)pages[j >> page_shift] + k_off (v_off)
+ * + ((g << page_shift) + (j & (2^page_shift - 1))) * D; else at k, v + (g * cap + j) * D.
  * window > 0 restricts row p to keys in (p - window, p]. */
 struct cpu_attn {
     float *out;
-    /* keys and values of position j >= nb: k, v + ((head * cap) + j - nb) * head_dim; of
-     * j < nb (a shared prefix): kb, vb + (head * cap_b + j) * head_dim */
-    const float *q, *k, *v, *kb, *vb;
-    int nb, cap_b;
+    const float *q, *k, *v;
+    const void *const *pages;
+    size_t k_off, v_off; /* floats from a page's start to this layer's K, V rows */
+    int page_shift;
     int n, pos0, cap, n_heads, n_kv_heads, head_dim, window;
     float scale;
     int bf16;      /* round scores, probabilities and output as transformers' bf16 path does */
