@@ -169,23 +169,44 @@ struct kv_cache *prefix_cache_take(struct prefix_cache *pc, const int32_t *promp
     return prefix_cache_take_ctx(pc, prompt, n, cap, 0, 0, n_reused, &ctx_rows);
 }
 
+/* The RAM entry sharing the longest prefix with prompt[0..n - 1) (its length in *len), among
+ * those with a drafter context of this tag (width < 0: any width), or -1. */
+static int best_entry(const struct prefix_cache *pc, const int32_t *prompt, int n, uint64_t tag,
+                      int width, int *len) {
+    int best = -1;
+    *len = 0;
+    for (int i = 0; i < pc->n; i++) {
+        const struct entry *e = &pc->e[i];
+        if (tag && (e->ctx.tag != tag || (width >= 0 && e->ctx.width != width))) continue;
+        int l = common_prefix(e->tokens, e->n, prompt, n - 1);
+        if (l > *len) best = i, *len = l;
+    }
+    return best;
+}
+
+/* Whether a file holding `disk` tokens is read instead of an entry holding `ram`. */
+static int disk_wins(int disk, int ram) {
+    return disk >= PREFIX_MIN_TOKENS && disk >= ram + SPILL_MIN_GAIN;
+}
+
+int prefix_cache_peek(struct prefix_cache *pc, const int32_t *prompt, int n, uint64_t tag) {
+    int len, best = best_entry(pc, prompt, n, tag, -1, &len);
+    if (best < 0 || len < PREFIX_MIN_TOKENS || !kv_paged(pc->e[best].kv)) return 0;
+    struct spill_hit hit = {.n = 0};
+    if (pc->spill) spill_match_ctx(pc->spill, prompt, n, n - 1, tag, &hit);
+    return disk_wins(hit.n, len) ? 0 : len;
+}
+
 struct kv_cache *prefix_cache_take_ctx(struct prefix_cache *pc, const int32_t *prompt, int n,
                                        int cap, uint64_t tag, int width, int *n_reused,
                                        const float **ctx_rows) {
-    int best = -1, best_len = 0;
+    int best_len, best = best_entry(pc, prompt, n, tag, width, &best_len);
     struct spill_hit hit = {.n = 0};
     *ctx_rows = NULL;
-    for (int i = 0; i < pc->n; i++) {
-        const struct entry *e = &pc->e[i];
-        if (tag && (e->ctx.tag != tag || e->ctx.width != width)) continue;
-        int l = common_prefix(e->tokens, e->n, prompt, n - 1);
-        if (l > best_len) best = i, best_len = l;
-    }
     if (pc->spill) spill_match_ctx(pc->spill, prompt, n, n - 1, tag, &hit);
     struct kv_cache *kv = NULL;
     *n_reused = 0;
-    if (hit.n >= PREFIX_MIN_TOKENS && hit.n >= best_len + SPILL_MIN_GAIN &&
-        (kv = from_disk(pc, &hit, prompt, cap, tag ? width : 0))) {
+    if (disk_wins(hit.n, best_len) && (kv = from_disk(pc, &hit, prompt, cap, tag ? width : 0))) {
         *n_reused = hit.n;
         if (tag) *ctx_rows = pc->disk_ctx;
     }

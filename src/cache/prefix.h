@@ -78,6 +78,11 @@ struct kv_cache *prefix_cache_take(struct prefix_cache *pc, const int32_t *promp
 struct kv_cache *prefix_cache_take_ctx(struct prefix_cache *pc, const int32_t *prompt, int n,
                                        int cap, uint64_t tag, int width, int *n_reused,
                                        const float **ctx_rows);
+/* The positions of prompt[0..n) that prefix_cache_take_ctx() with this tag would give a
+ * sequence in pages it shares with an entry (rows it holds no memory of its own for): 0 when it
+ * would read them from a file, be lent a device entry's cache, or find nothing. No side
+ * effects: the server counts a request's K/V against --kv-pool-mb with it. */
+int prefix_cache_peek(struct prefix_cache *pc, const int32_t *prompt, int n, uint64_t tag);
 /* Gives kv (holding tokens[0..n)) to the cache; it may be freed at once. Every cache that
  * prefix_cache_take() returned must come back here, with n = 0 if it cannot be trusted. */
 void prefix_cache_put(struct prefix_cache *pc, const int32_t *tokens, int n, struct kv_cache *kv);

@@ -31,6 +31,7 @@ struct job {
     long created;
     double t_queued; /* when the job entered the queue (monotonic seconds) */
     int pool_waited; /* it waited for room in the K/V pool (counted once) */
+    int kv_shared;   /* prompt positions it reads from the prefix cache's pages, from admission */
     char model[128];
     atomic_int cancelled; /* set by the HTTP side when the client went away */
     void *run;            /* the engine thread's generations (response.c) */

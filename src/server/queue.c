@@ -82,11 +82,15 @@ static long prefill_step(struct server *s, struct job **active, int n_active, in
     return chunks;
 }
 
-/* A job's K/V at most: each choice holds its prompt, max_tokens and a round's drafts. */
+/* A job's K/V at most: each choice holds its prompt, max_tokens and a round's drafts, less the
+ * prompt positions it reads from the prefix cache's pages (which the cache's memory counts),
+ * plus, then, the shared page it copies and its last page's rounding. */
 static long job_kv_bytes(const struct server *s, const struct job *j) {
     const struct hf_config *c = model_config(s->eng.target);
     long row = 2L * (long)sizeof(float) * c->n_layers * c->n_kv_heads * c->head_dim;
-    return (long)j->n_choices * ((long)j->n_prompt + j->gp.max_tokens + VERIFY_MAX_DRAFT + 1) * row;
+    long rows = (long)j->n_prompt + j->gp.max_tokens + VERIFY_MAX_DRAFT + 1;
+    if (j->kv_shared) rows += 2 * (1 << KV_PAGE_SHIFT) - j->kv_shared;
+    return (long)j->n_choices * rows * row;
 }
 
 void *engine_main(void *arg) {
@@ -113,6 +117,7 @@ void *engine_main(void *arg) {
         while (s->q_len && n_active + n_join < MAX_ACTIVE) {
             struct job *j = s->queue[s->q_head];
             if (j->n_choices > room && (n_active || n_join)) break;
+            if (pool) j->kv_shared = gen_shared_prefix(&s->eng, &j->gp, j->prompt, j->n_prompt);
             long need = job_kv_bytes(s, j);
             if (pool && used + need > pool && (n_active || n_join)) {
                 if (!j->pool_waited) j->pool_waited = 1, s->m.kv_pool_waits++;

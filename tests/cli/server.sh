@@ -49,9 +49,12 @@ start load_aware --mode dspark --load-aware --max-batch 16 --calibration-file "$
 MODES="$MODES,$URL"
 start pool --max-batch 8 --kv-pool-mb 1 # room for about one request's K/V at a time
 POOL=$URL
+# room for four requests' own K/V over a shared 800-token prefix, not for two cold ones
+start pool_shared --mode baseline --max-batch 8 --kv-pool-mb 4
+POOL_SHARED=$URL
 fail=0
 DSPARK_URL=$OPEN DSPARK_URL_KEY=$KEYED DSPARK_URL_MODES=$MODES DSPARK_URL_POOL=$POOL \
-    node tests/js/server.test.mjs || fail=1
+    DSPARK_URL_POOL_SHARED=$POOL_SHARED node tests/js/server.test.mjs || fail=1
 if command -v promtool >/dev/null; then
     curl -s "$OPEN/metrics" | promtool check metrics && echo "ok   promtool check metrics" ||
         { echo "FAIL promtool check metrics"; fail=1; }

@@ -209,6 +209,10 @@ TEST(shared_rows_are_counted) {
     REQUIRE(ka && ku && plain);
     size_t page = kv_bytes(ka) / (80 / PAGE);
     prefix_cache_put(pc, a, 80, ka);
+    /* what a take would share, for the K/V pool: nothing for a drafter whose context the
+     * entry lacks */
+    CHECK(prefix_cache_peek(pc, b, 100, 0) == 60 && prefix_cache_peek(pc, b, 100, 77) == 0);
+    CHECK(prefix_cache_peek(pc, u, 40, 0) == 0 && prefix_cache_stats(pc).hits == 0);
     int reused = 0;
     struct kv_cache *kb = prefix_cache_take(pc, b, 100, 128, &reused);
     REQUIRE(kb);
