@@ -3,11 +3,12 @@
  *   - read bandwidth (streaming sum over a 1 GiB buffer, 4 KiB and huge pages, and over the
  *     model file's own map) and the decode roofline it implies;
  *   - prefill tokens/s for 64 and 512 tokens from an empty cache;
- *   - decode tokens/s over 32 single-token steps after a 64-token prompt, as % of roofline;
+ *   - decode tokens/s over 32 single-token steps after a 64-token prompt (--ctx N: N tokens),
+ *     as % of roofline;
  *   - one forward over k = 1, 2, 4, 8, 16 new tokens at context 64 (all rows' logits, as a
  *     speculative verify pass needs), as a ratio to k = 1.
  *
- *   bench_forward MODEL_DIR [--threads 1,2] [--reps N] [--decode N]
+ *   bench_forward MODEL_DIR [--threads 1,2] [--reps N] [--decode N] [--ctx N]
  */
 #include "bench.h"
 #include "model/model.h"
@@ -23,7 +24,7 @@
 struct opts {
     const char *dir;
     int threads[4], n_threads;
-    int reps, n_decode;
+    int reps, n_decode, ctx;
 };
 
 /* Best-of read bandwidth over the model file map (the pages the forward pass reads). */
@@ -114,9 +115,9 @@ static int run(const struct opts *o, int th) {
     if (model_load(o->dir, &mo, &m)) return 1;
     const struct hf_config *c = model_config(m);
     size_t wbytes = model_weight_bytes(m);
-    int V = c->vocab_size, maxn = 512;
+    int V = c->vocab_size, maxn = o->ctx > 512 ? o->ctx : 512;
     struct kv_cache *kv;
-    if (kv_new(m, 1024, &kv)) return 1;
+    if (kv_new(m, maxn + o->n_decode + 16 > 1024 ? maxn + o->n_decode + 16 : 1024, &kv)) return 1;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(maxn + o->n_decode + 16));
     float *logits = malloc(sizeof(float) * (size_t)V * 16);
     if (!ids || !logits) return 1;
@@ -138,15 +139,15 @@ static int run(const struct opts *o, int th) {
         printf("prefill %4d tokens: %8.1f ms  %7.1f tok/s\n", pre[i], t * 1e3, pre[i] / t);
     }
 
-    /* decode: n_decode single steps after a CTX-token prompt */
+    /* decode: n_decode single steps after a ctx-token prompt */
     f = (struct fwd){
-        .m = m, .kv = kv, .ids = ids, .logits = logits, .ctx = CTX, .n_steps = o->n_decode};
+        .m = m, .kv = kv, .ids = ids, .logits = logits, .ctx = o->ctx, .n_steps = o->n_decode};
     double best = timed(&f, o->reps);
     if (best < 0) return 1;
     double tps = o->n_decode / best;
-    printf("decode %d steps: %.2f ms/token  %.1f tok/s  = %.1f%% of roofline (%.1f GB/s "
+    printf("decode %d steps at context %d: %.2f ms/token  %.1f tok/s  = %.1f%% of roofline (%.1f GB/s "
            "effective)\n",
-           o->n_decode, best / o->n_decode * 1e3, tps, 100 * tps / roof, tps * wbytes / 1e9);
+           o->n_decode, o->ctx, best / o->n_decode * 1e3, tps, 100 * tps / roof, tps * wbytes / 1e9);
 
     /* verify-style passes over k new tokens at context CTX */
     const int ks[] = {1, 2, 4, 8, 16};
@@ -169,7 +170,7 @@ static int run(const struct opts *o, int th) {
 }
 
 int main(int argc, char **argv) {
-    struct opts o = {.threads = {1, 2}, .n_threads = 2, .reps = 5, .n_decode = 32};
+    struct opts o = {.threads = {1, 2}, .n_threads = 2, .reps = 5, .n_decode = 32, .ctx = CTX};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             o.n_threads = 0;
@@ -184,16 +185,18 @@ int main(int argc, char **argv) {
             o.reps = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--decode") && i + 1 < argc) {
             o.n_decode = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) {
+            o.ctx = atoi(argv[++i]);
         } else if (argv[i][0] != '-' && !o.dir) {
             o.dir = argv[i];
         } else {
-            fprintf(stderr, "usage: %s MODEL_DIR [--threads 1,2] [--reps N] [--decode N]\n",
+            fprintf(stderr, "usage: %s MODEL_DIR [--threads 1,2] [--reps N] [--decode N] [--ctx N]\n",
                     argv[0]);
             return 2;
         }
     }
-    if (!o.dir || o.reps < 1 || o.n_decode < 1) {
-        fprintf(stderr, "usage: %s MODEL_DIR [--threads 1,2] [--reps N] [--decode N]\n", argv[0]);
+    if (!o.dir || o.reps < 1 || o.n_decode < 1 || o.ctx < 1) {
+        fprintf(stderr, "usage: %s MODEL_DIR [--threads 1,2] [--reps N] [--decode N] [--ctx N]\n", argv[0]);
         return 2;
     }
     for (int i = 0; i < o.n_threads; i++)

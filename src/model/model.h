@@ -35,9 +35,10 @@ struct pool *model_pool(struct model *m); /* to share with a draft model */
 const struct hf_config *model_config(const struct model *m);
 size_t model_weight_bytes(const struct model *m); /* bytes read per decode step */
 
-/* A host cache's pages hold 1 << KV_PAGE_SHIFT positions: 16 keeps the copy a sequence makes
- * of a page it shares (its prefix's last, partly filled page) small, and the table cheap. */
-#define KV_PAGE_SHIFT 4
+/* A host cache's pages hold 1 << KV_PAGE_SHIFT positions. 64 gives attention runs of 16-32 KB
+ * per head (16-position pages, 4 KB runs at head_dim 64, decoded 8-13% slower at context 1900,
+ * docs/perf.md); a sequence copies at most 63 rows of a page it shares. */
+#define KV_PAGE_SHIFT 6
 
 /* A KV cache for up to max_ctx positions (<= 0: the model's max_position_embeddings). */
 int kv_new(const struct model *m, int max_ctx, struct kv_cache **out);

@@ -115,13 +115,18 @@ char *metrics_render(struct server *s) {
     counter(&o, "dspark_prefix_cache_reused_tokens_total", "Prompt tokens not prefilled.",
             m.cache_reused_tokens);
     gauge(&o, "dspark_kv_pool_bytes",
-          "K/V memory the running requests may hold (from their prompt and max_tokens).",
+          "K/V memory the running requests may hold (their prompt and max_tokens, less the "
+          "cached prefix pages they share).",
           m.kv_pool_bytes);
     counter(&o, "dspark_kv_pool_waits_total", "Requests that waited for room in --kv-pool-mb.",
             m.kv_pool_waits);
     counter(&o, "dspark_prefix_cache_shared_tokens_total",
             "Reused tokens whose rows a sequence reads from a cache entry instead of a copy.",
             m.cache_shared_tokens);
+    counter(&o, "dspark_prefix_cache_deduped_tokens_total",
+            "Tokens of finished requests stored in pages a cache entry already held (computed "
+            "apart, the same bits).",
+            m.cache_deduped_tokens);
     gauge(&o, "dspark_prefix_cache_bytes", "Memory held by the prefix cache.",
           (double)m.cache_bytes);
     counter(&o, "dspark_prefix_cache_spill_writes_total",

@@ -25,6 +25,7 @@ struct metrics {
     long accept_hist[METRICS_ACCEPT_BUCKETS]; /* rounds by drafts accepted: 0..8, 9+ */
     double decode_seconds;
     long cache_hits, cache_misses, cache_reused_tokens, cache_shared_tokens, cache_bytes;
+    long cache_deduped_tokens;
     long spill_writes, spill_reads, spill_rejects, spill_dropped; /* its folder */
     long spill_bytes, spill_pending;
     long prefill_chunks;                    /* prefill passes of the engine */

@@ -49,8 +49,8 @@ start load_aware --mode dspark --load-aware --max-batch 16 --calibration-file "$
 MODES="$MODES,$URL"
 start pool --max-batch 8 --kv-pool-mb 1 # room for about one request's K/V at a time
 POOL=$URL
-# room for four requests' own K/V over a shared 800-token prefix, not for two cold ones
-start pool_shared --mode baseline --max-batch 8 --kv-pool-mb 4
+# room for four requests' own K/V over a shared 1,250-token prefix, not for two cold ones
+start pool_shared --mode baseline --max-batch 8 --kv-pool-mb 6
 POOL_SHARED=$URL
 fail=0
 DSPARK_URL=$OPEN DSPARK_URL_KEY=$KEYED DSPARK_URL_MODES=$MODES DSPARK_URL_POOL=$POOL \

@@ -243,9 +243,9 @@ if (process.env.DSPARK_URL_POOL) {
   });
 }
 
-// DSPARK_URL_POOL_SHARED: a baseline server whose K/V pool (4 MiB, about 680 positions of
-// models/pycoder) holds neither of two cold 800-token prompts beside each other, but four
-// requests over one cached 800-token prefix: they hold the prefix's pages, not copies of them
+// DSPARK_URL_POOL_SHARED: a baseline server whose K/V pool (6 MiB, about 1,020 positions of
+// models/pycoder) holds neither of two cold 1,250-token prompts beside each other, but four
+// requests over one cached 1,250-token prefix: they hold the prefix's pages, not copies of them
 if (process.env.DSPARK_URL_POOL_SHARED) {
   const url = process.env.DSPARK_URL_POOL_SHARED;
   await test('requests over a cached prefix count only their own K/V against the pool', async () => {
@@ -255,16 +255,16 @@ if (process.env.DSPARK_URL_POOL_SHARED) {
       const text = await (await fetch(`${url}/metrics`)).text();
       return Number((text.match(/^dspark_kv_pool_waits_total (\S+)$/m) || [])[1]);
     };
-    const body = (tag) => Array.from({ length: 48 }, (_, i) =>
+    const body = (tag) => Array.from({ length: 64 }, (_, i) =>
       `def ${tag}_${i}(x):\n    return x * ${i} + ${i % 7}\n`).join('\n');
     const req = { model: 'pycoder', temperature: 0, max_tokens: 8 };
     const warm = await c.completions.create({ ...req, prompt: body('shared') });
-    assert(warm.usage.prompt_tokens > 750, `prefix of ${warm.usage.prompt_tokens} tokens`);
+    assert(warm.usage.prompt_tokens > 1100, `prefix of ${warm.usage.prompt_tokens} tokens`);
     // two cold prompts of that size: the second waits for the first
     let w0 = await waits();
     // (open code, so that each generates its 8 tokens: a request that ends in one step never waits)
     await Promise.all(['cold_a', 'cold_b'].map((t) => c.completions.create({ ...req, prompt: `${body(t)}\ndef g(` })));
-    assert((await waits()) > w0, 'two cold 800-token prompts ran beside each other in a 4 MiB pool');
+    assert((await waits()) > w0, 'two cold 1,250-token prompts ran beside each other in a 6 MiB pool');
     // four over the cached prefix: none waits, each reuses it and answers as without a cache
     w0 = await waits();
     const prompts = [0, 1, 2, 3].map((i) => `${body('shared')}\n# case ${i}\ndef case_${i}(`);
@@ -272,7 +272,7 @@ if (process.env.DSPARK_URL_POOL_SHARED) {
     assert((await waits()) === w0, 'requests over a shared prefix waited for the pool');
     for (const [i, r] of rs.entries()) {
       const cached = r.usage.prompt_tokens_details.cached_tokens;
-      assert(cached > 750, `request ${i} reused ${cached} tokens`);
+      assert(cached > 1100, `request ${i} reused ${cached} tokens`);
       const alone = await plain.completions.create({ ...req, prompt: prompts[i] });
       assert(r.choices[0].text === alone.choices[0].text, `request ${i} differs from an uncached run`);
     }

@@ -106,85 +106,94 @@ TEST(fingerprint_tells_models_apart) {
 
 #define PAGE (1 << KV_PAGE_SHIFT)
 
+static int pages(int n) {
+    return (n + PAGE - 1) / PAGE;
+}
+
 /* Copying, exporting, importing and compacting a cache keep its rows bit for bit; a host
  * cache's memory follows the positions it holds, not its capacity. */
 TEST(kv_rows_move_exactly) {
     if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
     struct model *m = load(TARGET);
     REQUIRE(m);
-    int32_t ids[100];
-    tokens(ids, 100, 5);
-    struct kv_cache *a = prefilled(m, ids, 90), *b = NULL, *c = NULL;
-    REQUIRE(a && kv_new(m, 100, &b) == 0 && kv_new(m, 0, &c) == 0);
+    const int A = 2 * PAGE + PAGE / 2, C = PAGE + PAGE / 4; /* 160 and 80 positions */
+    int32_t ids[4 * PAGE];
+    tokens(ids, 4 * PAGE, 5);
+    struct kv_cache *a = prefilled(m, ids, A), *b = NULL, *c = NULL;
+    REQUIRE(a && kv_new(m, A, &b) == 0 && kv_new(m, 0, &c) == 0);
     CHECK(kv_bytes(c) == 0 && kv_capacity(c) == model_config(m)->max_pos);
-    REQUIRE(kv_copy_prefix(b, a, 60) == 0);
-    CHECK(kv_len(b) == 60 && same_rows(a, b, 60));
-    CHECK(kv_copy_prefix(b, a, 91) != 0); /* more rows than the source holds */
-    float *rows = malloc(sizeof(float) * kv_row_floats(a) * 90);
-    REQUIRE(rows && kv_export(a, 90, rows) == 0);
-    REQUIRE(kv_import(c, rows, 90, 75) == 0);
-    CHECK(kv_len(c) == 75 && same_rows(a, c, 75));
-    size_t page = kv_bytes(a) / ((90 + PAGE - 1) / PAGE);
-    CHECK(kv_bytes(c) == page * ((75 + PAGE - 1) / PAGE)); /* 5 pages, whatever the capacity */
+    REQUIRE(kv_copy_prefix(b, a, C) == 0);
+    CHECK(kv_len(b) == C && same_rows(a, b, C));
+    CHECK(kv_copy_prefix(b, a, A + 1) != 0); /* more rows than the source holds */
+    float *rows = malloc(sizeof(float) * kv_row_floats(a) * (size_t)A);
+    REQUIRE(rows && kv_export(a, A, rows) == 0);
+    REQUIRE(kv_import(c, rows, A, C) == 0);
+    CHECK(kv_len(c) == C && same_rows(a, c, C));
+    size_t page = kv_bytes(a) / (size_t)pages(A);
+    CHECK(kv_bytes(c) == page * (size_t)pages(C)); /* whatever the capacity */
     /* rolled-back rows keep their pages until compacted; the rows stay exact */
-    REQUIRE(model_forward(m, c, ids + 75, 25, NULL, 0) == 0);
-    kv_truncate(c, 75);
-    CHECK(kv_bytes(c) == page * ((100 + PAGE - 1) / PAGE));
+    REQUIRE(model_forward(m, c, ids + C, PAGE, NULL, 0) == 0);
+    kv_truncate(c, C);
+    CHECK(kv_bytes(c) == page * (size_t)pages(C + PAGE));
     kv_compact(c);
-    CHECK(kv_bytes(c) == page * ((75 + PAGE - 1) / PAGE) && same_rows(a, c, 75));
+    CHECK(kv_bytes(c) == page * (size_t)pages(C) && same_rows(a, c, C));
     /* the compacted cache still extends exactly: the next rows equal a's */
-    REQUIRE(model_forward(m, c, ids + 75, 15, NULL, 0) == 0);
-    CHECK(same_rows(a, c, 90));
+    REQUIRE(model_forward(m, c, ids + C, A - C, NULL, 0) == 0);
+    CHECK(same_rows(a, c, A));
     free(rows);
     kv_free(a), kv_free(b), kv_free(c);
     model_free(m);
 }
 
 /* Caches over a shared prefix hold the other cache's pages instead of copying them: writing
- * copies only the page being written (the source's rows never change), they outlive the cache
- * they share, continue bit for bit as a copy does, share from a cache that shares without
- * copying anything, and a rollback into the shared rows copies one page. */
+ * copies only the pages being written (the source's rows never change), they outlive the
+ * cache they share, continue bit for bit as a copy does, share from a cache that shares
+ * without copying anything, and a rollback into the shared rows copies one page. */
 TEST(shared_prefix_rows) {
     if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
     struct model *m = load(TARGET);
     REQUIRE(m);
     int V = model_config(m)->vocab_size;
-    int32_t ids[120];
-    tokens(ids, 120, 7);
-    struct kv_cache *a = prefilled(m, ids, 80), *b = NULL, *c = NULL, *d = NULL, *e = NULL;
-    struct kv_cache *ref = prefilled(m, ids, 85);
-    REQUIRE(a && ref && kv_new_shared(m, 200, a, 60, &b) == 0 && kv_new(m, 200, &c) == 0);
-    REQUIRE(kv_copy_prefix(c, a, 60) == 0);
-    size_t page = kv_bytes(a) / (80 / PAGE);
-    CHECK(kv_shared(b) == 60 && kv_len(b) == 60 && same_rows(b, c, 60));
+    /* a holds A positions, b shares S of them and writes W; a rollback to R */
+    const int A = 2 * PAGE + PAGE / 4, S = PAGE + PAGE / 2, W = PAGE / 4, R = PAGE / 2 + 8;
+    int32_t ids[4 * PAGE];
+    tokens(ids, 4 * PAGE, 7);
+    struct kv_cache *a = prefilled(m, ids, A), *b = NULL, *c = NULL, *d = NULL, *e = NULL;
+    struct kv_cache *ref = prefilled(m, ids, S + W + 5);
+    REQUIRE(a && ref && kv_new_shared(m, 4 * PAGE, a, S, &b) == 0 && kv_new(m, 4 * PAGE, &c) == 0);
+    REQUIRE(kv_copy_prefix(c, a, S) == 0);
+    size_t page = kv_bytes(a) / (size_t)pages(A);
+    CHECK(kv_shared(b) == S && kv_len(b) == S && same_rows(b, c, S));
     struct kv_cache *ab[2] = {a, b};
     CHECK(kv_set_bytes(ab, 2) == kv_bytes(a)); /* b holds a's pages, nothing of its own */
-    float *lb = malloc(sizeof(float) * V * 30), *lc = malloc(sizeof(float) * V * 30);
+    float *lb = malloc(sizeof(float) * V * PAGE), *lc = malloc(sizeof(float) * V * PAGE);
     REQUIRE(lb && lc);
-    REQUIRE(model_forward(m, b, ids + 60, 20, lb, 1) == 0);
-    REQUIRE(model_forward(m, c, ids + 60, 20, lc, 1) == 0);
-    CHECK(!memcmp(lb, lc, sizeof(float) * V * 20));
-    /* b wrote from position 60: page 3 (48..63) copied, page 4 its own, pages 0..2 still a's */
-    CHECK(kv_shared(b) == 3 * PAGE && kv_set_bytes(ab, 2) == kv_bytes(a) + 2 * page);
-    CHECK(same_rows(a, ref, 80)); /* a's rows are untouched */
+    REQUIRE(model_forward(m, b, ids + S, W, lb, 1) == 0);
+    REQUIRE(model_forward(m, c, ids + S, W, lc, 1) == 0);
+    CHECK(!memcmp(lb, lc, sizeof(float) * V * W));
+    /* b wrote [S, S + W): those pages are its own (the first one copied), the rest still a's */
+    int written = (S + W - 1) / PAGE - S / PAGE + 1;
+    CHECK(kv_shared(b) == S / PAGE * PAGE);
+    CHECK(kv_set_bytes(ab, 2) == kv_bytes(a) + (size_t)written * page);
+    CHECK(same_rows(a, ref, S + W)); /* a's rows are untouched (a holds the same tokens) */
     kv_free(a); /* b still holds its pages */
-    REQUIRE(model_forward(m, b, ids + 80, 5, lb, 1) == 0);
-    REQUIRE(model_forward(m, c, ids + 80, 5, lc, 1) == 0);
-    CHECK(!memcmp(lb, lc, sizeof(float) * V * 5) && same_rows(b, c, 85));
+    REQUIRE(model_forward(m, b, ids + S + W, 5, lb, 1) == 0);
+    REQUIRE(model_forward(m, c, ids + S + W, 5, lc, 1) == 0);
+    CHECK(!memcmp(lb, lc, sizeof(float) * V * 5) && same_rows(b, c, S + W + 5));
     /* from a cache that shares: no copy at all */
-    REQUIRE(kv_new_shared(m, 200, b, 75, &d) == 0);
+    REQUIRE(kv_new_shared(m, 4 * PAGE, b, S + W, &d) == 0);
     struct kv_cache *bd[2] = {b, d};
-    CHECK(kv_shared(d) == 75 && same_rows(d, c, 75) && kv_set_bytes(bd, 2) == kv_bytes(b));
+    CHECK(kv_shared(d) == S + W && same_rows(d, c, S + W) && kv_set_bytes(bd, 2) == kv_bytes(b));
     /* a rollback into the shared rows: the written page is copied; b goes on unchanged */
-    kv_truncate(d, 40);
-    kv_truncate(c, 40);
-    CHECK(kv_len(d) == 40 && kv_shared(d) == 40);
-    REQUIRE(model_forward(m, d, ids + 100, 20, lb, 1) == 0);
-    REQUIRE(model_forward(m, c, ids + 100, 20, lc, 1) == 0);
-    CHECK(!memcmp(lb, lc, sizeof(float) * V * 20));
-    CHECK(kv_shared(d) == 2 * PAGE && same_rows(b, ref, 85));
+    kv_truncate(d, R);
+    kv_truncate(c, R);
+    CHECK(kv_len(d) == R && kv_shared(d) == R);
+    REQUIRE(model_forward(m, d, ids + 3 * PAGE, W, lb, 1) == 0);
+    REQUIRE(model_forward(m, c, ids + 3 * PAGE, W, lc, 1) == 0);
+    CHECK(!memcmp(lb, lc, sizeof(float) * V * W));
+    CHECK(kv_shared(d) == R / PAGE * PAGE && same_rows(b, ref, S + W + 5));
     /* more rows than the source holds are refused */
-    CHECK(kv_new_shared(m, 200, b, 86, &e) != 0 && !e);
+    CHECK(kv_new_shared(m, 4 * PAGE, b, S + W + 6, &e) != 0 && !e);
     free(lb), free(lc);
     kv_free(b), kv_free(c), kv_free(d), kv_free(ref);
     model_free(m);
@@ -199,33 +208,35 @@ TEST(shared_rows_are_counted) {
     REQUIRE(m);
     struct prefix_cache *pc = NULL;
     REQUIRE(prefix_cache_new(m, &(struct prefix_cache_opts){.max_entries = 2}, &pc) == 0);
-    int32_t a[80], b[100], u[40];
-    tokens(a, 80, 11);
-    memcpy(b, a, sizeof(int32_t) * 60);
-    tokens(b + 60, 40, 12);
+    const int NA = 2 * PAGE + 20, NS = 2 * PAGE + 10, NB = 3 * PAGE; /* a, shared, b */
+    int32_t a[NA], b[NB], u[40];
+    tokens(a, NA, 11);
+    memcpy(b, a, sizeof(int32_t) * NS);
+    tokens(b + NS, NB - NS, 12);
     tokens(u, 40, 13);
-    struct kv_cache *ka = prefilled(m, a, 80), *ku = prefilled(m, u, 40),
-                    *plain = prefilled(m, b, 100);
+    struct kv_cache *ka = prefilled(m, a, NA), *ku = prefilled(m, u, 40),
+                    *plain = prefilled(m, b, NB);
     REQUIRE(ka && ku && plain);
-    size_t page = kv_bytes(ka) / (80 / PAGE);
-    prefix_cache_put(pc, a, 80, ka);
+    size_t page = kv_bytes(ka) / (size_t)pages(NA);
+    prefix_cache_put(pc, a, NA, ka);
     /* what a take would share, for the K/V pool: nothing for a drafter whose context the
      * entry lacks */
-    CHECK(prefix_cache_peek(pc, b, 100, 0) == 60 && prefix_cache_peek(pc, b, 100, 77) == 0);
+    CHECK(prefix_cache_peek(pc, b, NB, 0) == NS && prefix_cache_peek(pc, b, NB, 77) == 0);
     CHECK(prefix_cache_peek(pc, u, 40, 0) == 0 && prefix_cache_stats(pc).hits == 0);
     int reused = 0;
-    struct kv_cache *kb = prefix_cache_take(pc, b, 100, 128, &reused);
+    struct kv_cache *kb = prefix_cache_take(pc, b, NB, 4 * PAGE, &reused);
     REQUIRE(kb);
-    CHECK(reused == 60 && kv_shared(kb) == 60);
-    REQUIRE(model_forward(m, kb, b + 60, 40, NULL, 0) == 0);
-    prefix_cache_put(pc, b, 100, kb); /* shares a's first 3 pages; a's entry stays */
-    CHECK(kv_shared(kb) == 3 * PAGE);
-    CHECK(prefix_cache_stats(pc).bytes == kv_bytes(ka) + kv_bytes(kb) - 3 * page);
+    CHECK(reused == NS && kv_shared(kb) == NS);
+    REQUIRE(model_forward(m, kb, b + NS, NB - NS, NULL, 0) == 0);
+    prefix_cache_put(pc, b, NB, kb); /* shares a's first pages; a's entry stays */
+    int whole = NS / PAGE; /* pages still shared after b wrote from NS */
+    CHECK(whole >= 2 && kv_shared(kb) == whole * PAGE);
+    CHECK(prefix_cache_stats(pc).bytes == kv_bytes(ka) + kv_bytes(kb) - (size_t)whole * page);
     prefix_cache_put(pc, u, 40, ku); /* evicts a's entry; b's keeps the pages it shared */
     struct prefix_stats ps = prefix_cache_stats(pc);
     CHECK(ps.entries == 2 && kv_shared(kb) == 0);
     CHECK(ps.bytes == kv_bytes(kb) + kv_bytes(ku));
-    CHECK(same_rows(kb, plain, 100));
+    CHECK(same_rows(kb, plain, NB));
     prefix_cache_free(pc);
     kv_free(plain);
     model_free(m);
@@ -241,34 +252,32 @@ TEST(entries_over_one_prefix_share_pages) {
     int V = model_config(m)->vocab_size;
     struct prefix_cache *pc = NULL;
     REQUIRE(prefix_cache_new(m, &(struct prefix_cache_opts){.max_entries = 4}, &pc) == 0);
-    int32_t x[120], y[120];
-    tokens(x, 120, 21);
-    memcpy(y, x, sizeof(int32_t) * 70);
-    tokens(y + 70, 50, 22);
-    struct kv_cache *kx = prefilled(m, x, 90), *ky = prefilled(m, y, 100),
-                    *plain = prefilled(m, y, 100);
+    const int NC = 2 * PAGE + 12, NX = NC + 20, NY = NC + 40; /* common, x, y */
+    int32_t x[NX], y[NY + 10];
+    tokens(x, NX, 21);
+    memcpy(y, x, sizeof(int32_t) * NC);
+    tokens(y + NC, NY + 10 - NC, 22);
+    struct kv_cache *kx = prefilled(m, x, NX), *ky = prefilled(m, y, NY),
+                    *plain = prefilled(m, y, NY);
     REQUIRE(kx && ky && plain);
-    size_t page = kv_bytes(kx) / ((90 + PAGE - 1) / PAGE);
-    prefix_cache_put(pc, x, 90, kx);
-    prefix_cache_put(pc, y, 100, ky);
+    size_t page = kv_bytes(kx) / (size_t)pages(NX);
+    prefix_cache_put(pc, x, NX, kx);
+    prefix_cache_put(pc, y, NY, ky);
     struct prefix_stats ps = prefix_cache_stats(pc);
-    int whole = 70 / PAGE * PAGE; /* the common prefix's whole pages: 64 positions */
+    int whole = NC / PAGE * PAGE; /* the common prefix's whole pages */
     CHECK(ps.entries == 2 && ps.deduped_tokens == whole && kv_shared(ky) == whole);
     CHECK(ps.bytes == kv_bytes(kx) + kv_bytes(ky) - (size_t)(whole / PAGE) * page);
-    CHECK(same_rows(ky, plain, 100));
+    CHECK(same_rows(ky, plain, NY));
     /* a follow-up over y continues exactly as from the plain cache */
-    int32_t z[110];
-    memcpy(z, y, sizeof(int32_t) * 100);
-    tokens(z + 100, 10, 23);
     int reused = 0;
-    struct kv_cache *kz = prefix_cache_take(pc, z, 110, 128, &reused);
-    REQUIRE(kz && reused == 100);
+    struct kv_cache *kz = prefix_cache_take(pc, y, NY + 10, 4 * PAGE, &reused);
+    REQUIRE(kz && reused == NY);
     float *lz = malloc(sizeof(float) * V * 10), *lp = malloc(sizeof(float) * V * 10);
     REQUIRE(lz && lp);
-    REQUIRE(model_forward(m, kz, z + 100, 10, lz, 1) == 0);
-    REQUIRE(model_forward(m, plain, z + 100, 10, lp, 1) == 0);
+    REQUIRE(model_forward(m, kz, y + NY, 10, lz, 1) == 0);
+    REQUIRE(model_forward(m, plain, y + NY, 10, lp, 1) == 0);
     CHECK(!memcmp(lz, lp, sizeof(float) * V * 10));
-    prefix_cache_put(pc, z, 110, kz);
+    prefix_cache_put(pc, y, NY + 10, kz);
     free(lz), free(lp);
     prefix_cache_free(pc);
     kv_free(plain);
