@@ -76,7 +76,12 @@ static float scores(const struct cpu_attn *a, const float *q, const struct rows 
         /* a partial block repeats key p in its unused lanes (masked off below), so every
          * loop here has a constant trip count and the accumulators stay in registers */
         const float *kr[16];
-        for (int i = 0; i < 16; i++) kr[i] = row_at(k, i < nk ? j0 + i : p, D);
+        if ((j0 >> k->shift) == ((j0 + nk - 1) >> k->shift)) { /* one page: rows D apart */
+            const float *r0 = row_at(k, j0, D);
+            for (int i = 0; i < 16; i++) kr[i] = r0 + (size_t)(i < nk ? i : nk - 1) * D;
+        } else {
+            for (int i = 0; i < 16; i++) kr[i] = row_at(k, i < nk ? j0 + i : p, D);
+        }
         __m512 acc[16];
         for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
         for (int d = 0; d < nv; d++) {
@@ -154,9 +159,12 @@ static inline __attribute__((always_inline)) void weighted_sums_n(const int NQ,
         __m512 o[QMAX][4];
         for (int i = 0; i < NQ; i++)
             for (int c = 0; c < 4; c++) o[i][c] = _mm512_setzero_ps();
+        /* row j's V pointer, stepped by D inside a page, looked up at each page's start */
+        const float *vp = NULL;
 #define ROW_LOAD(j)                                                                                \
+    vp = vp && ((j) & v->mask) ? vp + D : row_at(v, j, D);                                         \
     __m512 vr[4];                                                                                  \
-    for (int c = 0; c < 4; c++) vr[c] = _mm512_maskz_loadu_ps(m[c], row_at(v, j, D) + d0 + 16 * c)
+    for (int c = 0; c < 4; c++) vr[c] = _mm512_maskz_loadu_ps(m[c], vp + d0 + 16 * c)
 #define ROW_ADD(i, j)                                                                              \
     do {                                                                                           \
         __m512 vw = _mm512_set1_ps(qs[i].sc[j]);                                                   \
