@@ -75,9 +75,11 @@ want=$(sed 's/.*"text":"\(\([^"\\]\|\\.\)*\)".*/\1/' "$tmp/g.json")
     --calibration-file "$CAL" >"$tmp/srv.out" 2>"$tmp/srv.err" &
 spid=$!
 URL=
-for i in $(seq 1 100); do
+# it calibrates before it listens: seconds here, a minute or more under the sanitizers
+for i in $(seq 1 3000); do
     URL=$(sed -n "s/.* on \(http:[^ ]*\) .*/\1/p" "$tmp/srv.out" 2>/dev/null)
     [ -n "$URL" ] && break
+    kill -0 $spid 2>/dev/null || break
     sleep 0.1
 done
 if [ -z "$URL" ] || ! command -v curl >/dev/null; then

@@ -29,7 +29,8 @@ fi
     --calibration-file "$tmp/calib.json" --no-prefix-cache >"$tmp/s.out" 2>"$tmp/s.err" &
 pid=$!
 url=""
-for _ in $(seq 1 300); do
+# it calibrates before it listens: seconds here, a minute or more under the sanitizers
+for _ in $(seq 1 3000); do
     url=$(sed -n "s/.* on \(http:[^ ]*\) .*/\1/p" "$tmp/s.out" 2>/dev/null)
     [ -n "$url" ] && break
     kill -0 $pid 2>/dev/null || break
