@@ -24,9 +24,12 @@ start() { # start NAME FLAGS...: sets URL
     shift
     "$D" serve --model $M --port 0 --threads 2 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
     pids="$pids $!"
-    for i in $(seq 1 600); do
+    # a server that calibrates (--max-draft auto, dflash's default) listens after it: seconds
+    # here, a minute or more under the sanitizers
+    for i in $(seq 1 3000); do
         URL=$(sed -n "s/.* on \(http:[^ ]*\) .*/\1/p" "$tmp/$name.out" 2>/dev/null)
         [ -n "$URL" ] && return 0
+        kill -0 $! 2>/dev/null || break
         sleep 0.1
     done
     echo "FAIL server $name did not start:"
