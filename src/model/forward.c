@@ -76,13 +76,13 @@ static void attention_block(struct model *m, const struct seg *sg, int n_seg, in
         kv_store(g->kv, li, g->pos0, g->n, k, m->v + (size_t)g->row0 * KD);
         const struct kv_cache *kv = g->kv;
         /* a page's rows: [K/V][layer][kv head][KV_PAGE][D], after the page's header */
-        size_t hdr = offsetof(struct kv_page, rows) / sizeof(float), per = (size_t)KV_PAGE * D;
+        size_t hdr = offsetof(struct kv_page, rows) / sizeof(float);
         struct cpu_attn a = {
             .out = m->att + (size_t)g->row0 * QD,
             .q = q,
             .pages = (const void *const *)kv->pages,
-            .k_off = hdr + (size_t)li * c->n_kv_heads * per,
-            .v_off = hdr + ((size_t)c->n_layers + li) * c->n_kv_heads * per,
+            .k_off = hdr + kv_run_off(kv, 0, li, 0),
+            .v_off = hdr + kv_run_off(kv, 1, li, 0),
             .page_shift = KV_PAGE_SHIFT,
             .n = g->n,
             .pos0 = g->pos0,

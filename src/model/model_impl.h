@@ -64,10 +64,15 @@ struct kv_cache {
 
 /* Position j's K (or V, with v != 0) row of (layer, kv head h) in a host cache; its page must
  * exist (kv_writable() makes the pages a pass writes). */
-static inline float *kv_row(const struct kv_cache *kv, int v, int layer, int h, int j) {
+static inline size_t kv_run_off(const struct kv_cache *kv, int v, int layer, int h) {
+    /* floats from a page's rows to the run of (K or V, layer, kv head h) */
     size_t head = ((size_t)v * kv->n_layers + (size_t)layer) * kv->n_kv_heads + (size_t)h;
-    return kv->pages[j >> KV_PAGE_SHIFT]->rows +
-           (head * KV_PAGE + (size_t)(j & (KV_PAGE - 1))) * (size_t)kv->head_dim;
+    return head * KV_PAGE * (size_t)kv->head_dim;
+}
+
+static inline float *kv_row(const struct kv_cache *kv, int v, int layer, int h, int j) {
+    return kv->pages[j >> KV_PAGE_SHIFT]->rows + kv_run_off(kv, v, layer, h) +
+           (size_t)(j & (KV_PAGE - 1)) * (size_t)kv->head_dim;
 }
 
 /* Makes the pages of positions [from, to) exist and held by kv alone, copying the rows below
