@@ -145,9 +145,10 @@ static int run(const struct opts *o, int th) {
     double best = timed(&f, o->reps);
     if (best < 0) return 1;
     double tps = o->n_decode / best;
-    printf("decode %d steps at context %d: %.2f ms/token  %.1f tok/s  = %.1f%% of roofline (%.1f GB/s "
-           "effective)\n",
-           o->n_decode, o->ctx, best / o->n_decode * 1e3, tps, 100 * tps / roof, tps * wbytes / 1e9);
+    printf(
+        "decode %d steps at context %d: %.2f ms/token  %.1f tok/s  = %.1f%% of roofline (%.1f GB/s "
+        "effective)\n",
+        o->n_decode, o->ctx, best / o->n_decode * 1e3, tps, 100 * tps / roof, tps * wbytes / 1e9);
 
     /* verify-style passes over k new tokens at context CTX */
     const int ks[] = {1, 2, 4, 8, 16};
@@ -190,13 +191,15 @@ int main(int argc, char **argv) {
         } else if (argv[i][0] != '-' && !o.dir) {
             o.dir = argv[i];
         } else {
-            fprintf(stderr, "usage: %s MODEL_DIR [--threads 1,2] [--reps N] [--decode N] [--ctx N]\n",
+            fprintf(stderr,
+                    "usage: %s MODEL_DIR [--threads 1,2] [--reps N] [--decode N] [--ctx N]\n",
                     argv[0]);
             return 2;
         }
     }
     if (!o.dir || o.reps < 1 || o.n_decode < 1 || o.ctx < 1) {
-        fprintf(stderr, "usage: %s MODEL_DIR [--threads 1,2] [--reps N] [--decode N] [--ctx N]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL_DIR [--threads 1,2] [--reps N] [--decode N] [--ctx N]\n",
+                argv[0]);
         return 2;
     }
     for (int i = 0; i < o.n_threads; i++)

@@ -26,8 +26,9 @@
 #include <stdint.h>
 
 #define PREFIX_MIN_TOKENS 16
-#define PREFIX_CAP_STEP   256 /* sequences' cache capacities are rounded up to this (device
-                                * caches: a follow-up turn's sequence is then lent the entry) */
+#define PREFIX_CAP_STEP                                                                            \
+    256 /* sequences' cache capacities are rounded up to this (device                              \
+         * caches: a follow-up turn's sequence is then lent the entry) */
 
 struct kv_cache;
 struct model;
@@ -50,8 +51,8 @@ struct prefix_ctx {
 
 struct prefix_stats {
     long hits, misses;
-    long reused_tokens; /* prompt tokens not prefilled thanks to the cache */
-    long shared_tokens; /* of those, tokens whose rows a sequence reads from an entry (no copy) */
+    long reused_tokens;  /* prompt tokens not prefilled thanks to the cache */
+    long shared_tokens;  /* of those, tokens whose rows a sequence reads from an entry (no copy) */
     long deduped_tokens; /* tokens of finished sequences stored once with an entry's pages */
     int entries;
     size_t bytes;

@@ -218,8 +218,8 @@ static int uses_cache(const struct gen_seq *r) {
     return r->e->cache != NULL;
 }
 
-int gen_shared_prefix(const struct gen_engine *e, const struct gen_params *p,
-                      const int32_t *prompt, int n_prompt) {
+int gen_shared_prefix(const struct gen_engine *e, const struct gen_params *p, const int32_t *prompt,
+                      int n_prompt) {
     if (!e->cache || n_prompt < 1) return 0;
     uint64_t tag = 0; /* a DSpark or DFlash drafter needs entries with its context */
     if ((p->mode == GEN_DSPARK || p->mode == GEN_DFLASH) && e->block &&

@@ -134,8 +134,8 @@ int gen_seq_prefill(struct gen_seq *s, int max_rows);
 /* The prompt positions a sequence started now would share with the prefix cache's entries
  * without memory of its own for them (prefix_cache_peek(), for this mode's drafter context);
  * 0 without a cache. */
-int gen_shared_prefix(const struct gen_engine *e, const struct gen_params *p,
-                      const int32_t *prompt, int n_prompt);
+int gen_shared_prefix(const struct gen_engine *e, const struct gen_params *p, const int32_t *prompt,
+                      int n_prompt);
 int gen_seq_prefill_left(const struct gen_seq *s); /* prompt tokens not run yet */
 int gen_seq_step(struct gen_seq *s);
 int gen_step_batch(struct gen_seq **seqs, int n);

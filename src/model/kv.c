@@ -233,7 +233,8 @@ size_t kv_set_bytes(struct kv_cache *const *kvs, int n) {
             b += device_bytes(kv);
             const struct kv_cache *base = kv->base;
             int seen = !base; /* a base counts once, and not at all when it is in the set */
-            for (int j = 0; j < n && !seen; j++) seen = kvs[j] == base || (j < i && kvs[j]->base == base);
+            for (int j = 0; j < n && !seen; j++)
+                seen = kvs[j] == base || (j < i && kvs[j]->base == base);
             if (!seen) b += device_bytes(base);
             continue;
         }
@@ -297,7 +298,8 @@ int kv_copy_prefix(struct kv_cache *dst, const struct kv_cache *src, int n) {
     if (kv_writable(dst, 0, n)) return ERR_NOMEM;
     for (int i = 0; i < pages_for(n); i++) {
         int end = (i + 1) << KV_PAGE_SHIFT;
-        copy_page_rows(dst, dst->pages[i], src->pages[i], 0, (end < n ? end : n) - (i << KV_PAGE_SHIFT));
+        copy_page_rows(dst, dst->pages[i], src->pages[i], 0,
+                       (end < n ? end : n) - (i << KV_PAGE_SHIFT));
     }
     dst->len = n;
     return OK;

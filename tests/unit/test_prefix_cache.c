@@ -176,7 +176,7 @@ TEST(shared_prefix_rows) {
     CHECK(kv_shared(b) == S / PAGE * PAGE);
     CHECK(kv_set_bytes(ab, 2) == kv_bytes(a) + (size_t)written * page);
     CHECK(same_rows(a, ref, S + W)); /* a's rows are untouched (a holds the same tokens) */
-    kv_free(a); /* b still holds its pages */
+    kv_free(a);                      /* b still holds its pages */
     REQUIRE(model_forward(m, b, ids + S + W, 5, lb, 1) == 0);
     REQUIRE(model_forward(m, c, ids + S + W, 5, lc, 1) == 0);
     CHECK(!memcmp(lb, lc, sizeof(float) * V * 5) && same_rows(b, c, S + W + 5));
@@ -229,7 +229,7 @@ TEST(shared_rows_are_counted) {
     CHECK(reused == NS && kv_shared(kb) == NS);
     REQUIRE(model_forward(m, kb, b + NS, NB - NS, NULL, 0) == 0);
     prefix_cache_put(pc, b, NB, kb); /* shares a's first pages; a's entry stays */
-    int whole = NS / PAGE; /* pages still shared after b wrote from NS */
+    int whole = NS / PAGE;           /* pages still shared after b wrote from NS */
     CHECK(whole >= 2 && kv_shared(kb) == whole * PAGE);
     CHECK(prefix_cache_stats(pc).bytes == kv_bytes(ka) + kv_bytes(kb) - (size_t)whole * page);
     prefix_cache_put(pc, u, 40, ku); /* evicts a's entry; b's keeps the pages it shared */

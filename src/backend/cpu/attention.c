@@ -162,7 +162,7 @@ static inline __attribute__((always_inline)) void weighted_sums_n(const int NQ,
         /* row j's V pointer, stepped by D inside a page, looked up at each page's start */
         const float *vp = NULL;
 #define ROW_LOAD(j)                                                                                \
-    vp = vp && ((j) & v->mask) ? vp + D : row_at(v, j, D);                                         \
+    vp = vp && ((j)&v->mask) ? vp + D : row_at(v, j, D);                                           \
     __m512 vr[4];                                                                                  \
     for (int c = 0; c < 4; c++) vr[c] = _mm512_maskz_loadu_ps(m[c], vp + d0 + 16 * c)
 #define ROW_ADD(i, j)                                                                              \
