@@ -2,9 +2,15 @@
  * CTX synthetic tokens (a pass's cost does not depend on which tokens it runs): the target's
  * pass of w rows (with the drafter's hidden-state taps when it reads them), the drafter
  * proposing k tokens through its real propose(), and the acceptance decision of a round. Every
- * repetition sweeps all widths and caps in a few milliseconds, and the curves come from the
- * quietest sweeps (quiet_curves()). A run that other processes disturbed is repeated (up to
- * MAX_PASSES runs, keeping the quietest), and the curves are made monotone (monotone()). */
+ * repetition sweeps all widths and caps, and the curves come from the quietest sweeps
+ * (quiet_curves()). A run that other processes disturbed is repeated (up to MAX_PASSES runs,
+ * keeping the quietest), and the curves are made monotone (monotone()).
+ * The time is budgeted, so that a large model on a CPU calibrates in seconds too: a sweep of a
+ * small model takes milliseconds and is repeated REPS times, one of a 0.6B model on two cores
+ * half a second, repeated MIN_REPS times. The batched passes (2 to --max-batch sequences of 1
+ * to B + 1 rows, the dearest part) measure widths 1, 2, 4, 8, ... and B + 1 only, the widths
+ * between interpolated, unless a sweep of every width is cheap (GRID_DENSE_S), and repeat a
+ * sweep 2 to GRID_REPS times within GRID_BUDGET_S. */
 #include "tune/calib.h"
 
 #include "base/cpuload.h"
@@ -22,11 +28,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CTX        256
-#define WARMUP     3
-#define REPS       24
-#define GRID_REPS  5
-#define MAX_PASSES 4 /* measurements while other processes disturb them */
+#define CTX           256
+#define WARMUP        3   /* sweeps before the timed ones, fewer when they take over WARMUP_S */
+#define WARMUP_S      1.0
+#define REPS          24  /* timed sweeps, fewer when they would take over SWEEP_BUDGET_S */
+#define MIN_REPS      8
+#define SWEEP_BUDGET_S 3.0
+#define GRID_REPS     5 /* per batch size: sweeps of the batched widths, 2 at least */
+#define GRID_BUDGET_S 1.0
+#define GRID_DENSE_S  0.5 /* every width when GRID_REPS sweeps of them take no longer */
+#define MAX_PASSES    4 /* measurements while other processes disturb them */
 
 struct meter {
     const struct tune_subject *s;
@@ -44,6 +55,16 @@ static void tick(struct meter *m, int n) {
     fprintf(stderr, "\rcalibrating %s for --max-draft auto: [%.*s%*s] %3d%%", m->s->mode, filled,
             "==============================", width - filled, "", pct);
     if (m->done >= m->total) fprintf(stderr, "\n");
+}
+
+/* planned steps that will not run after all (a budget cut the repetitions) */
+static void unplan(struct meter *m, int steps) {
+    m->total -= steps;
+    tick(m, 0);
+}
+
+static int clamp_int(double x, int lo, int hi) {
+    return x < lo ? lo : x > hi ? hi : (int)x;
 }
 
 /* Repetition r swept rows lo..hi of a (a[row * reps + r]) and of b (optional). Other processes
@@ -116,9 +137,24 @@ static int drafter_setup(const struct tune_subject *s, struct kv_cache *kv, cons
     return rc;
 }
 
-/* Passes of n sequences of w rows each, for the batch grid. */
+int tune_grid_widths(int B, int dense, int *w) {
+    int n = 0;
+    for (int x = 1; x <= B + 1; x = dense ? x + 1 : 2 * x) w[n++] = x;
+    if (w[n - 1] != B + 1) w[n++] = B + 1;
+    return n;
+}
+
+void tune_interpolate(const int *w, const double *c, int nw, double *out) {
+    for (int i = 0; i + 1 < nw; i++)
+        for (int x = w[i]; x <= w[i + 1]; x++)
+            out[x] = c[i] + (c[i + 1] - c[i]) * (double)(x - w[i]) / (double)(w[i + 1] - w[i]);
+    if (nw == 1) out[w[0]] = c[0];
+}
+
+/* Passes of n sequences of w rows each, for the batch grid. Each sequence's context is a copy
+ * of ctx's n_ctx positions (prefilling each would cost more than the grid itself). */
 static int grid_measure(const struct tune_subject *s, struct meter *m, const int32_t *ids,
-                        int n_ctx, struct tune_costs *out) {
+                        const struct kv_cache *ctx, int n_ctx, struct tune_costs *out) {
     int B = s->max_cap, max_n = 0, rc = OK;
     for (int n = 2; n <= s->max_batch && out->n_batches < TUNE_MAX_BATCHES; n *= 2)
         out->batch[out->n_batches++] = max_n = n;
@@ -136,7 +172,7 @@ static int grid_measure(const struct tune_subject *s, struct meter *m, const int
     if (!kvs || !items || !logits || !t || !out_ids) rc = ERR_NOMEM;
     for (int i = 0; !rc && i < max_n; i++) {
         if (!(rc = kv_new(s->target, n_ctx + B + 2, &kvs[i])))
-            rc = model_forward(s->target, kvs[i], ids, n_ctx, NULL, 0);
+            rc = kv_copy_prefix(kvs[i], ctx, n_ctx);
         items[i] = (struct model_batch_item){
             kvs[i], ids + n_ctx,
             0,      ids_only ? NULL : logits + (size_t)i * (size_t)(B + 1) * (size_t)V,
@@ -144,18 +180,37 @@ static int grid_measure(const struct tune_subject *s, struct meter *m, const int
             0};
     }
     for (int b = 0; !rc && b < out->n_batches; b++) {
-        int n = out->batch[b];
-        for (int r = 0; !rc && r < 1 + GRID_REPS; r++) {
-            for (int w = 1; !rc && w <= B + 1; w++) {
-                for (int i = 0; i < n; i++) items[i].n = w;
+        int n = out->batch[b], ws[TUNE_MAX_CAP + 2];
+        double tw = 0; /* passes of the widest width warm up and price a sweep (a second
+                        * one when the first was cheap) */
+        for (int w = B + 1, r = 0; !rc && r < 2 && (r == 0 || tw < 0.05); r++) {
+            for (int i = 0; i < n; i++) items[i].n = w;
+            double t0 = timer_now();
+            rc = model_forward_batch(s->target, items, n);
+            tw = timer_now() - t0;
+            for (int i = 0; i < n; i++) kv_truncate(kvs[i], n_ctx);
+        }
+        int dense = tw * (B + 2) / 2 * GRID_REPS <= GRID_DENSE_S; /* a pass ~ its rows */
+        int nw = tune_grid_widths(B, dense, ws), sum = 0;
+        for (int i = 0; i < nw; i++) sum += ws[i];
+        int reps = clamp_int(GRID_BUDGET_S / (tw * sum / (B + 1) + 1e-9), 2, GRID_REPS);
+        unplan(m, (1 + GRID_REPS) * (B + 1) - 1 - reps * nw);
+        for (int r = 0; !rc && r < reps; r++) {
+            for (int k = 0; !rc && k < nw; k++) {
+                for (int i = 0; i < n; i++) items[i].n = ws[k];
                 double t0 = timer_now();
                 rc = model_forward_batch(s->target, items, n);
-                if (r) t[(size_t)w * GRID_REPS + (size_t)(r - 1)] = timer_now() - t0;
+                t[(size_t)k * (size_t)reps + (size_t)r] = timer_now() - t0;
                 for (int i = 0; i < n; i++) kv_truncate(kvs[i], n_ctx);
                 tick(m, 1);
             }
         }
-        if (!rc) quiet_curves(t, 1, B + 1, NULL, 0, -1, GRID_REPS, out->grid[b], NULL);
+        double pts[TUNE_MAX_CAP + 2];
+        if (!rc) {
+            quiet_curves(t, 0, nw - 1, NULL, 0, -1, reps, pts, NULL);
+            tune_interpolate(ws, pts, nw, out->grid[b]);
+        }
+        tick(m, 1);
     }
     for (int i = 0; kvs && i < max_n; i++) kv_free(kvs[i]);
     free(kvs), free(items), free(logits), free(t), free(out_ids);
@@ -201,23 +256,36 @@ static int measure_once(const struct tune_subject *s, int show_progress, struct 
     struct draft dr = {.ids = drafted, .q = qs, .n = 0, .cap = B};
     int32_t pend[TUNE_MAX_CAP + 2];
     for (int w = 0; w < B + 1; w++) pend[w] = ids[n_ctx + w];
-    for (int r = 0; !rc && r < WARMUP + REPS; r++) {
+    /* warm-up sweeps (fewer past WARMUP_S), then as many timed ones as SWEEP_BUDGET_S holds
+     * (MIN_REPS..REPS) by the last warm-up sweep's time; sweep r < 0 is not recorded */
+    int reps = REPS, warm = 0;
+    double warm0 = timer_now(), sweep = 0;
+    for (int r = -1; !rc && r < reps; r++) {
+        double s0 = timer_now();
         for (int w = 1; !rc && w <= B + 1; w++) {
             double t0 = timer_now();
             struct model_batch_item it = verify_item(&v, pend, w); /* as the engine's rounds */
             rc = model_forward_batch(s->target, &it, 1);
-            if (r >= WARMUP) tv[w * REPS + r - WARMUP] = timer_now() - t0;
+            if (r >= 0) tv[w * reps + r] = timer_now() - t0;
             kv_truncate(kv, n_ctx);
             tick(&m, 1);
         }
         for (int k = 1; !rc && k <= B; k++) {
             double t0 = timer_now();
             if (d.ops) rc = d.ops->propose(&d, ids, n_ctx + 1, k, &dr);
-            if (r >= WARMUP) td[k * REPS + r - WARMUP] = d.ops ? timer_now() - t0 : 0;
+            if (r >= 0) td[k * reps + r] = d.ops ? timer_now() - t0 : 0;
             tick(&m, 1);
         }
+        if (r >= 0) continue;
+        sweep = timer_now() - s0;
+        if (++warm < WARMUP && timer_now() - warm0 < WARMUP_S) {
+            r--; /* another warm-up sweep */
+            continue;
+        }
+        reps = clamp_int(SWEEP_BUDGET_S / (sweep + 1e-9), MIN_REPS, REPS);
+        unplan(&m, (WARMUP - warm + REPS - reps) * (2 * B + 1));
     }
-    if (!rc) quiet_curves(tv, 1, B + 1, td, 1, B, REPS, out->verify, out->draft);
+    if (!rc) quiet_curves(tv, 1, B + 1, td, 1, B, reps, out->verify, out->draft);
     /* the per-round decision on a one-row pass */
     static const struct draft none = {0};
     struct model_batch_item one = verify_item(&v, pend, 1);
@@ -231,7 +299,7 @@ static int measure_once(const struct tune_subject *s, int show_progress, struct 
         tick(&m, 1);
     }
     if (!rc) quiet_curves(tv, 0, 0, NULL, 0, -1, REPS, &out->overhead, NULL);
-    if (!rc && s->max_batch > 1) rc = grid_measure(s, &m, ids, n_ctx, out);
+    if (!rc && s->max_batch > 1) rc = grid_measure(s, &m, ids, kv, n_ctx, out);
     if (rc) {
         if (m.show && m.done < m.total) fprintf(stderr, "\n");
         log_error("calibration failed: %s", err_str(rc));

@@ -51,6 +51,15 @@ int tune_calibrate(const struct tune_subject *s, const struct tune_calib_opts *o
 /* Measures only (no cache). */
 int tune_measure(const struct tune_subject *s, int show_progress, struct tune_costs *out);
 
+/* ---- parts of the measurement (exposed for tests) ---- */
+
+/* The widths a batched sweep measures, into w (B + 1 entries at most), and their count: every
+ * one of 1..B+1 (dense), or 1, 2, 4, 8, ... and B+1. */
+int tune_grid_widths(int B, int dense, int *w);
+/* out[w[0]..w[nw-1]] from the costs c[i] measured at widths w[i] (ascending): linear between
+ * the measured widths, exact at them. */
+void tune_interpolate(const int *w, const double *c, int nw, double *out);
+
 /* ---- the cache (cache.c) ---- */
 
 /* The default cache path into buf; ERR_ARG when neither XDG_CACHE_HOME nor HOME is set. */

@@ -240,6 +240,34 @@ TEST(default_path) {
     CHECK(tune_cache_default_path(p, 8) == ERR_ARG);
 }
 
+/* A batched sweep that is dear measures widths 1, 2, 4, ... and B + 1 only, and the grid
+ * between them is the straight line: the measured points come back exact, and a cost that
+ * grows linearly with the rows comes back whole. */
+TEST(sparse_grid_widths_and_interpolation) {
+    int w[TUNE_MAX_CAP + 2];
+    static const int want8[] = {1, 2, 4, 8, 9}, want15[] = {1, 2, 4, 8, 16}, want3[] = {1, 2, 4};
+    CHECK(tune_grid_widths(8, 0, w) == 5 && !memcmp(w, want8, sizeof want8));
+    CHECK(tune_grid_widths(15, 0, w) == 5 && !memcmp(w, want15, sizeof want15));
+    CHECK(tune_grid_widths(3, 0, w) == 3 && !memcmp(w, want3, sizeof want3));
+    CHECK(tune_grid_widths(1, 0, w) == 2 && w[0] == 1 && w[1] == 2);
+    int nd = tune_grid_widths(6, 1, w), dense = nd == 7;
+    for (int i = 0; i < nd; i++) dense &= w[i] == i + 1;
+    CHECK(dense);
+    /* cost(w) = 3 + 2w at the measured widths: every width gets exactly that */
+    int nw = tune_grid_widths(15, 0, w);
+    double c[TUNE_MAX_CAP + 2], out[TUNE_MAX_CAP + 2] = {0};
+    for (int i = 0; i < nw; i++) c[i] = 3 + 2 * w[i];
+    tune_interpolate(w, c, nw, out);
+    int linear = 1;
+    for (int x = 1; x <= 16; x++) linear &= fabs(out[x] - (3 + 2 * x)) < 1e-12;
+    CHECK(linear);
+    /* a step between two measured widths is spread over the widths between them */
+    static const int ws[] = {1, 2, 4};
+    static const double cs[] = {1, 1, 5};
+    tune_interpolate(ws, cs, 3, out);
+    CHECK(out[1] == 1 && out[2] == 1 && out[3] == 3 && out[4] == 5);
+}
+
 TEST(calibrate_pycoder_then_reuse) {
     const char *T = "models/pycoder", *D = "models/pycoder-draft";
     if (access(T, F_OK) || access(D, F_OK)) SKIP("models/pycoder or models/pycoder-draft absent");
@@ -307,6 +335,7 @@ int main(void) {
     RUN(key_changes_with_every_input);
     RUN(cache_round_trip_and_damage);
     RUN(default_path);
+    RUN(sparse_grid_widths_and_interpolation);
     RUN(calibrate_pycoder_then_reuse);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
