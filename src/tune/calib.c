@@ -28,16 +28,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CTX           256
-#define WARMUP        3   /* sweeps before the timed ones, fewer when they take over WARMUP_S */
-#define WARMUP_S      1.0
-#define REPS          24  /* timed sweeps, fewer when they would take over SWEEP_BUDGET_S */
-#define MIN_REPS      8
+#define CTX            256
+#define WARMUP         3 /* sweeps before the timed ones, fewer when they take over WARMUP_S */
+#define WARMUP_S       1.0
+#define REPS           24 /* timed sweeps, fewer when they would take over SWEEP_BUDGET_S */
+#define MIN_REPS       8
 #define SWEEP_BUDGET_S 3.0
-#define GRID_REPS     5 /* per batch size: sweeps of the batched widths, 2 at least */
-#define GRID_BUDGET_S 1.0
-#define GRID_DENSE_S  0.5 /* every width when GRID_REPS sweeps of them take no longer */
-#define MAX_PASSES    4 /* measurements while other processes disturb them */
+#define GRID_REPS      5 /* per batch size: sweeps of the batched widths, 2 at least */
+#define GRID_BUDGET_S  1.0
+#define GRID_DENSE_S   0.5 /* every width when GRID_REPS sweeps of them take no longer */
+#define MAX_PASSES     4   /* measurements while other processes disturb them */
 
 struct meter {
     const struct tune_subject *s;
