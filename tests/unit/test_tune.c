@@ -304,6 +304,9 @@ TEST(calibrate_pycoder_then_reuse) {
     CHECK(c1.draft[0] == 0 && c1.draft[1] > 0 && c1.draft[4] > c1.draft[1]);
     CHECK(c1.overhead >= 0 && c1.overhead < c1.verify[1]);
     CHECK(c1.n_batches == 1 && c1.batch[0] == 2 && c1.grid[0][1] > c1.verify[1] * 0.5);
+    int grid_set = 1; /* every width of the batched pass priced, measured or interpolated */
+    for (int w = 1; w <= 5; w++) grid_set &= c1.grid[0][w] > 0 && c1.grid[0][w] < 1;
+    CHECK(grid_set);
     REQUIRE(tune_calibrate(&s, &o, &c2, &cached) == OK);
     CHECK(cached == 1);
     CHECK(same_costs(&c1, &c2));
