@@ -260,7 +260,7 @@ static int measure_once(const struct tune_subject *s, int show_progress, struct 
     /* warm-up sweeps (fewer past WARMUP_S), then as many timed ones as SWEEP_BUDGET_S holds
      * (MIN_REPS..REPS) by the last warm-up sweep's time; sweep r < 0 is not recorded */
     int reps = REPS, warm = 0;
-    double warm0 = timer_now(), sweep = 0;
+    double warm0 = timer_now();
     for (int r = -1; !rc && r < reps; r++) {
         double s0 = timer_now();
         for (int w = 1; !rc && w <= B + 1; w++) {
@@ -278,7 +278,7 @@ static int measure_once(const struct tune_subject *s, int show_progress, struct 
             tick(&m, 1);
         }
         if (r >= 0) continue;
-        sweep = timer_now() - s0;
+        double sweep = timer_now() - s0;
         if (++warm < WARMUP && timer_now() - warm0 < WARMUP_S) {
             r--; /* another warm-up sweep */
             continue;
