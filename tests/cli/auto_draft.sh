@@ -74,14 +74,8 @@ want=$(sed 's/.*"text":"\(\([^"\\]\|\\.\)*\)".*/\1/' "$tmp/g.json")
 "$D" serve --model $M --mode draft --max-draft auto --max-batch 2 --port 0 --threads 1 \
     --calibration-file "$CAL" >"$tmp/srv.out" 2>"$tmp/srv.err" &
 spid=$!
-URL=
-# it calibrates before it listens: seconds here, a minute or more under the sanitizers
-for i in $(seq 1 3000); do
-    URL=$(sed -n "s/.* on \(http:[^ ]*\) .*/\1/p" "$tmp/srv.out" 2>/dev/null)
-    [ -n "$URL" ] && break
-    kill -0 $spid 2>/dev/null || break
-    sleep 0.1
-done
+. tests/cli/lib/serve.sh
+wait_url "$tmp/srv.out" $spid
 if [ -z "$URL" ] || ! command -v curl >/dev/null; then
     bad "serve --max-draft auto did not start (or no curl): $(cat "$tmp/srv.err")"
 else

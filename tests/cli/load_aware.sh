@@ -28,14 +28,9 @@ fi
 "$D" serve --model $M --mode dspark --load-aware --max-batch 4 --port 0 --threads 2 \
     --calibration-file "$tmp/calib.json" --no-prefix-cache >"$tmp/s.out" 2>"$tmp/s.err" &
 pid=$!
-url=""
-# it calibrates before it listens: seconds here, a minute or more under the sanitizers
-for _ in $(seq 1 3000); do
-    url=$(sed -n "s/.* on \(http:[^ ]*\) .*/\1/p" "$tmp/s.out" 2>/dev/null)
-    [ -n "$url" ] && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
-done
+. tests/cli/lib/serve.sh
+wait_url "$tmp/s.out" $pid
+url=$URL
 [ -n "$url" ] || { bad "serve --load-aware did not start: $(cat "$tmp/s.err")"; exit 1; }
 req() { # req I OUT
     curl -s "$url/v1/completions" -H 'content-type: application/json' \

@@ -11,6 +11,7 @@ M=models/pycoder
     echo "skipped: the openai SDK is absent (npm ci --prefix tests/js)"
     exit 0
 }
+. tests/cli/lib/serve.sh
 tmp=$(mktemp -d)
 pids=""
 cleanup() {
@@ -24,14 +25,7 @@ start() { # start NAME FLAGS...: sets URL
     shift
     "$D" serve --model $M --port 0 --threads 2 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
     pids="$pids $!"
-    # a server that calibrates (--max-draft auto, dflash's default) listens after it: seconds
-    # here, a minute or more under the sanitizers
-    for i in $(seq 1 3000); do
-        URL=$(sed -n "s/.* on \(http:[^ ]*\) .*/\1/p" "$tmp/$name.out" 2>/dev/null)
-        [ -n "$URL" ] && return 0
-        kill -0 $! 2>/dev/null || break
-        sleep 0.1
-    done
+    wait_url "$tmp/$name.out" $! && return 0
     echo "FAIL server $name did not start:"
     cat "$tmp/$name.err"
     exit 1
