@@ -12,7 +12,7 @@
 # decode (and VARIANT_ARGS, e.g. --batch 1,16) with each VARIANTS entry (VAR=value,
 # comma-separated settings) in the environment; ttft runs bench/ttft.py (a follow-up turn
 # over a ~2,000-token cached prefix against a cold prompt) on `dspark serve --gpu` for
-# models/pycoder and for the 8B shape (given pycoder's tokenizer). $BIN may also be a .tgz of those files.
+# models/pycoder and for the 8B shape (given pycoder's tokenizer). $PACK may name a .tgz or .txz of those files, unpacked into $BIN.
 # The Qwen3-8B-shaped random
 # model is generated there by bench/mkmodel.c into $M8B (default /tmp/m8b).
 set -u
@@ -22,7 +22,7 @@ M8B=${M8B:-/tmp/m8b}
 STEPS=${STEPS:-"info test sanitize pycoder spec 8b cpucheck torch"}
 BENCH_ARGS=${BENCH_ARGS:-"--ctx 512,4096 --long 4096"}
 if [ -f "${PACK:-}" ]; then # binaries carried packed
-    mkdir -p "$BIN" && tar -C "$BIN" -xzf "$PACK"
+    mkdir -p "$BIN" && tar -C "$BIN" -xf "$PACK"
 fi
 export LD_LIBRARY_PATH=$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$OUT"
