@@ -197,6 +197,14 @@ int prefix_cache_peek(struct prefix_cache *pc, const int32_t *prompt, int n, uin
     return disk_wins(hit.n, len) ? 0 : len;
 }
 
+int prefix_cache_shares(const struct prefix_cache *pc, const struct kv_cache *kv) {
+    struct kv_cache *kvs[pc->n > 0 ? pc->n : 1];
+    int k = 0;
+    for (int i = 0; i < pc->n; i++)
+        if (!pc->e[i].lent) kvs[k++] = pc->e[i].kv;
+    return k ? kv_shared_with(kv, kvs, k) : 0;
+}
+
 struct kv_cache *prefix_cache_take_ctx(struct prefix_cache *pc, const int32_t *prompt, int n,
                                        int cap, uint64_t tag, int width, int *n_reused,
                                        const float **ctx_rows) {

@@ -84,6 +84,10 @@ struct kv_cache *prefix_cache_take_ctx(struct prefix_cache *pc, const int32_t *p
  * would read them from a file, be lent a device entry's cache, or find nothing. No side
  * effects: the server counts a request's K/V against --kv-pool-mb with it. */
 int prefix_cache_peek(struct prefix_cache *pc, const int32_t *prompt, int n, uint64_t tag);
+/* kv's positions in pages that an entry in RAM holds too: those the cache's bytes count. A
+ * sequence's share falls to 0 when the entry it shared leaves RAM, and its pages are then its
+ * own (the server counts them against --kv-pool-mb again). 0 for a device cache. */
+int prefix_cache_shares(const struct prefix_cache *pc, const struct kv_cache *kv);
 /* Gives kv (holding tokens[0..n)) to the cache; it may be freed at once. Every cache that
  * prefix_cache_take() returned must come back here, with n = 0 if it cannot be trusted. */
 void prefix_cache_put(struct prefix_cache *pc, const int32_t *tokens, int n, struct kv_cache *kv);

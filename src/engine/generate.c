@@ -303,6 +303,10 @@ int gen_seq_prefill(struct gen_seq *r, int max_rows) {
     return r->rc;
 }
 
+int gen_seq_cache_shared(const struct gen_seq *r) {
+    return r->e->cache && r->kv ? prefix_cache_shares(r->e->cache, r->kv) : 0;
+}
+
 int gen_seq_prefill_left(const struct gen_seq *r) {
     return r->prefilling ? r->n_prompt - kv_len(r->kv) : 0;
 }

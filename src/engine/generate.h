@@ -136,6 +136,9 @@ int gen_seq_prefill(struct gen_seq *s, int max_rows);
  * 0 without a cache. */
 int gen_shared_prefix(const struct gen_engine *e, const struct gen_params *p, const int32_t *prompt,
                       int n_prompt);
+/* A running sequence's positions in pages that the prefix cache's entries still hold
+ * (prefix_cache_shares()): what gen_shared_prefix() promised at its start, less what left RAM */
+int gen_seq_cache_shared(const struct gen_seq *s);
 int gen_seq_prefill_left(const struct gen_seq *s); /* prompt tokens not run yet */
 int gen_seq_step(struct gen_seq *s);
 int gen_step_batch(struct gen_seq **seqs, int n);

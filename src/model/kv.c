@@ -223,8 +223,10 @@ size_t kv_bytes(const struct kv_cache *kv) {
     return n * page_bytes(kv);
 }
 
+/* page visit stamps of kv_set_bytes() and kv_shared_with() (one thread uses a model's caches) */
+static _Thread_local unsigned stamp;
+
 size_t kv_set_bytes(struct kv_cache *const *kvs, int n) {
-    static _Thread_local unsigned stamp; /* one thread uses a model's caches */
     size_t b = 0;
     stamp++;
     for (int i = 0; i < n; i++) {
@@ -246,6 +248,23 @@ size_t kv_set_bytes(struct kv_cache *const *kvs, int n) {
         }
     }
     return b;
+}
+
+int kv_shared_with(const struct kv_cache *kv, struct kv_cache *const *set, int n) {
+    if (kv->gpu) return 0;
+    stamp++;
+    for (int i = 0; i < n; i++) {
+        if (set[i]->gpu) continue;
+        for (int p = 0; p < set[i]->n_pages; p++)
+            if (set[i]->pages[p]) set[i]->pages[p]->mark = stamp;
+    }
+    int shared = 0;
+    for (int i = 0; i < pages_for(kv->len); i++)
+        if (kv->pages[i] && kv->pages[i]->mark == stamp) {
+            int end = (i + 1) << KV_PAGE_SHIFT;
+            shared += (end < kv->len ? end : kv->len) - (i << KV_PAGE_SHIFT);
+        }
+    return shared;
 }
 
 int kv_adopt(struct kv_cache *kv, const struct kv_cache *from, int n) {

@@ -68,6 +68,8 @@ int kv_reserve(struct kv_cache *kv, int cap);
 size_t kv_bytes(const struct kv_cache *kv);
 /* The memory a set of caches keeps alive, each page (or device base) counted once. */
 size_t kv_set_bytes(struct kv_cache *const *kvs, int n);
+/* kv's positions in pages that a cache of set holds too (0 for a device cache). */
+int kv_shared_with(const struct kv_cache *kv, struct kv_cache *const *set, int n);
 /* Makes kv hold `from`'s pages for the whole pages of positions [0, n) where the two hold the
  * same rows in different pages (two sequences that computed one prefix each): memory for one
  * copy instead of two, the same bits. Returns the positions adopted (0 for device caches). */

@@ -93,6 +93,18 @@ static long job_kv_bytes(const struct server *s, const struct job *j) {
     return (long)j->n_choices * rows * row;
 }
 
+/* The prompt positions every choice of a running job still shares with the prefix cache's
+ * entries (the fewest of its sequences'; a finished choice holds no K/V) */
+static int job_cache_shared(struct job *j) {
+    struct gen_seq *seqs[JOB_MAX_CHOICES];
+    int n = oa_job_seqs(j, seqs), shared = j->kv_shared;
+    for (int k = 0; k < n; k++) {
+        int m = gen_seq_cache_shared(seqs[k]);
+        if (m < shared) shared = m;
+    }
+    return shared;
+}
+
 void *engine_main(void *arg) {
     struct server *s = arg;
     struct job *active[MAX_ACTIVE];
@@ -179,7 +191,11 @@ void *engine_main(void *arg) {
         }
         n_active = kept;
         held = 0; /* what the jobs still running hold, for the next admission */
-        for (int i = 0; i < n_active; i++) held += job_kv_bytes(s, active[i]);
+        for (int i = 0; i < n_active; i++) {
+            if (s->opts.kv_pool_mb && active[i]->kv_shared) /* an entry left RAM: its pages */
+                active[i]->kv_shared = job_cache_shared(active[i]); /* are the job's now */
+            held += job_kv_bytes(s, active[i]);
+        }
         n_seqs = 0;
         for (int i = 0; i < n_active; i++) n_seqs += oa_job_seqs(active[i], seqs + n_seqs);
         pthread_mutex_lock(&s->mu);

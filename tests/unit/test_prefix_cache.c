@@ -242,6 +242,47 @@ TEST(shared_rows_are_counted) {
     model_free(m);
 }
 
+/* What running sequences share with an entry counts with the cache's bytes only while the
+ * entry is in RAM: once it is evicted, prefix_cache_shares() gives 0 (the server then counts
+ * those pages against --kv-pool-mb as the sequences' own), although the two sequences still
+ * share the pages with each other. */
+TEST(shares_end_when_the_entry_leaves) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *m = load(TARGET);
+    REQUIRE(m);
+    struct prefix_cache *pc = NULL;
+    REQUIRE(prefix_cache_new(m, &(struct prefix_cache_opts){.max_entries = 2}, &pc) == 0);
+    const int NA = 3 * PAGE + 5, NS = 2 * PAGE + 10, NB = NS + 30; /* entry, shared, sequences */
+    int32_t a[NA], b[NB], c[NB], u[40], w[40];
+    tokens(a, NA, 31);
+    memcpy(b, a, sizeof(int32_t) * NS);
+    memcpy(c, a, sizeof(int32_t) * NS);
+    tokens(b + NS, NB - NS, 32);
+    tokens(c + NS, NB - NS, 33);
+    tokens(u, 40, 34);
+    tokens(w, 40, 35);
+    struct kv_cache *ka = prefilled(m, a, NA), *ku = prefilled(m, u, 40), *kw = prefilled(m, w, 40);
+    REQUIRE(ka && ku && kw);
+    prefix_cache_put(pc, a, NA, ka);
+    int rb = 0, rc = 0;
+    struct kv_cache *kb = prefix_cache_take(pc, b, NB, 4 * PAGE, &rb);
+    struct kv_cache *kc = prefix_cache_take(pc, c, NB, 4 * PAGE, &rc);
+    REQUIRE(kb && kc && rb == NS && rc == NS);
+    CHECK(prefix_cache_shares(pc, kb) == NS && prefix_cache_shares(pc, kc) == NS);
+    REQUIRE(model_forward(m, kb, b + NS, NB - NS, NULL, 0) == 0);
+    int whole = NS / PAGE * PAGE; /* the partial page was copied when b wrote it */
+    CHECK(prefix_cache_shares(pc, kb) == whole && prefix_cache_shares(pc, kc) == NS);
+    prefix_cache_put(pc, u, 40, ku);
+    prefix_cache_put(pc, w, 40, kw); /* a's entry leaves RAM */
+    CHECK(prefix_cache_stats(pc).entries == 2);
+    CHECK(prefix_cache_shares(pc, kb) == 0 && prefix_cache_shares(pc, kc) == 0);
+    CHECK(kv_shared(kb) == whole && kv_shared(kc) == whole); /* with each other */
+    kv_free(kb);
+    kv_free(kc);
+    prefix_cache_free(pc);
+    model_free(m);
+}
+
 /* Two sequences that computed one prefix apart (two cold requests over one system prompt)
  * keep one copy of its whole pages once both are cached, and what follows from either is
  * exactly what a cold run gives. */
@@ -692,6 +733,7 @@ int main(void) {
     RUN(kv_rows_move_exactly);
     RUN(shared_prefix_rows);
     RUN(shared_rows_are_counted);
+    RUN(shares_end_when_the_entry_leaves);
     RUN(entries_over_one_prefix_share_pages);
     RUN(spill_round_trip_survives_restart);
     RUN(corrupt_files_are_deleted_never_used);
