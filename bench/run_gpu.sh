@@ -2,8 +2,8 @@
 # bench/run_gpu.sh: the CUDA backend's checks and benchmarks in one go, on the GPU machine.
 # Expects test_gpu, bench_gpu (built with `make CUDA=1`) and the shared libraries they need
 # in $BIN (default .gpu); writes logs to $OUT (default /tmp/dspark-gpu). STEPS picks what runs
-# (default all): info test sanitize pycoder spec 8b cpucheck variants torch (ncu, serve and
-# ttft on request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
+# (default all): info test sanitize pycoder spec 8b cpucheck variants torch (race, ncu, serve
+# and ttft on request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
 # mangled name, of `bench_gpu --lab`); serve runs `dspark serve --gpu` on models/pycoder in
 # each of SERVE_MODES and drives it with bench/concurrency.py (1, 4, 16, 64 concurrent clients against serialised);
 # spec runs `dspark benchmark --gpu` (needs $BIN/dspark and the prompt sets in
@@ -75,6 +75,17 @@ if has sanitize && command -v compute-sanitizer >/dev/null; then
         gpu_attention_many_steps gpu_many_heads_per_kv \
         >"$OUT/memcheck.log" 2>&1
     tail -4 "$OUT/memcheck.log"
+fi
+if has race && command -v compute-sanitizer >/dev/null; then
+    # racecheck on the attention kernels (the one-launch GEMM off: racecheck reports hazards on
+    # any ring of bulk copies, as bench/racecheck_probe.cu shows for a correct one)
+    stamp racecheck
+    DSPARK_GPU_GEMM=0 timeout 240 compute-sanitizer --tool racecheck --print-limit 10 \
+        "$BIN/test_gpu" gpu_attention_buffers >"$OUT/racecheck.log" 2>&1
+    grep -E "RACECHECK SUMMARY|checks" "$OUT/racecheck.log"
+    if command -v nvcc >/dev/null && nvcc -O2 -arch=sm_90 -o /tmp/racecheck_probe bench/racecheck_probe.cu; then
+        timeout 60 compute-sanitizer --tool racecheck /tmp/racecheck_probe 0 2>&1 | tail -2
+    fi
 fi
 if has pycoder; then
     stamp "bench pycoder"

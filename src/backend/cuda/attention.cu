@@ -71,6 +71,10 @@ struct attn_args {
     int T, r0, nr;    /* the chunk's rows (xb layout); this launch's rows [r0, r0 + nr) */
     int nh, nkv, G, KT_out, layer, window, spans;
     int early; /* the merge lets the output projection start (and load weights) at once */
+    int early_kv; /* one buffer: the next item's keys and queries load during this one's
+                   * softmax and values (DSPARK_GPU_ATT_EARLY_KV) */
+    int pre_kv;   /* the first item's keys and values of earlier positions are requested
+                   * before the wait on the previous kernel (DSPARK_GPU_ATT_PRE_KV) */
     float scale;
 };
 
@@ -197,7 +201,10 @@ struct att_item {
 
 /* NB tile buffers: with two, a block loads the next item's K, V and queries while it works
  * on this one (same sums; an SM then holds one block). With one, an item's keys and queries
- * land before its values, so the scores are computed while the values load. */
+ * land before its values, so the scores are computed while the values load, and (early_kv)
+ * once the scores are done the next item's keys and queries load during this item's softmax
+ * and values. With pre_kv a block requests its first item's keys and values of positions
+ * before the pass (rows no kernel of the pass writes) before its wait on the previous kernel. */
 template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
     constexpr int DP = D + 4, D4 = D / 4;
     extern __shared__ __align__(16) float sm[];
@@ -207,11 +214,15 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
     const int G = a.G, G4 = (G + 3) & ~3, BUF = 2 * ATT_SPAN * DP + ATT_ROWS * G * D;
     float *S = sm + NB * BUF;
     __shared__ att_seq seqs[GPU_SEQS];
-    __shared__ att_row rows_of[NB][ATT_ROWS];
+    __shared__ att_row rows_of[2][ATT_ROWS]; /* per buffer (one buffer: per item in turn) */
     __shared__ int info[3]; /* items, first sequence, sequences */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    pdl_wait();
-    pdl_launch();
+    /* the pass's parameters and the keys and values of positions before it are there before
+     * the previous kernel ends: with pre_kv the first item's are requested before the wait */
+    if (!a.pre_kv) {
+        pdl_wait();
+        pdl_launch();
+    }
     const step_params *sp = a.sp;
     if (warp == 0) { /* each sequence's items, numbered one after another */
         int s0 = sp->row_seq[a.r0], s1 = sp->row_seq[a.r0 + a.nr - 1], s = s0 + lane, items = 0;
@@ -238,11 +249,17 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
     }
     __syncthreads();
     const int n_items = info[0], s_first = info[1], ns = info[2];
-    /* item's K, V and queries into buffer b (asynchronous copies; the caller commits, and with
-     * one buffer the keys and queries are a group of their own before the values) and its rows
-     * into rows_of[b] */
-    auto fetch = [&](int item, int b) {
+    /* An item's K, V and queries go into buffer b by asynchronous copies (the caller commits;
+     * with one buffer the keys and queries are a group of their own before the values), its
+     * rows into rows_of[rb]. geom() finds the item's keys and rows, copy_kv() requests keys
+     * [ja, jb) of the tile, copy_q() the queries. */
+    struct att_geo {
+        int k0, klo, k1, si, ua, nr, kvh, old; /* old: the first position this pass writes */
+        size_t hh;
+    };
+    auto geom = [&](int item, int rb, att_geo &geo) {
         att_item it = {0, 0, 0, 0};
+        geo = att_geo{0, 0, 0, 0, 0, 0, 0, 0, 0};
         if (item >= n_items) return it;
         int i = 0;
         while (i + 1 < ns && seqs[i + 1].it0 <= item) i++;
@@ -256,42 +273,78 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
             k1 = min(k0 + ATT_SPAN, last >= 0 ? last + 1 : P.pos0 + ua + nr - P.row0);
         int klo = max(k0, att_lo(last >= 0 ? last : P.pos0 + ua - P.row0, a.window));
         if (k1 <= klo) return it; /* no row of this unit sees the span */
-        float *Ks = sm + b * BUF, *Vs = Ks + ATT_SPAN * DP, *Qs = Vs + ATT_SPAN * DP;
-        const size_t hh = (size_t)a.layer * a.nkv + kvh;
-        for (int x = tid; x < (k1 - klo) * D4; x += ATT_THREADS) {
-            int r = klo - k0 + x / D4, c = (x % D4) * 4, j = k0 + r;
-            size_t at = j < P.nb ? (hh * P.bcap + j) * D + c : (hh * P.cap + j - P.nb) * D + c;
-            cp_async16(Ks + r * DP + c, (j < P.nb ? P.bk : P.kc) + at);
-            if (NB == 2) cp_async16(Vs + r * DP + c, (j < P.nb ? P.bv : P.vc) + at);
-        }
-        for (int x = tid; x < nr * G * D4; x += ATT_THREADS) {
-            int r = x / (G * D4), c = (x % (G * D4)) * 4;
-            cp_async16(Qs + r * G * D + c, a.q + ((size_t)(ua + r) * a.nh + kvh * G) * D + c);
-        }
-        if (NB == 1) {
-            cp_async_commit();
-            for (int x = tid; x < (k1 - klo) * D4; x += ATT_THREADS) {
-                int r = klo - k0 + x / D4, c = (x % D4) * 4, j = k0 + r;
-                size_t at = j < P.nb ? (hh * P.bcap + j) * D + c : (hh * P.cap + j - P.nb) * D + c;
-                cp_async16(Vs + r * DP + c, (j < P.nb ? P.bv : P.vc) + at);
-            }
-        }
+        geo = att_geo{k0, klo, k1, s_first + i, ua, nr, kvh, P.pos0,
+                      (size_t)a.layer * a.nkv + kvh};
         if (tid < nr) {
             int t = ua + tid, p = last >= 0 ? last : P.pos0 + t - P.row0, lo = att_lo(p, a.window);
             att_row r = {t, 0, 0};
             if (k0 <= p && k0 + ATT_SPAN > lo) r.j0 = max(lo, k0) - k0, r.j1 = min(p + 1, k1) - k0;
-            rows_of[b][tid] = r;
+            rows_of[rb][tid] = r;
         }
         it.ok = 1, it.kvh = kvh, it.span = span, it.nr = nr;
         return it;
     };
-    int buf = 0;
-    att_item cur = fetch(blockIdx.x, 0);
+    auto copy_kv = [&](const att_geo &geo, int b, int ja, int jb, bool k, bool v) {
+        if (jb <= ja) return;
+        const seq_params &P = sp->seq[geo.si];
+        float *Ks = sm + b * BUF, *Vs = Ks + ATT_SPAN * DP;
+        for (int x = tid; x < (jb - ja) * D4; x += ATT_THREADS) {
+            int r = ja - geo.k0 + x / D4, c = (x % D4) * 4, j = geo.k0 + r;
+            size_t at = j < P.nb ? (geo.hh * P.bcap + j) * D + c
+                                 : (geo.hh * P.cap + j - P.nb) * D + c;
+            if (k) cp_async16(Ks + r * DP + c, (j < P.nb ? P.bk : P.kc) + at);
+            if (v) cp_async16(Vs + r * DP + c, (j < P.nb ? P.bv : P.vc) + at);
+        }
+    };
+    auto copy_q = [&](const att_geo &geo, int b) {
+        if (geo.k1 <= geo.klo) return;
+        float *Qs = sm + b * BUF + 2 * ATT_SPAN * DP;
+        for (int x = tid; x < geo.nr * G * D4; x += ATT_THREADS) {
+            int r = x / (G * D4), c = (x % (G * D4)) * 4;
+            cp_async16(Qs + r * G * D + c,
+                       a.q + ((size_t)(geo.ua + r) * a.nh + geo.kvh * G) * D + c);
+        }
+    };
+    /* keys from ja on (and with two buffers values), the queries; with one buffer a commit,
+     * then the values from ja on */
+    auto fetch_from = [&](const att_geo &geo, int b, int ja) {
+        copy_kv(geo, b, max(ja, geo.klo), geo.k1, true, NB == 2);
+        copy_q(geo, b);
+        if (NB == 1) {
+            cp_async_commit();
+            copy_kv(geo, b, max(ja, geo.klo), geo.k1, false, true);
+        }
+    };
+    auto fetch = [&](int item, int b, int rb) {
+        att_geo geo;
+        att_item it = geom(item, rb, geo);
+        fetch_from(geo, b, 0);
+        return it;
+    };
+    auto fetch_v = [&](const att_geo &geo) { /* one buffer: the values of geom's item */
+        copy_kv(geo, 0, geo.klo, geo.k1, false, true);
+    };
+    int buf = 0, rb = 0; /* rb: rows_of of the current item */
+    att_item cur;
+    if (a.pre_kv) { /* keys and values of earlier positions, a group of their own */
+        att_geo geo;
+        cur = geom(blockIdx.x, 0, geo);
+        const int split = min(max(geo.old, geo.klo), geo.k1);
+        copy_kv(geo, 0, geo.klo, split, true, true);
+        cp_async_commit();
+        pdl_wait();
+        pdl_launch();
+        fetch_from(geo, 0, split);
+    } else {
+        cur = fetch(blockIdx.x, 0, 0);
+    }
     cp_async_commit();
     for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
         att_item next = {0, 0, 0, 0};
+        att_geo geo_next = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+        bool early = false; /* the next item's keys and queries are on their way */
         if (NB == 2) { /* one group committed per item, possibly empty: wait for all but it */
-            next = fetch(item + gridDim.x, buf ^ 1);
+            next = fetch(item + gridDim.x, buf ^ 1, buf ^ 1);
             cp_async_commit();
             cp_async_wait1();
         } else { /* the keys and queries (the values may still be on their way) */
@@ -299,7 +352,7 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
         }
         __syncthreads();
         const float *Ks = sm + buf * BUF, *Vs = Ks + ATT_SPAN * DP, *Qs = Vs + ATT_SPAN * DP;
-        const att_row *rows = rows_of[buf];
+        const att_row *rows = rows_of[rb];
         const int kvh = cur.kvh, span = cur.span, nr = cur.nr;
         const int P2 = nr * G; /* (row, head) pairs */
         if (!cur.ok) {
@@ -330,6 +383,13 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
                               S + (size_t)x * G4 + g0);
             }
             __syncthreads();
+            if (NB == 1 && a.early_kv) { /* keys and queries are free: the next item's load */
+                next = geom(item + gridDim.x, rb ^ 1, geo_next);
+                copy_kv(geo_next, 0, geo_next.klo, geo_next.k1, true, false);
+                copy_q(geo_next, 0);
+                cp_async_commit();
+                early = true;
+            }
             /* softmax of the span per (row, head) pair: a warp per pair, two keys a lane */
             for (int pr = warp; pr < P2; pr += ATT_THREADS / 32) {
                 att_row r = rows[pr / G];
@@ -351,7 +411,12 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
                     a.ml[slot * 2] = m, a.ml[slot * 2 + 1] = l;
                 }
             }
-            if (NB == 1) cp_async_wait0(); /* the values */
+            if (NB == 1) { /* the values (and not the next item's keys) */
+                if (early)
+                    cp_async_wait1();
+                else
+                    cp_async_wait0();
+            }
             __syncthreads();
             /* values: a thread per (row, dim), four heads at a time, keys in order */
             for (int x = tid; x < nr * D; x += ATT_THREADS) {
@@ -376,11 +441,15 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
             }
         }
         __syncthreads(); /* this buffer is refilled two items on (S, rows: the next item) */
-        if (NB == 1) {
-            cur = fetch(item + gridDim.x, 0);
+        if (NB == 1 && early) {
+            fetch_v(geo_next);
+            cp_async_commit();
+            cur = next, rb ^= 1;
+        } else if (NB == 1) {
+            cur = fetch(item + gridDim.x, 0, rb);
             cp_async_commit();
         } else {
-            cur = next, buf ^= 1;
+            cur = next, buf ^= 1, rb ^= 1;
         }
     }
 }
@@ -470,6 +539,8 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
     a.KT_out = g->KT_QD, a.layer = layer, a.window = d->window, a.spans = g->att_spans;
     a.scale = 1.0f / sqrtf((float)g->D);
     a.early = g->early_merge;
+    a.early_kv = g->att_early_kv;
+    a.pre_kv = g->att_pre_kv;
     const int nb = g->att_few ? 2 : 1;
     cudaError_t e = launch(attn_kernels[g->D / 16][nb - 1], dim3(g->att_few ? g->sms : g->att_grid),
                            dim3(ATT_THREADS), attn_smem(g->G, g->D, nb), g->stream, a);

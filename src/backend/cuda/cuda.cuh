@@ -319,6 +319,7 @@ struct gpu_model {
     gpu_graph graphs[GPU_GROUP + 1][GPU_MODES][2]; /* [rows][mode][att_few] */
     int use_graphs, use_pdl, slots, even_split, early_merge, sel_rows;
     int prescale;         /* layers' norms deferred into the matmuls (mm_call.out_ss) */
+    int att_early_kv, att_pre_kv; /* attn_args.early_kv, pre_kv */
     double *ss_a, *ss_f;  /* [GPU_ROWS][n_ssg] group sums of squares behind xa and xf
                            * (NULL unless prescale) */
     int n_ssg;            /* 128-column groups of a hidden row */

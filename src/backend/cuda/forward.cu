@@ -299,6 +299,8 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->sel_rows = env_int("DSPARK_GPU_SEL", 1);
     g->gemm = env_int("DSPARK_GPU_GEMM", 1);
     g->att_wide = env_int("DSPARK_GPU_ATT_WIDE", 1);
+    g->att_early_kv = env_int("DSPARK_GPU_ATT_EARLY_KV", 1);
+    g->att_pre_kv = env_int("DSPARK_GPU_ATT_PRE_KV", 1);
     int sms = 132;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     g->sms = sms;
