@@ -26,6 +26,7 @@ struct entry {
     struct kv_cache *kv; /* owned, or lent to a running sequence */
     int lent;
     struct prefix_ctx ctx; /* owned; rows of at least n positions when ctx.tag != 0 */
+    int saved;             /* in the spill folder whole already (before it was trimmed) */
 };
 
 struct prefix_cache {
@@ -100,12 +101,44 @@ static void drop(struct prefix_cache *pc, int i) {
     kv_free(kv);
 }
 
+/* Saves entry i to the spill folder (when there is one) unless it is there already. */
+static void save(struct prefix_cache *pc, int i) {
+    struct entry *e = &pc->e[i];
+    if (pc->spill && !e->saved)
+        spill_save_ctx(pc->spill, e->tokens, e->n, e->kv, e->ctx.tag, e->ctx.width, e->ctx.rows);
+    e->saved = 1;
+}
+
 /* Leaves RAM: saved to the spill folder first when there is one. */
 static void evict(struct prefix_cache *pc, int i) {
-    const struct entry *e = &pc->e[i];
-    if (pc->spill)
-        spill_save_ctx(pc->spill, e->tokens, e->n, e->kv, e->ctx.tag, e->ctx.width, e->ctx.rows);
+    save(pc, i);
     drop(pc, i);
+}
+
+/* Frees at least `excess` bytes of the least recently used entry if it can: a host entry
+ * gives up its last pages that no other cache holds (its prefix, which other requests are
+ * likelier to share, stays reusable), having been saved whole to the spill folder first; an
+ * entry left shorter than PREFIX_MIN_TOKENS, a device entry, or one whose last page is
+ * shared leaves RAM whole. */
+static void shrink_oldest(struct prefix_cache *pc, size_t excess) {
+    struct entry *e = &pc->e[0];
+    if (!kv_paged(e->kv)) {
+        evict(pc, 0);
+        return;
+    }
+    save(pc, 0);
+    int n = kv_trim_own(e->kv, excess);
+    if (n >= e->n || n < PREFIX_MIN_TOKENS) {
+        drop(pc, 0);
+        return;
+    }
+    pc->st.trimmed_tokens += e->n - n;
+    e->n = n;
+    if (e->ctx.rows && e->ctx.n > n) {
+        float *r = realloc(e->ctx.rows, sizeof(float) * (size_t)e->ctx.width * (size_t)n);
+        if (r) e->ctx.rows = r;
+        e->ctx.n = n;
+    }
 }
 
 void prefix_cache_free(struct prefix_cache *pc) {
@@ -298,8 +331,9 @@ static void put_entry(struct prefix_cache *pc, const int32_t *tokens, int n, str
              common_prefix(pc->e[i].tokens, pc->e[i].n, tokens, n) == pc->e[i].n))
             drop(pc, i);
     if (pc->n == pc->max_entries) evict(pc, 0);
-    pc->e[pc->n++] = (struct entry){t, n, kv, 0, c};
-    while (pc->max_bytes && held_bytes(pc) > pc->max_bytes && pc->n > 1) evict(pc, 0);
+    pc->e[pc->n++] = (struct entry){t, n, kv, 0, c, 0};
+    for (size_t b; pc->max_bytes && (b = held_bytes(pc)) > pc->max_bytes && pc->n > 1;)
+        shrink_oldest(pc, b - pc->max_bytes);
 }
 
 void prefix_cache_put_ctx(struct prefix_cache *pc, const int32_t *tokens, int n,

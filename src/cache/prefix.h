@@ -8,9 +8,11 @@
  * while sequences use them, and a client that goes away never takes an entry with it. A
  * sequence's cache must come back through prefix_cache_put() (with n = 0 when its contents are
  * unknown), and before prefix_cache_free(). A finished sequence's entry replaces the entries it
- * extends (a conversation's earlier turns). The least recently used entries leave RAM beyond
- * max_entries or max_bytes (the pages they alone hold); with a spill folder they are saved
- * there first (cache/spill.h) and found again, also after a restart, when RAM holds no prefix
+ * extends (a conversation's earlier turns). The least recently used entry leaves RAM beyond
+ * max_entries; beyond max_bytes it first gives up its last pages that no other cache holds,
+ * page by page from the end, keeping its prefix, and leaves when it would be shorter than
+ * PREFIX_MIN_TOKENS. With a spill folder an entry is saved there whole before it is trimmed
+ * or leaves (cache/spill.h) and found again, also after a restart, when RAM holds no prefix
  * as long. Because every kernel is batch-invariant, a reused prefix gives results
  * bit-identical to prefilling it. The KV cache keeps every position (sliding-window models
  * mask by position), so sliding-window models are reused exactly as well.
@@ -54,6 +56,7 @@ struct prefix_stats {
     long reused_tokens;  /* prompt tokens not prefilled thanks to the cache */
     long shared_tokens;  /* of those, tokens whose rows a sequence reads from an entry (no copy) */
     long deduped_tokens; /* tokens of finished sequences stored once with an entry's pages */
+    long trimmed_tokens; /* tokens the least recently used entries gave up to --kv-cache-mb */
     int entries;
     size_t bytes;
     /* the spill folder */

@@ -346,6 +346,20 @@ int kv_import(struct kv_cache *kv, const float *in, int n_in, int n) {
     return OK;
 }
 
+int kv_trim_own(struct kv_cache *kv, size_t want) {
+    if (kv->gpu) return kv->len;
+    int p = pages_for(kv->len) - 1;
+    size_t freed = 0;
+    while (p >= 0 && freed < want && kv->pages[p] && kv->pages[p]->refs == 1)
+        freed += page_bytes(kv), p--;
+    int n = (p + 1) << KV_PAGE_SHIFT;
+    if (n < kv->len) {
+        kv->len = n;
+        release_from(kv, p + 1);
+    }
+    return kv->len;
+}
+
 void kv_compact(struct kv_cache *kv) {
     if (kv->gpu) return;
     release_from(kv, pages_for(kv->len)); /* rows past len: rolled-back drafts */

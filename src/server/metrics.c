@@ -127,6 +127,10 @@ char *metrics_render(struct server *s) {
             "Tokens of finished requests stored in pages a cache entry already held (computed "
             "apart, the same bits).",
             m.cache_deduped_tokens);
+    counter(&o, "dspark_prefix_cache_trimmed_tokens_total",
+            "Tokens the least recently used cache entries gave up, last pages first, to stay "
+            "under --kv-cache-mb.",
+            m.cache_trimmed_tokens);
     gauge(&o, "dspark_prefix_cache_bytes", "Memory held by the prefix cache.",
           (double)m.cache_bytes);
     counter(&o, "dspark_prefix_cache_spill_writes_total",

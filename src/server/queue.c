@@ -209,6 +209,7 @@ void *engine_main(void *arg) {
             s->m.cache_reused_tokens = ps.reused_tokens,
             s->m.cache_shared_tokens = ps.shared_tokens, s->m.cache_bytes = (long)ps.bytes;
             s->m.cache_deduped_tokens = ps.deduped_tokens;
+            s->m.cache_trimmed_tokens = ps.trimmed_tokens;
             s->m.spill_writes = ps.spill_writes, s->m.spill_reads = ps.spill_reads;
             s->m.spill_rejects = ps.spill_rejects, s->m.spill_bytes = (long)ps.spill_bytes;
             s->m.spill_dropped = ps.spill_dropped, s->m.spill_pending = (long)ps.spill_pending;

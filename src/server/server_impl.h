@@ -26,6 +26,7 @@ struct metrics {
     double decode_seconds;
     long cache_hits, cache_misses, cache_reused_tokens, cache_shared_tokens, cache_bytes;
     long cache_deduped_tokens;
+    long cache_trimmed_tokens;
     long spill_writes, spill_reads, spill_rejects, spill_dropped; /* its folder */
     long spill_bytes, spill_pending;
     long prefill_chunks;                    /* prefill passes of the engine */

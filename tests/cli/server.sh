@@ -49,9 +49,13 @@ POOL=$URL
 # room for four requests' own K/V over a shared 1,250-token prefix, not for two cold ones
 start pool_shared --mode baseline --max-batch 8 --kv-pool-mb 6
 POOL_SHARED=$URL
+# a prefix cache of 10 MiB (about 1,700 positions of models/pycoder): two 1,250-token prompts
+# do not fit, and the older keeps its prefix
+start trim --mode baseline --kv-cache-mb 10
+TRIM=$URL
 fail=0
 DSPARK_URL=$OPEN DSPARK_URL_KEY=$KEYED DSPARK_URL_MODES=$MODES DSPARK_URL_POOL=$POOL \
-    DSPARK_URL_POOL_SHARED=$POOL_SHARED node tests/js/server.test.mjs || fail=1
+    DSPARK_URL_POOL_SHARED=$POOL_SHARED DSPARK_URL_TRIM=$TRIM node tests/js/server.test.mjs || fail=1
 if command -v promtool >/dev/null; then
     curl -s "$OPEN/metrics" | promtool check metrics && echo "ok   promtool check metrics" ||
         { echo "FAIL promtool check metrics"; fail=1; }

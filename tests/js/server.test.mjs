@@ -279,6 +279,42 @@ if (process.env.DSPARK_URL_POOL_SHARED) {
   });
 }
 
+// DSPARK_URL_TRIM: a baseline server with --kv-cache-mb 10; two 1,250-token prompts (each
+// about 7.5 MiB of K/V) do not fit, so the older gives up its last pages and keeps its prefix
+if (process.env.DSPARK_URL_TRIM) {
+  const url = process.env.DSPARK_URL_TRIM;
+  await test('over --kv-cache-mb the oldest entry keeps its prefix, which a follow-up reuses', async () => {
+    const c = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const plain = new OpenAI({ baseURL: `${keyed}/v1`, apiKey: 'sekret', maxRetries: 0 });
+    const scrape = async (name) => {
+      const text = await (await fetch(`${url}/metrics`)).text();
+      return Number((text.match(new RegExp(`^${name} (\\S+)$`, 'm')) || [])[1]);
+    };
+    const body = (tag) => Array.from({ length: 64 }, (_, i) =>
+      `def ${tag}_${i}(x):\n    return x * ${i} + ${i % 5}\n`).join('\n');
+    const req = { model: 'pycoder', temperature: 0, max_tokens: 8 };
+    const first = await c.completions.create({ ...req, prompt: body('first') });
+    assert(first.usage.prompt_tokens > 1100, `prompt of ${first.usage.prompt_tokens} tokens`);
+    assert((await scrape('dspark_prefix_cache_trimmed_tokens_total')) === 0);
+    await c.completions.create({ ...req, prompt: body('second') });
+    // the engine thread caches a finished request and updates the metrics after answering it
+    let trimmed = 0;
+    for (let i = 0; i < 50 && !(trimmed > 0); i++) {
+      trimmed = await scrape('dspark_prefix_cache_trimmed_tokens_total');
+      if (!(trimmed > 0)) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert(trimmed > 0, `trimmed ${trimmed} tokens`);
+    assert((await scrape('dspark_prefix_cache_bytes')) <= 10 * 1048576, 'the cache is over its budget');
+    const prompt = `${body('first')}\n# more\ndef more(`;
+    const r = await c.completions.create({ ...req, prompt });
+    const cached = r.usage.prompt_tokens_details.cached_tokens;
+    assert(cached > 0 && cached % 64 === 0 && cached < first.usage.prompt_tokens,
+      `the follow-up reused ${cached} of ${first.usage.prompt_tokens} tokens`);
+    const alone = await plain.completions.create({ ...req, prompt });
+    assert(r.choices[0].text === alone.choices[0].text, 'the follow-up differs from an uncached run');
+  });
+}
+
 await test('a follow-up turn reuses the cached prefix and answers the same', async () => {
   const system = { role: 'system', content: 'You are a careful Python assistant. Answer with short, correct code and a one-line explanation.' };
   const first = [system, ...user('Write a function that returns the square of a number.')];

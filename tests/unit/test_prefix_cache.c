@@ -283,6 +283,62 @@ TEST(shares_end_when_the_entry_leaves) {
     model_free(m);
 }
 
+/* Over max_bytes the least recently used entry gives up its last pages and keeps its prefix,
+ * which a follow-up still reuses exactly; with a spill folder the entry was saved whole first,
+ * so the follow-up reads all of it from disk; an entry that would keep fewer than
+ * PREFIX_MIN_TOKENS tokens leaves whole. */
+TEST(over_budget_the_oldest_entry_keeps_its_prefix) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *m = load(TARGET);
+    REQUIRE(m);
+    char dir[] = "/tmp/dspark-trim-XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    const int NA = 4 * PAGE, NB = 2 * PAGE + 5;
+    int32_t a[NA + 8], b[NB], c[40];
+    tokens(a, NA + 8, 41);
+    tokens(b, NB, 42);
+    tokens(c, 40, 43);
+    struct kv_cache *plain = prefilled(m, a, NA);
+    REQUIRE(plain);
+    size_t page = kv_bytes(plain) / (size_t)pages(NA);
+    for (int spill = 0; spill < 2; spill++) {
+        struct prefix_cache *pc = NULL;
+        struct prefix_cache_opts o = {
+            .max_entries = 4, .max_bytes = 5 * page, .spill_dir = spill ? dir : NULL};
+        REQUIRE(prefix_cache_new(m, &o, &pc) == 0);
+        struct kv_cache *ka = prefilled(m, a, NA), *kb = prefilled(m, b, NB);
+        REQUIRE(ka && kb);
+        prefix_cache_put(pc, a, NA, ka);
+        prefix_cache_put(pc, b, NB, kb); /* 7 pages: a gives up its last two */
+        struct prefix_stats ps = prefix_cache_stats(pc);
+        CHECK(ps.entries == 2 && ps.trimmed_tokens == 2 * PAGE && ps.bytes == 5 * page);
+        prefix_cache_flush(pc);
+        int reused = 0;
+        struct kv_cache *kf = prefix_cache_take(pc, a, NA + 8, 6 * PAGE, &reused);
+        REQUIRE(kf);
+        CHECK(reused == (spill ? NA : 2 * PAGE) && same_rows(kf, plain, reused));
+        prefix_cache_put(pc, a, 0, kf);
+        prefix_cache_free(pc);
+    }
+    /* one page each, room for one: the older entry would keep no page and leaves */
+    struct prefix_cache *pc = NULL;
+    REQUIRE(prefix_cache_new(m, &(struct prefix_cache_opts){.max_entries = 4, .max_bytes = page},
+                             &pc) == 0);
+    struct kv_cache *kb = prefilled(m, b, 40), *kc = prefilled(m, c, 40);
+    REQUIRE(kb && kc);
+    prefix_cache_put(pc, b, 40, kb);
+    prefix_cache_put(pc, c, 40, kc);
+    struct prefix_stats ps = prefix_cache_stats(pc);
+    CHECK(ps.entries == 1 && ps.bytes == page && ps.trimmed_tokens == 0);
+    int reused = 0;
+    struct kv_cache *kx = prefix_cache_take(pc, b, 40, PAGE, &reused);
+    CHECK(kx == NULL && reused == 0);
+    prefix_cache_free(pc);
+    kv_free(plain);
+    rm_rf(dir);
+    model_free(m);
+}
+
 /* Two sequences that computed one prefix apart (two cold requests over one system prompt)
  * keep one copy of its whole pages once both are cached, and what follows from either is
  * exactly what a cold run gives. */
@@ -734,6 +790,7 @@ int main(void) {
     RUN(shared_prefix_rows);
     RUN(shared_rows_are_counted);
     RUN(shares_end_when_the_entry_leaves);
+    RUN(over_budget_the_oldest_entry_keeps_its_prefix);
     RUN(entries_over_one_prefix_share_pages);
     RUN(spill_round_trip_survives_restart);
     RUN(corrupt_files_are_deleted_never_used);
