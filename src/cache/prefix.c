@@ -101,12 +101,22 @@ static void drop(struct prefix_cache *pc, int i) {
     kv_free(kv);
 }
 
+static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
+    int m = na < nb ? na : nb, l = 0;
+    while (l < m && a[l] == b[l]) l++;
+    return l;
+}
+
 /* Saves entry i to the spill folder (when there is one) unless it is there already. */
 static void save(struct prefix_cache *pc, int i) {
     struct entry *e = &pc->e[i];
     if (pc->spill && !e->saved)
-        spill_save_ctx(pc->spill, e->tokens, e->n, e->kv, e->ctx.tag, e->ctx.width, e->ctx.rows);
-    e->saved = 1;
+        e->saved = spill_save_ctx(pc->spill, e->tokens, e->n, e->kv, e->ctx.tag, e->ctx.width,
+                                  e->ctx.rows) == OK;
+}
+
+static int covers(uint64_t have, uint64_t need) {
+    return !need || have == need;
 }
 
 /* Leaves RAM: saved to the spill folder first when there is one. */
@@ -115,11 +125,11 @@ static void evict(struct prefix_cache *pc, int i) {
     drop(pc, i);
 }
 
-/* Frees at least `excess` bytes of the least recently used entry if it can: a host entry
- * gives up its last pages that no other cache holds (its prefix, which other requests are
- * likelier to share, stays reusable), having been saved whole to the spill folder first; an
- * entry left shorter than PREFIX_MIN_TOKENS, a device entry, or one whose last page is
- * shared leaves RAM whole. */
+/* Frees about `excess` bytes of the least recently used entry if it can: a host entry gives
+ * up its last pages that no other cache holds (its prefix, which other requests are likelier
+ * to share, stays reusable), having been saved whole to the spill folder first. An entry left
+ * shorter than PREFIX_MIN_TOKENS or holding only tokens another entry holds too, a device
+ * entry, and one whose last page is shared leave RAM whole. */
 static void shrink_oldest(struct prefix_cache *pc, size_t excess) {
     struct entry *e = &pc->e[0];
     if (!kv_paged(e->kv)) {
@@ -127,8 +137,16 @@ static void shrink_oldest(struct prefix_cache *pc, size_t excess) {
         return;
     }
     save(pc, 0);
-    int n = kv_trim_own(e->kv, excess);
-    if (n >= e->n || n < PREFIX_MIN_TOKENS) {
+    /* a page's rows and, with a drafter context, its context rows */
+    const int page = 1 << KV_PAGE_SHIFT, np = (e->n + page - 1) / page;
+    size_t per = kv_bytes(e->kv) / (size_t)(np > 0 ? np : 1) +
+                 (e->ctx.rows ? sizeof(float) * (size_t)e->ctx.width * page : 0);
+    int n = kv_trim_own(e->kv, (int)((excess + per - 1) / per));
+    int covered = 0;
+    for (int i = 1; i < pc->n && !covered; i++)
+        covered = covers(pc->e[i].ctx.tag, e->ctx.tag) &&
+                  common_prefix(pc->e[i].tokens, pc->e[i].n, e->tokens, n) == n;
+    if (n >= e->n || n < PREFIX_MIN_TOKENS || covered) {
         drop(pc, 0);
         return;
     }
@@ -148,12 +166,6 @@ void prefix_cache_free(struct prefix_cache *pc) {
     free(pc->disk_ctx);
     free(pc->e);
     free(pc);
-}
-
-static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
-    int m = na < nb ? na : nb, l = 0;
-    while (l < m && a[l] == b[l]) l++;
-    return l;
 }
 
 /* Moves entry i to the most recently used end. */
@@ -284,10 +296,6 @@ void prefix_cache_put(struct prefix_cache *pc, const int32_t *tokens, int n, str
 
 /* Whether an entry with a context of tag `have` serves every request that one with `need`
  * serves (a context-less entry serves only requests without a drafter context). */
-static int covers(uint64_t have, uint64_t need) {
-    return !need || have == need;
-}
-
 static void put_entry(struct prefix_cache *pc, const int32_t *tokens, int n, struct kv_cache *kv,
                       struct prefix_ctx *ctx) {
     struct prefix_ctx c = ctx && ctx->rows && ctx->tag ? *ctx : (struct prefix_ctx){0};

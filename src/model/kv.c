@@ -346,12 +346,10 @@ int kv_import(struct kv_cache *kv, const float *in, int n_in, int n) {
     return OK;
 }
 
-int kv_trim_own(struct kv_cache *kv, size_t want) {
+int kv_trim_own(struct kv_cache *kv, int max_pages) {
     if (kv->gpu) return kv->len;
-    int p = pages_for(kv->len) - 1;
-    size_t freed = 0;
-    while (p >= 0 && freed < want && kv->pages[p] && kv->pages[p]->refs == 1)
-        freed += page_bytes(kv), p--;
+    int p = pages_for(kv->len) - 1, last = p - max_pages;
+    while (p >= 0 && p > last && kv->pages[p] && kv->pages[p]->refs == 1) p--;
     int n = (p + 1) << KV_PAGE_SHIFT;
     if (n < kv->len) {
         kv->len = n;

@@ -68,10 +68,10 @@ int kv_reserve(struct kv_cache *kv, int cap);
 size_t kv_bytes(const struct kv_cache *kv);
 /* The memory a set of caches keeps alive, each page (or device base) counted once. */
 size_t kv_set_bytes(struct kv_cache *const *kvs, int n);
-/* Drops a host cache's last pages that no other cache holds, from the end, until at least
- * want bytes are freed or a page another cache holds is next; returns the positions kept (a
- * multiple of KV_PAGE, or kv_len() when nothing was dropped; device caches: kv_len()). */
-int kv_trim_own(struct kv_cache *kv, size_t want);
+/* Drops up to max_pages of a host cache's last pages, from the end, stopping at a page another
+ * cache holds; returns the positions kept (a multiple of KV_PAGE, or kv_len() when nothing was
+ * dropped; device caches: kv_len()). */
+int kv_trim_own(struct kv_cache *kv, int max_pages);
 /* kv's positions in pages that a cache of set holds too (0 for a device cache). */
 int kv_shared_with(const struct kv_cache *kv, struct kv_cache *const *set, int n);
 /* Makes kv hold `from`'s pages for the whole pages of positions [0, n) where the two hold the

@@ -93,14 +93,17 @@ static long job_kv_bytes(const struct server *s, const struct job *j) {
     return (long)j->n_choices * rows * row;
 }
 
-/* The prompt positions every choice of a running job still shares with the prefix cache's
- * entries (the fewest of its sequences'; a finished choice holds no K/V) */
+/* The prompt positions every running choice of a job still shares with the prefix cache's
+ * entries (the fewest of its sequences'). The shared prefix's last, partly filled page is
+ * copied when a sequence writes it, which job_kv_bytes() allows for: the share changes only
+ * when whole pages are no longer an entry's. */
 static int job_cache_shared(struct job *j) {
     struct gen_seq *seqs[JOB_MAX_CHOICES];
     int n = oa_job_seqs(j, seqs), shared = j->kv_shared;
+    const int whole = shared & ~((1 << KV_PAGE_SHIFT) - 1);
     for (int k = 0; k < n; k++) {
         int m = gen_seq_cache_shared(seqs[k]);
-        if (m < shared) shared = m;
+        if (m < whole && m < shared) shared = m;
     }
     return shared;
 }

@@ -310,9 +310,10 @@ TEST(over_budget_the_oldest_entry_keeps_its_prefix) {
         REQUIRE(ka && kb);
         prefix_cache_put(pc, a, NA, ka);
         prefix_cache_put(pc, b, NB, kb); /* 7 pages: a gives up its last two */
+        prefix_cache_flush(pc);
         struct prefix_stats ps = prefix_cache_stats(pc);
         CHECK(ps.entries == 2 && ps.trimmed_tokens == 2 * PAGE && ps.bytes == 5 * page);
-        prefix_cache_flush(pc);
+        CHECK(ps.spill_writes == spill); /* a saved whole before it was trimmed */
         int reused = 0;
         struct kv_cache *kf = prefix_cache_take(pc, a, NA + 8, 6 * PAGE, &reused);
         REQUIRE(kf);
@@ -320,19 +321,44 @@ TEST(over_budget_the_oldest_entry_keeps_its_prefix) {
         prefix_cache_put(pc, a, 0, kf);
         prefix_cache_free(pc);
     }
-    /* one page each, room for one: the older entry would keep no page and leaves */
+    /* an entry trimmed down to pages another entry shares (the same tokens) leaves: x shares
+     * a's first two pages and adds one; over three pages a gives up two and is then a prefix
+     * of x */
     struct prefix_cache *pc = NULL;
+    REQUIRE(prefix_cache_new(
+                m, &(struct prefix_cache_opts){.max_entries = 4, .max_bytes = 3 * page}, &pc) == 0);
+    int32_t x[3 * PAGE];
+    memcpy(x, a, sizeof(int32_t) * 2 * PAGE);
+    tokens(x + 2 * PAGE, PAGE, 44);
+    struct kv_cache *ka = prefilled(m, a, NA);
+    REQUIRE(ka);
+    prefix_cache_put(pc, a, NA, ka);
+    int rx = 0;
+    struct kv_cache *kx = prefix_cache_take(pc, x, 3 * PAGE, 4 * PAGE, &rx);
+    REQUIRE(kx && rx == 2 * PAGE);
+    REQUIRE(model_forward(m, kx, x + rx, 3 * PAGE - rx, NULL, 0) == 0);
+    prefix_cache_put(pc, x, 3 * PAGE, kx);
+    struct prefix_stats ps = prefix_cache_stats(pc);
+    CHECK(ps.entries == 1 && ps.bytes == 3 * page && ps.trimmed_tokens == 0);
+    int ra = 0;
+    struct kv_cache *kr = prefix_cache_take(pc, a, NA, 4 * PAGE, &ra);
+    REQUIRE(kr);
+    CHECK(ra == 2 * PAGE && same_rows(kr, plain, ra));
+    prefix_cache_put(pc, a, 0, kr);
+    prefix_cache_free(pc);
+    /* one page each, room for one: the older entry would keep no page and leaves */
+    pc = NULL;
     REQUIRE(prefix_cache_new(m, &(struct prefix_cache_opts){.max_entries = 4, .max_bytes = page},
                              &pc) == 0);
     struct kv_cache *kb = prefilled(m, b, 40), *kc = prefilled(m, c, 40);
     REQUIRE(kb && kc);
     prefix_cache_put(pc, b, 40, kb);
     prefix_cache_put(pc, c, 40, kc);
-    struct prefix_stats ps = prefix_cache_stats(pc);
+    ps = prefix_cache_stats(pc);
     CHECK(ps.entries == 1 && ps.bytes == page && ps.trimmed_tokens == 0);
     int reused = 0;
-    struct kv_cache *kx = prefix_cache_take(pc, b, 40, PAGE, &reused);
-    CHECK(kx == NULL && reused == 0);
+    struct kv_cache *kn = prefix_cache_take(pc, b, 40, PAGE, &reused);
+    CHECK(kn == NULL && reused == 0);
     prefix_cache_free(pc);
     kv_free(plain);
     rm_rf(dir);

@@ -192,7 +192,10 @@ __device__ __forceinline__ void cp_async_wait1(void) {
 
 /* ---- programmatic dependent launch ----
  * Every kernel waits for its predecessor before touching activations and only then lets its
- * successor start; work before the wait may read weights only. */
+ * successor start (the attention merge, whose successor reads only weights before its wait,
+ * lets it start at once), so when a kernel starts, every kernel before its predecessor has
+ * finished. Work before the wait may read weights, the pass parameters, and K/V rows of
+ * positions before the pass (attention's first item), never write. */
 __device__ __forceinline__ void pdl_wait(void) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 }
