@@ -1,10 +1,25 @@
 /* server/metrics.c: counters for GET /metrics in the Prometheus text format. */
 #include "server/server_impl.h"
 
+#include "cache/prefix.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+void metrics_cache(struct server *s) {
+    if (!s->eng.cache) return;
+    struct prefix_stats ps = prefix_cache_stats(s->eng.cache);
+    struct metrics *m = &s->m;
+    m->cache_hits = ps.hits, m->cache_misses = ps.misses;
+    m->cache_reused_tokens = ps.reused_tokens, m->cache_shared_tokens = ps.shared_tokens;
+    m->cache_bytes = (long)ps.bytes, m->cache_deduped_tokens = ps.deduped_tokens;
+    m->cache_trimmed_tokens = ps.trimmed_tokens;
+    m->spill_writes = ps.spill_writes, m->spill_reads = ps.spill_reads;
+    m->spill_rejects = ps.spill_rejects, m->spill_bytes = (long)ps.spill_bytes;
+    m->spill_dropped = ps.spill_dropped, m->spill_pending = (long)ps.spill_pending;
+}
 
 void metrics_record(struct server *s, const struct gen_stats *st) {
     pthread_mutex_lock(&s->mu);

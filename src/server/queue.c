@@ -206,17 +206,7 @@ void *engine_main(void *arg) {
         s->m.prefill_chunks += chunks;
         s->running = n_active;
         s->m.kv_pool_bytes = held;
-        if (s->eng.cache) {
-            struct prefix_stats ps = prefix_cache_stats(s->eng.cache);
-            s->m.cache_hits = ps.hits, s->m.cache_misses = ps.misses;
-            s->m.cache_reused_tokens = ps.reused_tokens,
-            s->m.cache_shared_tokens = ps.shared_tokens, s->m.cache_bytes = (long)ps.bytes;
-            s->m.cache_deduped_tokens = ps.deduped_tokens;
-            s->m.cache_trimmed_tokens = ps.trimmed_tokens;
-            s->m.spill_writes = ps.spill_writes, s->m.spill_reads = ps.spill_reads;
-            s->m.spill_rejects = ps.spill_rejects, s->m.spill_bytes = (long)ps.spill_bytes;
-            s->m.spill_dropped = ps.spill_dropped, s->m.spill_pending = (long)ps.spill_pending;
-        }
+        metrics_cache(s);
         pthread_mutex_unlock(&s->mu);
     }
 }

@@ -366,6 +366,11 @@ void oa_job_complete(struct server *s, struct job *j) {
         gen_result_free(&r);
     }
     free_run(j);
+    /* its sequences are in the prefix cache now: a client that reads /metrics after this
+     * response sees them */
+    pthread_mutex_lock(&s->mu);
+    metrics_cache(s);
+    pthread_mutex_unlock(&s->mu);
     if (j->stream) {
         if (j->include_usage) {
             cJSON *o = envelope(j, 1);

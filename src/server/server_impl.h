@@ -97,5 +97,7 @@ int server_parse_tools(struct server *s, const char *text, char **content,
 char *metrics_render(struct server *s);
 void metrics_record(struct server *s, const struct gen_stats *st);
 void metrics_round(struct server *s, int n_seqs); /* under s->mu */
+/* The prefix cache's counters into s->m, under s->mu (engine thread: it owns the cache) */
+void metrics_cache(struct server *s);
 
 #endif
