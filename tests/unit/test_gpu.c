@@ -233,6 +233,61 @@ TEST(gpu_attention_buffers) {
     for (int k = 0; k < 2; k++) free(l[k]), model_free(m[k]);
 }
 
+/* Attention's loads ahead (the first item's earlier positions before the wait on the q|k|v
+ * matmul, DSPARK_GPU_ATT_PRE_KV; the next item's keys and queries during this one's softmax
+ * and values, DSPARK_GPU_ATT_EARLY_KV) move only when rows are requested: a 300-token prompt,
+ * a 16-row verify, single steps and 16 sequences' steps in one pass (items of one row on the
+ * one-buffer kernel) give the same bits with them off. */
+TEST(gpu_attention_loads_ahead) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m[2];
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m[0]) ==
+            0);
+    setenv("DSPARK_GPU_ATT_EARLY_KV", "0", 1);
+    int rc = load_with("DSPARK_GPU_ATT_PRE_KV", "0", &m[1]);
+    unsetenv("DSPARK_GPU_ATT_EARLY_KV");
+    REQUIRE(rc == 0);
+    enum { P = 300, W = 16, S = 4, NS = 16 };
+    const int V = model_config(m[0])->vocab_size;
+    int32_t ids[NS][P + W + S];
+    for (int i = 0; i < NS; i++)
+        for (int j = 0; j < P + W + S; j++) ids[i][j] = 20 + (i * 389 + j * 197) % 8000;
+    float *l[2], *lb[2];
+    const size_t n = (size_t)V * (P + W + S), nb = (size_t)V * NS * S;
+    int same_seq = 1, same_batch = 1;
+    for (int k = 0; k < 2; k++) {
+        REQUIRE((l[k] = malloc(sizeof(float) * n)) && (lb[k] = malloc(sizeof(float) * nb)));
+        struct kv_cache *kv[NS];
+        for (int i = 0; i < NS; i++) REQUIRE(kv_new(m[k], 512, &kv[i]) == 0);
+        CHECK(model_forward(m[k], kv[0], ids[0], P, l[k], 1) == 0);
+        CHECK(model_forward(m[k], kv[0], ids[0] + P, W, l[k] + (size_t)P * V, 1) == 0);
+        for (int i = 0; i < S; i++)
+            CHECK(model_forward(m[k], kv[0], ids[0] + P + W + i, 1, l[k] + (size_t)(P + W + i) * V,
+                                0) == 0);
+        for (int i = 1; i < NS; i++)
+            CHECK(model_forward(m[k], kv[i], ids[i], P - 10 * i, NULL, 0) == 0);
+        kv_truncate(kv[0], P - 1);
+        for (int s = 0; s < S; s++) {
+            struct model_batch_item it[NS];
+            int32_t g[NS];
+            for (int i = 0; i < NS; i++)
+                it[i] = (struct model_batch_item){
+                    kv[i], ids[i] + kv_len(kv[i]), 1, lb[k] + ((size_t)s * NS + i) * V, NULL, g + i,
+                    0};
+            CHECK(model_forward_batch(m[k], it, NS) == 0);
+        }
+        for (int i = 0; i < NS; i++) kv_free(kv[i]);
+    }
+    same_seq = !memcmp(l[0], l[1], sizeof(float) * n);
+    same_batch = !memcmp(lb[0], lb[1], sizeof(float) * nb);
+    printf("  attention loads ahead equal to none (prompt, verify, steps): %s; 16 sequences' "
+           "steps: %s\n",
+           same_seq ? "yes" : "NO", same_batch ? "yes" : "NO");
+    CHECK(same_seq && same_batch);
+    for (int k = 0; k < 2; k++) free(l[k]), free(lb[k]), model_free(m[k]);
+}
+
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
  * the one-buffer kernel's path for items of few rows) give the same bits as each sequence
  * alone (fewer items than SMs: the two-buffer kernel). */
@@ -891,6 +946,7 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_batch_invariance")) RUN(gpu_batch_invariance);
     if (wanted(argc, argv, "gpu_gemm_exact")) RUN(gpu_gemm_exact);
     if (wanted(argc, argv, "gpu_attention_buffers")) RUN(gpu_attention_buffers);
+    if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
     if (wanted(argc, argv, "gpu_attention_many_steps")) RUN(gpu_attention_many_steps);
     if (wanted(argc, argv, "gpu_many_heads_per_kv")) RUN(gpu_many_heads_per_kv);
     if (wanted(argc, argv, "gpu_block_golden")) RUN(gpu_block_golden);
