@@ -35,7 +35,7 @@ serve_url "$log" $pid
 rc=0
 node tests/js/loadtest.mjs --url "$url" --pid $pid --clients "$CLIENTS" --duration "$DURATION" \
     --json build/bench/loadtest.json || rc=1
-curl -s "$url/metrics" | grep -E '^dspark_(requests_total|batch_size_(sum|count)|queue_seconds|prefix_cache_(hits|reused))' || true
+curl -s "$url/metrics" | grep -E '^dspark_(requests_total|batch_size_(sum|count)|queue_seconds|prefix_cache_(hits|reused|trimmed|bytes)|kv_pool_waits)' || true
 kill -TERM $pid
 wait $pid || { echo "FAIL the server did not exit cleanly (see $log)"; rc=1; }
 trap - EXIT
