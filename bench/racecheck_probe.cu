@@ -5,43 +5,15 @@
  * stage. `racecheck_probe 0` runs the protocol as k_mmg does; `racecheck_probe 1` leaves out
  * the producer's wait on "empty" (a real write-after-read race on the slots). Both check the
  * sums. If racecheck reports hazards for mode 0 as well, its reports on k_mmg say nothing.
- * Build: nvcc -O2 -arch=sm_90 -o racecheck_probe bench/racecheck_probe.cu */
+ * Build: nvcc -O2 -arch=sm_90 -Isrc -o racecheck_probe bench/racecheck_probe.cu */
+#include "backend/cuda/ring.cuh"
+
 #include <cstdio>
 #include <cstdlib>
 
 #define SLOTS  2
 #define STAGES 64
 #define WORDS  1024 /* floats a stage (4 KB) */
-
-__device__ unsigned smem_u32(const void *p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ void mbar_init(unsigned long long *b, unsigned n) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(n) : "memory");
-}
-__device__ void mbar_expect(unsigned long long *b, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)),
-                 "r"(bytes)
-                 : "memory");
-}
-__device__ void mbar_arrive(unsigned long long *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
-}
-__device__ void mbar_wait(unsigned long long *b, unsigned parity) {
-    asm volatile("{\n"
-                 ".reg .pred p;\n"
-                 "W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra W;\n"
-                 "}" ::"r"(smem_u32(b)),
-                 "r"(parity)
-                 : "memory");
-}
-__device__ void bulk_copy(void *dst, const void *src, unsigned bytes, unsigned long long *b) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];" ::"r"(smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(b))
-                 : "memory");
-}
 
 __global__ void k_ring(const float *src, float *out, int skip_empty) {
     __shared__ __align__(128) float ring[SLOTS][WORDS];

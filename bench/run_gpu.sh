@@ -83,7 +83,7 @@ if has race && command -v compute-sanitizer >/dev/null; then
     DSPARK_GPU_GEMM=0 timeout 240 compute-sanitizer --tool racecheck --print-limit 10 \
         "$BIN/test_gpu" gpu_attention_buffers gpu_attention_loads_ahead >"$OUT/racecheck.log" 2>&1
     grep -E "RACECHECK SUMMARY|checks" "$OUT/racecheck.log"
-    if command -v nvcc >/dev/null && nvcc -O2 -arch=sm_90 -o /tmp/racecheck_probe bench/racecheck_probe.cu; then
+    if command -v nvcc >/dev/null && nvcc -O2 -arch=sm_90 -Isrc -o /tmp/racecheck_probe bench/racecheck_probe.cu; then
         timeout 60 compute-sanitizer --tool racecheck /tmp/racecheck_probe 0 2>&1 | tail -2
     fi
 fi

@@ -18,6 +18,7 @@
  * Warps: 4 strip pairs x 2 row groups of 32 rows; each holds a 2-strip x 12-n-tile tile of
  * sums (96 floats) and the running sums of the pieces so far (32). */
 #include "backend/cuda/mm.cuh"
+#include "backend/cuda/ring.cuh"
 
 #define MG_ROWS  64                      /* rows per block tile (two xb groups) */
 #ifndef MG_KS
@@ -31,39 +32,6 @@
 #define MG_B     (MG_KS * MG_BK)         /* uint4 of one row group's input per stage */
 #define MG_STAGE (MG_A + 2 * MG_B)       /* uint4 per stage */
 #define MG_SMEM  (MG_ST * MG_STAGE * 16) /* bytes: 200 KB */
-
-/* ---- bulk copies and mbarriers (a block is its own cluster) ---- */
-__device__ __forceinline__ unsigned smem_u32(const void *p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void mbar_init(unsigned long long *b, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_expect(unsigned long long *b, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)),
-                 "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned long long *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned long long *b, unsigned parity) {
-    asm volatile("{\n"
-                 ".reg .pred p;\n"
-                 "W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra W;\n"
-                 "}" ::"r"(smem_u32(b)),
-                 "r"(parity)
-                 : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes,
-                                          unsigned long long *b) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];" ::"r"(smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(b))
-                 : "memory");
-}
 
 /* the end (k-tile within group g) of the decode piece that holds k-tile kt of g */
 __device__ __forceinline__ int mg_piece_end(const mm_args &a, int g, int kt) {
