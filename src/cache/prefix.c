@@ -115,6 +115,8 @@ static void save(struct prefix_cache *pc, int i) {
                                   e->ctx.rows) == OK;
 }
 
+/* Whether an entry with a context of tag `have` serves every request that one with `need`
+ * serves (a context-less entry serves only requests without a drafter context). */
 static int covers(uint64_t have, uint64_t need) {
     return !need || have == need;
 }
@@ -294,8 +296,6 @@ void prefix_cache_put(struct prefix_cache *pc, const int32_t *tokens, int n, str
     prefix_cache_put_ctx(pc, tokens, n, kv, NULL);
 }
 
-/* Whether an entry with a context of tag `have` serves every request that one with `need`
- * serves (a context-less entry serves only requests without a drafter context). */
 static void put_entry(struct prefix_cache *pc, const int32_t *tokens, int n, struct kv_cache *kv,
                       struct prefix_ctx *ctx) {
     struct prefix_ctx c = ctx && ctx->rows && ctx->tag ? *ctx : (struct prefix_ctx){0};

@@ -50,6 +50,12 @@ static int pages_for(int positions) {
     return (positions + KV_PAGE - 1) >> KV_PAGE_SHIFT;
 }
 
+/* the positions of [0, n) in page i */
+static int page_positions(int n, int i) {
+    int end = (i + 1) << KV_PAGE_SHIFT;
+    return (end < n ? end : n) - (i << KV_PAGE_SHIFT);
+}
+
 /* A page table of at least `slots` entries, the new ones empty. */
 static int table_grow(struct kv_cache *kv, int slots) {
     if (slots <= kv->n_pages) return OK;
@@ -183,10 +189,7 @@ int kv_shared(const struct kv_cache *kv) {
     if (kv->gpu) return kv->nb;
     int n = 0;
     for (int i = 0; i < pages_for(kv->len); i++)
-        if (kv->pages[i] && kv->pages[i]->refs > 1) {
-            int end = (i + 1) << KV_PAGE_SHIFT;
-            n += (end < kv->len ? end : kv->len) - (i << KV_PAGE_SHIFT);
-        }
+        if (kv->pages[i] && kv->pages[i]->refs > 1) n += page_positions(kv->len, i);
     return n;
 }
 
@@ -260,10 +263,7 @@ int kv_shared_with(const struct kv_cache *kv, struct kv_cache *const *set, int n
     }
     int shared = 0;
     for (int i = 0; i < pages_for(kv->len); i++)
-        if (kv->pages[i] && kv->pages[i]->mark == stamp) {
-            int end = (i + 1) << KV_PAGE_SHIFT;
-            shared += (end < kv->len ? end : kv->len) - (i << KV_PAGE_SHIFT);
-        }
+        if (kv->pages[i] && kv->pages[i]->mark == stamp) shared += page_positions(kv->len, i);
     return shared;
 }
 
@@ -315,11 +315,8 @@ int kv_copy_prefix(struct kv_cache *dst, const struct kv_cache *src, int n) {
     }
     dst->len = 0;
     if (kv_writable(dst, 0, n)) return ERR_NOMEM;
-    for (int i = 0; i < pages_for(n); i++) {
-        int end = (i + 1) << KV_PAGE_SHIFT;
-        copy_page_rows(dst, dst->pages[i], src->pages[i], 0,
-                       (end < n ? end : n) - (i << KV_PAGE_SHIFT));
-    }
+    for (int i = 0; i < pages_for(n); i++)
+        copy_page_rows(dst, dst->pages[i], src->pages[i], 0, page_positions(n, i));
     dst->len = n;
     return OK;
 }

@@ -195,8 +195,9 @@ void *engine_main(void *arg) {
         n_active = kept;
         held = 0; /* what the jobs still running hold, for the next admission */
         for (int i = 0; i < n_active; i++) {
-            if (s->opts.kv_pool_mb && active[i]->kv_shared) /* an entry left RAM: its pages */
-                active[i]->kv_shared = job_cache_shared(active[i]); /* are the job's now */
+            /* pages of an entry that left RAM are the job's own now */
+            if (s->opts.kv_pool_mb && active[i]->kv_shared)
+                active[i]->kv_shared = job_cache_shared(active[i]);
             held += job_kv_bytes(s, active[i]);
         }
         n_seqs = 0;
