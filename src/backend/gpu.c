@@ -74,6 +74,11 @@ int gpu_kv_grow(struct gpu_kv *kv, int cap, int len, int heads, int D) {
     return ERR_UNSUPPORTED;
 }
 
+int gpu_kv_shrink(struct gpu_kv *kv, int cap, int heads, int D) {
+    (void)kv, (void)cap, (void)heads, (void)D;
+    return ERR_UNSUPPORTED;
+}
+
 int gpu_forward(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids, int n,
                 float *logits, int all_rows) {
     (void)g, (void)kv, (void)pos0, (void)ids, (void)n, (void)logits, (void)all_rows;

@@ -73,6 +73,8 @@ int gpu_kv_copy(struct gpu_kv *dst, const struct gpu_kv *src, int from, int n, i
 int gpu_kv_export(const struct gpu_kv *kv, int n, int heads, int D, float *out);
 int gpu_kv_import(struct gpu_kv *kv, const float *in, int n_in, int n, int heads, int D);
 int gpu_kv_grow(struct gpu_kv *kv, int cap, int len, int heads, int D);
+/* Room for cap positions only (at least the base's, at most the cache's), keeping [0, cap). */
+int gpu_kv_shrink(struct gpu_kv *kv, int cap, int heads, int D);
 int gpu_kv_unshare(struct gpu_kv *kv, int n, int heads, int D);
 /* Runs ids[0..n) at positions pos0.. (the cache holds positions [0, pos0)); logits of every
  * row (all_rows) or of the last one go to the host buffer logits. */

@@ -343,8 +343,20 @@ int kv_import(struct kv_cache *kv, const float *in, int n_in, int n) {
     return OK;
 }
 
+/* kv_trim_own() of a device cache: a new allocation of the rows kept, the old one freed */
+static int trim_device(struct kv_cache *kv, int max_pages) {
+    if (kv->refs > 1) return kv->len; /* another cache reads its rows */
+    const int room = pages_for(kv->cap) - pages_for(kv->len);
+    int n = (pages_for(kv->len) - (max_pages > room ? max_pages - room : 0)) << KV_PAGE_SHIFT;
+    if (n > kv->len) n = kv->len;
+    if (n < kv->nb) n = kv->nb;
+    if (n >= kv->cap || gpu_kv_shrink(kv->gpu, n, (int)heads_of(kv), kv->head_dim)) return kv->len;
+    kv->cap = n, kv->len = n;
+    return n;
+}
+
 int kv_trim_own(struct kv_cache *kv, int max_pages) {
-    if (kv->gpu) return kv->len;
+    if (kv->gpu) return trim_device(kv, max_pages);
     int p = pages_for(kv->len) - 1, last = p - max_pages;
     while (p >= 0 && p > last && kv->pages[p] && kv->pages[p]->refs == 1) p--;
     int n = (p + 1) << KV_PAGE_SHIFT;

@@ -791,6 +791,77 @@ TEST(gpu_prefix_cache) {
     model_free(m);
 }
 
+/* Device caches over the prefix cache's byte limit (kv_trim_own): room past the positions
+ * goes first, then whole pages from the end; the kept positions go on with the same logits as
+ * a cache that never lost any, and a cache another one reads gives up nothing. Through the
+ * prefix cache: the older of two entries that do not fit keeps its first pages, the cache stays
+ * under its limit, and a follow-up reuses what was kept and answers as an uncached run does. */
+TEST(gpu_cache_trim) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2, .gpu = 1}, &m) == 0);
+    const int V = model_config(m)->vocab_size;
+    int32_t ids[300];
+    for (int j = 0; j < 300; j++) ids[j] = 20 + (j * 131 + 11) % 8000;
+    float *la = malloc(sizeof(float) * V * 72), *lb = malloc(sizeof(float) * V * 72);
+    REQUIRE(la && lb);
+    struct kv_cache *kv, *ref, *s;
+    REQUIRE(kv_new(m, 512, &kv) == 0 && kv_new(m, 300, &ref) == 0);
+    CHECK(model_forward(m, kv, ids, 200, NULL, 0) == 0);
+    const size_t b0 = kv_bytes(kv);
+    const int room = kv_trim_own(kv, 1); /* 5 pages of room: only room goes */
+    const int room_ok = room == 200 && kv_capacity(kv) == 200 && kv_bytes(kv) * 512 == b0 * 200;
+    const int kept = kv_trim_own(kv, 2); /* then 2 of its 4 pages of positions */
+    const int pages_ok = kept == 128 && kv_len(kv) == 128 && kv_capacity(kv) == 128;
+    REQUIRE(kv_new_shared(m, 300, kv, 100, &s) == 0); /* kv is s's base now */
+    const size_t b1 = kv_bytes(kv);
+    const int shared_ok = kv_trim_own(kv, 1) == 128 && kv_bytes(kv) == b1;
+    kv_free(s);
+    CHECK(kv_reserve(kv, 300) == 0);
+    CHECK(model_forward(m, kv, ids + 128, 72, la, 1) == 0);
+    CHECK(model_forward(m, ref, ids, 128, NULL, 0) == 0);
+    CHECK(model_forward(m, ref, ids + 128, 72, lb, 1) == 0);
+    const int same = !memcmp(la, lb, sizeof(float) * V * 72);
+    printf("  GPU cache trim: room first %s, pages next %s (kept %d of 200), shared kept whole %s; "
+           "72 positions on top equal an untrimmed cache's: %s\n",
+           room_ok ? "yes" : "NO", pages_ok ? "yes" : "NO", kept, shared_ok ? "yes" : "NO",
+           same ? "yes" : "NO");
+    CHECK(room_ok && pages_ok && shared_ok && same);
+    kv_free(kv), kv_free(ref);
+
+    /* the prefix cache: room for one request's 512 positions and 4 of the other's 8 pages */
+    struct kv_cache *probe;
+    REQUIRE(kv_new(m, 64, &probe) == 0);
+    const size_t per_pos = kv_bytes(probe) / 64, max_bytes = per_pos * 768;
+    kv_free(probe);
+    struct prefix_cache *pc;
+    REQUIRE(prefix_cache_new(m, &(struct prefix_cache_opts){.max_bytes = max_bytes}, &pc) == 0);
+    struct gen_engine cached = {.target = m, .cache = pc}, plain = {.target = m};
+    struct gen_params gp = {.max_tokens = 24, .ignore_eos = 1, .top_logprobs = -1};
+    int32_t other[300], p2[310];
+    for (int j = 0; j < 300; j++) other[j] = 30 + (j * 577 + 3) % 8000;
+    struct gen_result a, b, c, d;
+    REQUIRE(gen_run(&cached, ids, 300, &gp, NULL, NULL, &a) == 0);
+    REQUIRE(gen_run(&cached, other, 300, &gp, NULL, NULL, &b) == 0); /* the first is trimmed */
+    struct prefix_stats ps = prefix_cache_stats(pc);
+    memcpy(p2, ids, sizeof ids);
+    for (int j = 300; j < 310; j++) p2[j] = 40 + j;
+    REQUIRE(gen_run(&cached, p2, 310, &gp, NULL, NULL, &c) == 0);
+    REQUIRE(gen_run(&plain, p2, 310, &gp, NULL, NULL, &d) == 0);
+    const int reused = c.stats.cached_tokens;
+    printf("  GPU prefix cache over its limit: %ld tokens trimmed, %.2f of %.2f MB held; a "
+           "follow-up reused %d of 310 tokens, output equal cold: %s\n",
+           ps.trimmed_tokens, (double)ps.bytes / 1e6, (double)max_bytes / 1e6, reused,
+           same_ids(&c, &d) ? "yes" : "NO");
+    CHECK(ps.trimmed_tokens > 0 && ps.bytes <= max_bytes);
+    CHECK(reused > 0 && reused < 300 && reused % 64 == 0 && same_ids(&c, &d));
+    gen_result_free(&a), gen_result_free(&b), gen_result_free(&c), gen_result_free(&d);
+    prefix_cache_free(pc);
+    free(la), free(lb);
+    model_free(m);
+}
+
 /* A device cache sharing another's first positions (kv_new_shared): own rows only for the
  * rest, the same logits as a cache that prefilled everything (also a share of a share, in a
  * batch, after its base is freed, and after a rollback below the share), the same export. */
@@ -955,6 +1026,7 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_multi_sequence")) RUN(gpu_multi_sequence);
     if (wanted(argc, argv, "gpu_engine_batch")) RUN(gpu_engine_batch);
     if (wanted(argc, argv, "gpu_prefix_cache")) RUN(gpu_prefix_cache);
+    if (wanted(argc, argv, "gpu_cache_trim")) RUN(gpu_cache_trim);
     if (wanted(argc, argv, "gpu_shared_cache")) RUN(gpu_shared_cache);
     if (wanted(argc, argv, "gpu_scratch_growth")) RUN(gpu_scratch_growth);
     if (wanted(argc, argv, "gpu_selected_rows")) RUN(gpu_selected_rows);

@@ -166,6 +166,12 @@ extern "C" int gpu_kv_grow(gpu_kv *kv, int cap, int len, int heads, int D) {
     return rc ? rc : regrow(kv, cap, kv->nb, len, heads, D);
 }
 
+extern "C" int gpu_kv_shrink(gpu_kv *kv, int cap, int heads, int D) {
+    if (cap >= kv->cap) return OK;
+    if (cap < kv->nb) return ERR_ARG;
+    return regrow(kv, cap, kv->nb, cap, heads, D);
+}
+
 extern "C" int gpu_kv_unshare(gpu_kv *kv, int n, int heads, int D) {
     return kv->nb ? regrow(kv, kv->cap, 0, n, heads, D) : OK;
 }
