@@ -127,24 +127,26 @@ static void evict(struct prefix_cache *pc, int i) {
     drop(pc, i);
 }
 
-/* Frees about `excess` bytes of the least recently used entry if it can, having saved it whole
- * to the spill folder first: it gives up its last pages that no other cache holds (its prefix,
- * which other requests are likelier to share, stays reusable), a device entry its room for a
- * follow-up turn before any of its positions. An entry left shorter than PREFIX_MIN_TOKENS or
- * holding only tokens another entry holds too, a lent one, and one that could free nothing
- * (its last page, or a device entry's rows, shared) leave RAM whole. */
+/* Frees about `excess` bytes of the least recently used entry if it can. A device entry first
+ * gives up the room it kept for a follow-up turn, which loses no position. Then, saved whole to
+ * the spill folder first, it gives up its last pages that no other cache holds (its prefix,
+ * which other requests are likelier to share, stays reusable). An entry left shorter than
+ * PREFIX_MIN_TOKENS or holding only tokens another entry holds too, a lent one, and one that
+ * could free nothing (its last page, or a device entry's rows, shared) leave RAM whole. */
 static void shrink_oldest(struct prefix_cache *pc, size_t excess) {
     struct entry *e = &pc->e[0];
     if (e->lent) {
         evict(pc, 0);
         return;
     }
+    size_t before = kv_bytes(e->kv);
+    kv_fit(e->kv);
+    if (before - kv_bytes(e->kv) >= excess) return;
+    excess -= before - kv_bytes(e->kv);
+    before = kv_bytes(e->kv);
     save(pc, 0);
-    /* a page's rows (a device entry's: of its capacity) and, with a drafter context, its
-     * context rows */
-    const int page = 1 << KV_PAGE_SHIFT;
-    const int np = ((kv_paged(e->kv) ? e->n : kv_capacity(e->kv)) + page - 1) / page;
-    const size_t before = kv_bytes(e->kv);
+    /* a page's rows and, with a drafter context, its context rows */
+    const int page = 1 << KV_PAGE_SHIFT, np = (e->n + page - 1) / page;
     size_t per = before / (size_t)(np > 0 ? np : 1) +
                  (e->ctx.rows ? sizeof(float) * (size_t)e->ctx.width * page : 0);
     int n = kv_trim_own(e->kv, (int)((excess + per - 1) / per));

@@ -343,14 +343,19 @@ int kv_import(struct kv_cache *kv, const float *in, int n_in, int n) {
     return OK;
 }
 
+int kv_fit(struct kv_cache *kv) {
+    if (!kv->gpu || kv->refs > 1 || kv->cap <= kv->len) return OK;
+    int rc = gpu_kv_shrink(kv->gpu, kv->len, (int)heads_of(kv), kv->head_dim);
+    if (!rc) kv->cap = kv->len;
+    return rc;
+}
+
 /* kv_trim_own() of a device cache: a new allocation of the rows kept, the old one freed */
 static int trim_device(struct kv_cache *kv, int max_pages) {
     if (kv->refs > 1) return kv->len; /* another cache reads its rows */
-    const int room = pages_for(kv->cap) - pages_for(kv->len);
-    int n = (pages_for(kv->len) - (max_pages > room ? max_pages - room : 0)) << KV_PAGE_SHIFT;
-    if (n > kv->len) n = kv->len;
+    int n = (pages_for(kv->len) - max_pages) << KV_PAGE_SHIFT;
     if (n < kv->nb) n = kv->nb;
-    if (n >= kv->cap || gpu_kv_shrink(kv->gpu, n, (int)heads_of(kv), kv->head_dim)) return kv->len;
+    if (n >= kv->len || gpu_kv_shrink(kv->gpu, n, (int)heads_of(kv), kv->head_dim)) return kv->len;
     kv->cap = n, kv->len = n;
     return n;
 }

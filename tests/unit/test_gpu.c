@@ -810,23 +810,25 @@ TEST(gpu_cache_trim) {
     REQUIRE(kv_new(m, 512, &kv) == 0 && kv_new(m, 300, &ref) == 0);
     CHECK(model_forward(m, kv, ids, 200, NULL, 0) == 0);
     const size_t b0 = kv_bytes(kv);
-    const int room = kv_trim_own(kv, 1); /* 5 pages of room: only room goes */
-    const int room_ok = room == 200 && kv_capacity(kv) == 200 && kv_bytes(kv) * 512 == b0 * 200;
+    CHECK(kv_fit(kv) == 0); /* the room past 200 positions goes */
+    const int room_ok =
+        kv_len(kv) == 200 && kv_capacity(kv) == 200 && kv_bytes(kv) * 512 == b0 * 200;
     const int kept = kv_trim_own(kv, 2); /* then 2 of its 4 pages of positions */
     const int pages_ok = kept == 128 && kv_len(kv) == 128 && kv_capacity(kv) == 128;
     REQUIRE(kv_new_shared(m, 300, kv, 100, &s) == 0); /* kv is s's base now */
+    CHECK(kv_reserve(kv, 300) == 0); /* room again, which a cache it is the base of keeps */
     const size_t b1 = kv_bytes(kv);
-    const int shared_ok = kv_trim_own(kv, 1) == 128 && kv_bytes(kv) == b1;
+    const int shared_ok = kv_fit(kv) == 0 && kv_trim_own(kv, 1) == 128 && kv_bytes(kv) == b1;
     kv_free(s);
-    CHECK(kv_reserve(kv, 300) == 0);
     CHECK(model_forward(m, kv, ids + 128, 72, la, 1) == 0);
     CHECK(model_forward(m, ref, ids, 128, NULL, 0) == 0);
     CHECK(model_forward(m, ref, ids + 128, 72, lb, 1) == 0);
     const int same = !memcmp(la, lb, sizeof(float) * V * 72);
-    printf("  GPU cache trim: room first %s, pages next %s (kept %d of 200), shared kept whole %s; "
-           "72 positions on top equal an untrimmed cache's: %s\n",
-           room_ok ? "yes" : "NO", pages_ok ? "yes" : "NO", kept, shared_ok ? "yes" : "NO",
-           same ? "yes" : "NO");
+    printf(
+        "  GPU cache trim: room given up %s, pages next %s (kept %d of 200), shared kept whole %s; "
+        "72 positions on top equal an untrimmed cache's: %s\n",
+        room_ok ? "yes" : "NO", pages_ok ? "yes" : "NO", kept, shared_ok ? "yes" : "NO",
+        same ? "yes" : "NO");
     CHECK(room_ok && pages_ok && shared_ok && same);
     kv_free(kv), kv_free(ref);
 
