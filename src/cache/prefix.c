@@ -144,11 +144,15 @@ static void shrink_oldest(struct prefix_cache *pc, size_t excess) {
     if (before - kv_bytes(e->kv) >= excess) return;
     excess -= before - kv_bytes(e->kv);
     before = kv_bytes(e->kv);
+    if (!before) { /* a device entry of its base's rows only: nothing of its own to give up */
+        drop(pc, 0);
+        return;
+    }
     save(pc, 0);
     /* a page's rows and, with a drafter context, its context rows */
-    const int page = 1 << KV_PAGE_SHIFT, np = (e->n + page - 1) / page;
-    size_t per = before / (size_t)(np > 0 ? np : 1) +
-                 (e->ctx.rows ? sizeof(float) * (size_t)e->ctx.width * page : 0);
+    const int page = 1 << KV_PAGE_SHIFT;
+    size_t per =
+        kv_page_bytes(e->kv) + (e->ctx.rows ? sizeof(float) * (size_t)e->ctx.width * page : 0);
     int n = kv_trim_own(e->kv, (int)((excess + per - 1) / per));
     int covered = 0;
     for (int i = 1; i < pc->n && !covered; i++)
@@ -346,7 +350,8 @@ static void put_entry(struct prefix_cache *pc, const int32_t *tokens, int n, str
             drop(pc, i);
     if (pc->n == pc->max_entries) evict(pc, 0);
     pc->e[pc->n++] = (struct entry){t, n, kv, 0, c, 0};
-    for (size_t b; pc->max_bytes && (b = held_bytes(pc)) > pc->max_bytes && pc->n > 1;)
+    /* the newest entry too, when it alone is over: the limit holds */
+    for (size_t b; pc->max_bytes && (b = held_bytes(pc)) > pc->max_bytes && pc->n > 0;)
         shrink_oldest(pc, b - pc->max_bytes);
 }
 

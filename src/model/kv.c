@@ -219,6 +219,10 @@ static size_t device_bytes(const struct kv_cache *kv) {
     return 2 * sizeof(float) * heads_of(kv) * (size_t)(kv->cap - kv->nb) * (size_t)kv->head_dim;
 }
 
+size_t kv_page_bytes(const struct kv_cache *kv) {
+    return kv->gpu ? sizeof(float) * page_floats(kv) : page_bytes(kv);
+}
+
 size_t kv_bytes(const struct kv_cache *kv) {
     if (kv->gpu) return device_bytes(kv);
     size_t n = 0;

@@ -66,15 +66,18 @@ void kv_truncate(struct kv_cache *kv, int n);
 int kv_reserve(struct kv_cache *kv, int cap);
 /* Memory held: a host cache's pages (shared ones too), a device cache's own rows. */
 size_t kv_bytes(const struct kv_cache *kv);
+/* The memory KV_PAGE positions of a cache's own rows take. */
+size_t kv_page_bytes(const struct kv_cache *kv);
 /* The memory a set of caches keeps alive, each page (or device base) counted once. */
 size_t kv_set_bytes(struct kv_cache *const *kvs, int n);
 /* Gives up a device cache's room past kv_len() unless another cache reads its rows (host
  * caches hold no room: a no-op). */
 int kv_fit(struct kv_cache *kv);
 /* Drops up to max_pages of a cache's last pages of KV_PAGE positions, from the end, and returns
- * the positions kept (a multiple of KV_PAGE, or kv_len() when no position was dropped). A host
- * cache stops at a page another cache holds; a device cache keeps its base's positions, and
- * all of them while another cache reads its rows (its room goes with the positions). */
+ * the positions kept (a multiple of KV_PAGE, a device cache's base's positions, or kv_len()
+ * when no position was dropped). A host cache stops at a page another cache holds; a device
+ * cache keeps its base's positions, and all of them while another cache reads its rows (its
+ * room goes with the positions). */
 int kv_trim_own(struct kv_cache *kv, int max_pages);
 /* kv's positions in pages that a cache of set holds too (0 for a device cache). */
 int kv_shared_with(const struct kv_cache *kv, struct kv_cache *const *set, int n);

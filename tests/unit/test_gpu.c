@@ -856,10 +856,52 @@ TEST(gpu_cache_trim) {
            "follow-up reused %d of 310 tokens, output equal cold: %s\n",
            ps.trimmed_tokens, (double)ps.bytes / 1e6, (double)max_bytes / 1e6, reused,
            same_ids(&c, &d) ? "yes" : "NO");
-    CHECK(ps.trimmed_tokens > 0 && ps.bytes <= max_bytes);
-    CHECK(reused > 0 && reused < 300 && reused % 64 == 0 && same_ids(&c, &d));
+    /* the first entry: 323 positions in 6 pages, 2 of them trimmed */
+    CHECK(ps.entries == 2 && ps.trimmed_tokens == 323 - 256 && ps.bytes <= max_bytes);
+    CHECK(reused == 256 && same_ids(&c, &d));
     gen_result_free(&a), gen_result_free(&b), gen_result_free(&c), gen_result_free(&d);
     prefix_cache_free(pc);
+
+    /* an entry sharing an older entry's first 150 positions (its base), under a limit of the
+     * base's 200: the older entry cannot give up rows another cache reads and leaves; the
+     * newer gives up its own rows down to the shared ones, and a follow-up over what it kept
+     * reuses them and answers as an uncached run does. When the base alone is over the limit
+     * (here its cache took more room while shared), the newer entry, with no rows of its own
+     * left to give up, leaves too. */
+    int32_t q[180];
+    memcpy(q, ids, sizeof(int32_t) * 150);
+    for (int j = 150; j < 180; j++) q[j] = 60 + j;
+    int kept_ok = 0, left_ok = 0, same_q = 0;
+    for (int grow = 0; grow < 2; grow++) {
+        REQUIRE(prefix_cache_new(m, &(struct prefix_cache_opts){.max_bytes = per_pos * 200}, &pc) ==
+                0);
+        cached.cache = pc;
+        struct kv_cache *ka, *kq;
+        REQUIRE(kv_new(m, 256, &ka) == 0);
+        CHECK(model_forward(m, ka, ids, 200, NULL, 0) == 0);
+        prefix_cache_put(pc, ids, 200, ka); /* its room goes: 200 positions fit */
+        int r = 0;
+        REQUIRE((kq = prefix_cache_take(pc, q, 180, 256, &r)) != NULL && r == 150);
+        CHECK(model_forward(m, kq, q + 150, 30, NULL, 0) == 0);
+        if (grow) CHECK(kv_reserve(ka, 300) == 0);
+        prefix_cache_put(pc, q, 180, kq);
+        ps = prefix_cache_stats(pc);
+        if (grow) {
+            left_ok = ps.entries == 0 && ps.bytes == 0;
+        } else {
+            kept_ok = ps.entries == 1 && ps.trimmed_tokens == 30 && ps.bytes == per_pos * 200;
+            REQUIRE(gen_run(&cached, q, 180, &gp, NULL, NULL, &c) == 0);
+            REQUIRE(gen_run(&plain, q, 180, &gp, NULL, NULL, &d) == 0);
+            same_q = c.stats.cached_tokens == 150 && same_ids(&c, &d);
+            gen_result_free(&c), gen_result_free(&d);
+        }
+        prefix_cache_free(pc);
+        cached.cache = pc = NULL;
+    }
+    printf("  GPU entry over a shared base: keeps the shared 150 positions %s and answers as "
+           "cold %s; leaves when the base alone is over %s\n",
+           kept_ok ? "yes" : "NO", same_q ? "yes" : "NO", left_ok ? "yes" : "NO");
+    CHECK(kept_ok && same_q && left_ok);
     free(la), free(lb);
     model_free(m);
 }

@@ -286,7 +286,7 @@ TEST(shares_end_when_the_entry_leaves) {
 /* Over max_bytes the least recently used entry gives up its last pages and keeps its prefix,
  * which a follow-up still reuses exactly; with a spill folder the entry was saved whole first,
  * so the follow-up reads all of it from disk; an entry that would keep fewer than
- * PREFIX_MIN_TOKENS tokens leaves whole. */
+ * PREFIX_MIN_TOKENS tokens leaves whole; an entry alone over the limit is trimmed too. */
 TEST(over_budget_the_oldest_entry_keeps_its_prefix) {
     if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
     struct model *m = load(TARGET);
@@ -321,9 +321,9 @@ TEST(over_budget_the_oldest_entry_keeps_its_prefix) {
         prefix_cache_put(pc, a, 0, kf);
         prefix_cache_free(pc);
     }
-    /* an entry trimmed down to pages another entry shares (the same tokens) leaves: x shares
-     * a's first two pages and adds one; over three pages a gives up two and is then a prefix
-     * of x */
+    /* an entry trimmed down to pages another entry shares (the same tokens) leaves: a (4
+     * pages) keeps 3 when put alone under a limit of 3; x shares its first two pages and adds
+     * one, so a gives up its third and is then a prefix of x */
     struct prefix_cache *pc = NULL;
     REQUIRE(prefix_cache_new(
                 m, &(struct prefix_cache_opts){.max_entries = 4, .max_bytes = 3 * page}, &pc) == 0);
@@ -339,7 +339,7 @@ TEST(over_budget_the_oldest_entry_keeps_its_prefix) {
     REQUIRE(model_forward(m, kx, x + rx, 3 * PAGE - rx, NULL, 0) == 0);
     prefix_cache_put(pc, x, 3 * PAGE, kx);
     struct prefix_stats ps = prefix_cache_stats(pc);
-    CHECK(ps.entries == 1 && ps.bytes == 3 * page && ps.trimmed_tokens == 0);
+    CHECK(ps.entries == 1 && ps.bytes == 3 * page && ps.trimmed_tokens == PAGE);
     int ra = 0;
     struct kv_cache *kr = prefix_cache_take(pc, a, NA, 4 * PAGE, &ra);
     REQUIRE(kr);
@@ -359,6 +359,20 @@ TEST(over_budget_the_oldest_entry_keeps_its_prefix) {
     int reused = 0;
     struct kv_cache *kn = prefix_cache_take(pc, b, 40, PAGE, &reused);
     CHECK(kn == NULL && reused == 0);
+    prefix_cache_free(pc);
+    /* an entry alone over the limit keeps what fits of its prefix: the limit holds */
+    pc = NULL;
+    REQUIRE(prefix_cache_new(
+                m, &(struct prefix_cache_opts){.max_entries = 4, .max_bytes = 2 * page}, &pc) == 0);
+    ka = prefilled(m, a, NA);
+    REQUIRE(ka);
+    prefix_cache_put(pc, a, NA, ka);
+    ps = prefix_cache_stats(pc);
+    CHECK(ps.entries == 1 && ps.bytes == 2 * page && ps.trimmed_tokens == 2 * PAGE);
+    kr = prefix_cache_take(pc, a, NA, 4 * PAGE, &ra);
+    REQUIRE(kr);
+    CHECK(ra == 2 * PAGE && same_rows(kr, plain, ra));
+    prefix_cache_put(pc, a, 0, kr);
     prefix_cache_free(pc);
     kv_free(plain);
     rm_rf(dir);

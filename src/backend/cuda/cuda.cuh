@@ -196,8 +196,13 @@ __device__ __forceinline__ void cp_async_wait1(void) {
  * lets it start at once), so when a kernel starts, every kernel before its predecessor has
  * finished. Work before the wait may read weights, the pass parameters, and K/V rows of
  * positions before the pass (attention's first item), never write. */
+/* DSPARK_LAB_NOWAIT: a measuring build whose results are wrong (bench_gpu --lab only): no
+ * kernel waits for the one before it, which bounds what hiding the waits between kernels
+ * could gain (docs/perf.md, "What the waits between kernels cost") */
 __device__ __forceinline__ void pdl_wait(void) {
+#ifndef DSPARK_LAB_NOWAIT
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 __device__ __forceinline__ void pdl_launch(void) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
