@@ -79,8 +79,9 @@ fi
 if has race && command -v compute-sanitizer >/dev/null; then
     # racecheck on the attention kernels (the one-launch GEMM off: racecheck reports hazards on
     # any ring of bulk copies, as bench/racecheck_probe.cu shows for a correct one).
-    # gpu_attention_loads_ahead runs the same kernels over many more passes: under racecheck it
-    # does not finish in 7 minutes, so it is left out
+    # gpu_attention_buffers runs both attention kernels with the loads ahead on (the default),
+    # steps of one row included; gpu_attention_loads_ahead runs the same kernels over many more
+    # passes and does not finish under racecheck in 7 minutes, so it is left out
     stamp racecheck
     DSPARK_GPU_GEMM=0 timeout 240 compute-sanitizer --tool racecheck --print-limit 10 \
         "$BIN/test_gpu" gpu_attention_buffers >"$OUT/racecheck.log" 2>&1

@@ -791,8 +791,8 @@ TEST(gpu_prefix_cache) {
     model_free(m);
 }
 
-/* Device caches over the prefix cache's byte limit (kv_trim_own): room past the positions
- * goes first, then whole pages from the end; the kept positions go on with the same logits as
+/* Device caches over the prefix cache's byte limit: room past the positions goes first
+ * (kv_fit), then whole pages from the end (kv_trim_own); the kept positions go on with the same logits as
  * a cache that never lost any, and a cache another one reads gives up nothing. Through the
  * prefix cache: the older of two entries that do not fit keeps its first pages, the cache stays
  * under its limit, and a follow-up reuses what was kept and answers as an uncached run does. */
