@@ -792,9 +792,9 @@ TEST(gpu_prefix_cache) {
 }
 
 /* Device caches over the prefix cache's byte limit: room past the positions goes first
- * (kv_fit), then whole pages from the end (kv_trim_own); the kept positions go on with the same logits as
- * a cache that never lost any, and a cache another one reads gives up nothing. Through the
- * prefix cache: the older of two entries that do not fit keeps its first pages, the cache stays
+ * (kv_fit), then whole pages from the end (kv_trim_own); the kept positions go on with the same
+ * logits as a cache that never lost any, and a cache another one reads gives up nothing. Through
+ * the prefix cache: the older of two entries that do not fit keeps its first pages, the cache stays
  * under its limit, and a follow-up reuses what was kept and answers as an uncached run does. */
 TEST(gpu_cache_trim) {
     if (!gpu_available()) SKIP("no CUDA build or no GPU");
