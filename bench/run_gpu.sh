@@ -12,7 +12,12 @@
 # decode (and VARIANT_ARGS, e.g. --batch 1,16) with each VARIANTS entry (VAR=value,
 # comma-separated settings) in the environment; ttft runs bench/ttft.py (a follow-up turn
 # over a ~2,000-token cached prefix against a cold prompt) on `dspark serve --gpu` for
-# models/pycoder and for the 8B shape (given pycoder's tokenizer). $PACK may name a .tgz or .txz of those files, unpacked into $BIN.
+# models/pycoder and for the 8B shape (given pycoder's tokenizer); bound runs measuring builds
+# of bench_gpu found in $BIN (results wrong, timings only) beside the normal one on the 8B
+# shape: bench_gpu_nw (no kernel waits: make CUDA=1 BUILD=build/gpunw
+# NVCC="nvcc -DDSPARK_LAB_NOWAIT" build/gpunw/bench_gpu), bench_gpu_lab1 and bench_gpu_lab2
+# (the decode matmuls without their epilogues, and without their split sums too:
+# NVCC="nvcc -DDSPARK_LAB_MM=1" or =2). $PACK may name a .tgz or .txz of those files, unpacked into $BIN.
 # The Qwen3-8B-shaped random
 # model is generated there by bench/mkmodel.c into $M8B (default /tmp/m8b).
 set -u
@@ -44,7 +49,8 @@ serve() {
 t0=$(date +%s)
 stamp() { echo "== $1 ($(($(date +%s) - t0)) s)"; }
 
-if { has 8b || has variants || has ncu || has torch || has ttft; } && [ ! -f "$M8B/model.safetensors" ]; then
+if { has 8b || has variants || has ncu || has torch || has ttft || has bound; } &&
+    [ ! -f "$M8B/model.safetensors" ]; then
     # in the background while the tests run
     (gcc -O2 -o /tmp/mkmodel bench/mkmodel.c -lm &&
         /tmp/mkmodel "$M8B" --layers 36 --hidden 4096 --heads 32 --kv-heads 8 --head-dim 128 \
@@ -119,6 +125,17 @@ if has variants; then
         echo "== $v" >>"$OUT/variants.log"
         env $(echo "$v" | tr , ' ') timeout 120 "$BIN/bench_gpu" "$M8B" --decode-only \
             ${VARIANT_ARGS:-} 2>&1 | tee -a "$OUT/variants.log" | grep -E "decode|batch| 16: "
+    done
+fi
+if has bound; then # measuring builds, each run beside the normal one
+    for b in ${BOUND_BINS:-bench_gpu_nw bench_gpu_lab1 bench_gpu_lab2}; do
+        [ -x "$BIN/$b" ] || continue
+        for exe in "$b" bench_gpu; do
+            stamp "bound: $exe"
+            echo "== $exe" >>"$OUT/bound.log"
+            timeout 80 "$BIN/$exe" "$M8B" --lab --batch 1,16 2>&1 | tee -a "$OUT/bound.log" |
+                grep -E "decode B=1|  16:|batch B=16"
+        done
     done
 fi
 if has serve; then

@@ -79,6 +79,13 @@ __device__ __forceinline__ void mm_finish(const mm_args &a, const float (&acc)[N
                                           bool whole, int slot, unsigned char *smem) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, blk = blockIdx.x, KT = a.KT;
     const int nitems = 128 * a.T; /* (t, warp, row): m contiguous within t */
+#if DSPARK_LAB_MM == 2 /* measuring builds, results wrong: what the tail costs (docs/perf.md) */
+    float keep = 0.f;     /* the products stay (a store depends on them), nothing else */
+#pragma unroll
+    for (int n = 0; n < NT; n++) keep += acc[n][0] + acc[n][1] + acc[n][2] + acc[n][3];
+    if (keep == 1234.5f) a.part[blk] = keep;
+    return;
+#endif
     /* each warp's 16 x 8NT tile of sums; a row's value adds its three columns in order */
     constexpr int S = mm_fin_row(NT);
     float *fin = (float *)smem, *val = fin + 8 * 16 * S;
@@ -117,6 +124,9 @@ __device__ __forceinline__ void mm_finish(const mm_args &a, const float (&acc)[N
         }
     }
     __syncthreads();
+#if DSPARK_LAB_MM == 1 /* the split sums, not the epilogues */
+    return;
+#endif
     mm_epilogue(a, g, val, nitems);
 }
 

@@ -1,0 +1,36 @@
+#!/bin/sh
+# bench/gpu_pack.sh: what bench/run_gpu.sh runs on the GPU machine, built here and packed into
+# one archive: test_gpu, bench_gpu and dspark (make CUDA=1, for any x86-64-v4 CPU: the GPU
+# machine's CPU need not be this one's), the shared libraries they need that such a machine
+# may lack, and ../shared's golden data and prompt sets. With LAB=1 also the measuring builds
+# of bench_gpu that run_gpu.sh's bound step runs (results wrong, timings only).
+#
+#   [LAB=1] sh bench/gpu_pack.sh [ARCHIVE]     (default .gpupack/gpu.txz)
+#
+# Then, on the GPU machine: PACK=ARCHIVE BIN=.gbin STEPS="..." sh bench/run_gpu.sh
+set -eu
+cd "$(dirname "$0")/.."
+ARCHIVE=${1:-.gpupack/gpu.txz}
+OPT="-O3 -march=x86-64-v4"
+make CUDA=1 BUILD=build/gpu OPT="$OPT" -j2 build/gpu/tests/test_gpu build/gpu/bench_gpu \
+    build/gpu/dspark
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for b in tests/test_gpu bench_gpu dspark; do strip -g -o "$tmp/$(basename $b)" "build/gpu/$b"; done
+if [ "${LAB:-0}" = 1 ]; then
+    for v in nw:-DDSPARK_LAB_NOWAIT lab1:-DDSPARK_LAB_MM=1 lab2:-DDSPARK_LAB_MM=2; do
+        name=${v%%:*}
+        make CUDA=1 BUILD="build/gpu$name" NVCC="nvcc ${v#*:}" OPT="$OPT" -j2 \
+            "build/gpu$name/bench_gpu"
+        strip -g -o "$tmp/bench_gpu_$name" "build/gpu$name/bench_gpu"
+    done
+fi
+# the libraries outside the C and C++ runtimes and CUDA's, which the GPU machine has
+ldd build/gpu/dspark | awk '/=> \// {print $3}' |
+    grep -vE '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcudart)\.so' |
+    while read -r lib; do cp -L "$lib" "$tmp/"; done
+[ -d ../shared/golden ] && cp -r ../shared/golden "$tmp/golden"
+[ -d ../shared/bench/prompts ] && cp -r ../shared/bench/prompts "$tmp/prompts"
+mkdir -p "$(dirname "$ARCHIVE")"
+tar -C "$tmp" -cf - . | xz -9e -T2 >"$ARCHIVE"
+ls -l "$ARCHIVE"
