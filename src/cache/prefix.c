@@ -69,17 +69,22 @@ static size_t ctx_bytes(const struct prefix_ctx *c) {
     return c->rows ? sizeof(float) * (size_t)c->width * (size_t)c->n : 0;
 }
 
-/* The memory the entries keep alive: their rows (a lent one's are its sequence's), each page
- * or device base once, and their drafter contexts. */
+/* The caches the entries hold into kvs (pc->n at most), lent ones aside (their rows are their
+ * sequences'); returns their count. */
+static int held_caches(const struct prefix_cache *pc, struct kv_cache **kvs) {
+    int k = 0;
+    for (int i = 0; i < pc->n; i++)
+        if (!pc->e[i].lent) kvs[k++] = pc->e[i].kv;
+    return k;
+}
+
+/* The memory the entries keep alive: their rows, each page or device base once, and their
+ * drafter contexts. */
 static size_t held_bytes(const struct prefix_cache *pc) {
     struct kv_cache *kvs[pc->n > 0 ? pc->n : 1];
     size_t b = 0;
-    int k = 0;
-    for (int i = 0; i < pc->n; i++) {
-        if (!pc->e[i].lent) kvs[k++] = pc->e[i].kv;
-        b += ctx_bytes(&pc->e[i].ctx);
-    }
-    return b + kv_set_bytes(kvs, k);
+    for (int i = 0; i < pc->n; i++) b += ctx_bytes(&pc->e[i].ctx);
+    return b + kv_set_bytes(kvs, held_caches(pc, kvs));
 }
 
 /* st.bytes after the entries changed (a put, a lent entry) */
@@ -127,7 +132,8 @@ static void evict(struct prefix_cache *pc, int i) {
     drop(pc, i);
 }
 
-/* Frees about `excess` bytes of the least recently used entry if it can. A device entry first
+/* Frees about `excess` bytes of the least recently used entry if it can (the newest too, when
+ * it alone is over the limit). A device entry first
  * gives up the room it kept for a follow-up turn, which loses no position. Then, saved whole to
  * the spill folder first, it gives up its last pages that no other cache holds (its prefix,
  * which other requests are likelier to share, stays reusable). An entry left shorter than
@@ -141,9 +147,9 @@ static void shrink_oldest(struct prefix_cache *pc, size_t excess) {
     }
     size_t before = kv_bytes(e->kv);
     kv_fit(e->kv);
-    if (before - kv_bytes(e->kv) >= excess) return;
-    excess -= before - kv_bytes(e->kv);
-    before = kv_bytes(e->kv);
+    const size_t room = before - kv_bytes(e->kv);
+    if (room >= excess) return;
+    excess -= room, before -= room;
     if (!before) { /* a device entry of its base's rows only: nothing of its own to give up */
         drop(pc, 0);
         return;
@@ -256,9 +262,7 @@ int prefix_cache_peek(struct prefix_cache *pc, const int32_t *prompt, int n, uin
 
 int prefix_cache_shares(const struct prefix_cache *pc, const struct kv_cache *kv) {
     struct kv_cache *kvs[pc->n > 0 ? pc->n : 1];
-    int k = 0;
-    for (int i = 0; i < pc->n; i++)
-        if (!pc->e[i].lent) kvs[k++] = pc->e[i].kv;
+    int k = held_caches(pc, kvs);
     return k ? kv_shared_with(kv, kvs, k) : 0;
 }
 

@@ -9,10 +9,11 @@
  * sequence's cache must come back through prefix_cache_put() (with n = 0 when its contents are
  * unknown), and before prefix_cache_free(). A finished sequence's entry replaces the entries it
  * extends (a conversation's earlier turns). The least recently used entry leaves RAM beyond
- * max_entries; beyond max_bytes it first gives up its last pages that no other cache holds,
- * page by page from the end, keeping its prefix, and leaves when it would be shorter than
- * PREFIX_MIN_TOKENS. With a spill folder an entry is saved there whole before it is trimmed
- * or leaves (cache/spill.h) and found again, also after a restart, when RAM holds no prefix
+ * max_entries; beyond max_bytes it first gives up a device cache's room for a follow-up turn,
+ * then its last pages that no other cache holds, page by page from the end, keeping its prefix,
+ * and leaves when it would be shorter than PREFIX_MIN_TOKENS. The limit holds: an entry alone
+ * over it keeps only what fits. With a spill folder an entry is saved there whole before it is
+ * trimmed or leaves (cache/spill.h) and found again, also after a restart, when RAM holds no prefix
  * as long. Because every kernel is batch-invariant, a reused prefix gives results
  * bit-identical to prefilling it. The KV cache keeps every position (sliding-window models
  * mask by position), so sliding-window models are reused exactly as well.

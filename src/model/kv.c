@@ -347,21 +347,26 @@ int kv_import(struct kv_cache *kv, const float *in, int n_in, int n) {
     return OK;
 }
 
-int kv_fit(struct kv_cache *kv) {
-    if (!kv->gpu || kv->refs > 1 || kv->cap <= kv->len) return OK;
-    int rc = gpu_kv_shrink(kv->gpu, kv->len, (int)heads_of(kv), kv->head_dim);
-    if (!rc) kv->cap = kv->len;
+/* A device cache's room cut to cap positions: a new allocation of the rows kept, the old one
+ * freed */
+static int shrink_device(struct kv_cache *kv, int cap) {
+    int rc = gpu_kv_shrink(kv->gpu, cap, (int)heads_of(kv), kv->head_dim);
+    if (!rc) kv->cap = cap;
     return rc;
 }
 
-/* kv_trim_own() of a device cache: a new allocation of the rows kept, the old one freed */
+int kv_fit(struct kv_cache *kv) {
+    if (!kv->gpu || kv->refs > 1 || kv->cap <= kv->len) return OK;
+    return shrink_device(kv, kv->len);
+}
+
+/* kv_trim_own() of a device cache */
 static int trim_device(struct kv_cache *kv, int max_pages) {
     if (kv->refs > 1) return kv->len; /* another cache reads its rows */
     int n = (pages_for(kv->len) - max_pages) << KV_PAGE_SHIFT;
     if (n < kv->nb) n = kv->nb;
-    if (n >= kv->len || gpu_kv_shrink(kv->gpu, n, (int)heads_of(kv), kv->head_dim)) return kv->len;
-    kv->cap = n, kv->len = n;
-    return n;
+    if (n >= kv->len || shrink_device(kv, n)) return kv->len;
+    return kv->len = n;
 }
 
 int kv_trim_own(struct kv_cache *kv, int max_pages) {
