@@ -173,6 +173,17 @@ __device__ __forceinline__ float ss_inv(const double *ss, int ng, int H, float e
     for (int g = 0; g < ng; g++) s += ss[g];
     return (float)(1.0 / sqrt(s / H + (double)eps));
 }
+/* the same by a warp, in every lane: the lanes request 32 group sums at once, and each lane
+ * adds them in order */
+__device__ __forceinline__ float ss_inv_warp(const double *ss, int ng, int H, float eps) {
+    const int lane = threadIdx.x & 31;
+    double s = 0;
+    for (int g0 = 0; g0 < ng; g0 += 32) {
+        const double v = g0 + lane < ng ? __ldcg(ss + g0 + lane) : 0.0;
+        for (int j = 0; j < 32 && g0 + j < ng; j++) s += __shfl_sync(0xffffffffu, v, j);
+    }
+    return (float)(1.0 / sqrt(s / H + (double)eps));
+}
 
 /* ---- asynchronous copies into shared memory (16 bytes a thread; groups committed in turn,
  * waited for until at most N are still in flight) ---- */

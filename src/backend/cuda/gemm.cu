@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
     __syncthreads();
     mm_args e = a;
     e.T = rows, e.row0 = a.row0 + t0;
-    mm_epilogue(e, g, val, 128 * rows);
+    mm_epilogue<8>(e, g, val, 128 * rows);
 }
 
 static int mmg_ok; /* the device gives a block MG_SMEM of shared memory */

@@ -36,6 +36,10 @@ __host__ __device__ constexpr int mm_chunk(int NT) { /* k-tiles of input staged 
 __host__ __device__ constexpr int mm_fin_row(int NT) {
     return NT <= 2 ? 8 * NT : 8 * NT + 2;
 }
+/* a thread's items (row, output) in the epilogue: one pass over them (at most 8 at a time) */
+__host__ __device__ constexpr int mm_items(int NT) {
+    return (128 * mm_rows(NT) + 255) / 256 < 8 ? (128 * mm_rows(NT) + 255) / 256 : 8;
+}
 static size_t mm_smem(int NT) { /* max(two input chunks, per-warp tiles + final values) */
     size_t b = (size_t)2 * mm_chunk(NT) * NT * 256,
            f = (size_t)8 * 16 * mm_fin_row(NT) * 4 + 512 * mm_rows(NT);
@@ -67,6 +71,33 @@ __device__ __forceinline__ void mm_compute(float (&acc)[NT][4], const uint4 (&r)
 #pragma unroll
             for (int n = 0; n < NT; n++) mma_bf16(acc[n], r[u], b[(u * NT + n) * 32]);
         }
+    }
+}
+
+/* val[i] = the pieces' sums of item i (row i / 128, output g * 128 + i % 128), added in block
+ * order. The group's last piece to arrive runs it, so it is on the path to the next kernel:
+ * each thread requests a float4 of items from every piece (eight at a time) before adding
+ * any, one round trip to L2 where a loop over pieces and items would take several. */
+#define MM_PIECES 8
+__device__ __forceinline__ void mm_add_pieces(const mm_args &a, int g, int2 gp, int nitems,
+                                              float4 *val) {
+    const float4 *P = (const float4 *)a.part, z = make_float4(0.f, 0.f, 0.f, 0.f);
+    const size_t SL = GPU_GROUP * 128 / 4; /* float4 per slot */
+    /* the first block's piece is its last (slot 1) unless it starts the group */
+    const float4 *first = P + (size_t)(2 * gp.x + (mm_start(a, gp.x) < g * a.KT)) * SL;
+    const int np = gp.y - gp.x; /* pieces after the first */
+    for (int i = threadIdx.x; i < nitems / 4; i += 256) {
+        float4 v = __ldcg(first + i);
+        for (int b0 = 0; b0 < np; b0 += MM_PIECES) {
+            float4 p[MM_PIECES];
+#pragma unroll
+            for (int j = 0; j < MM_PIECES; j++)
+                p[j] = b0 + j < np ? __ldcg(P + (size_t)(2 * (gp.x + 1 + b0 + j)) * SL + i) : z;
+#pragma unroll
+            for (int j = 0; j < MM_PIECES; j++)
+                if (b0 + j < np) v.x += p[j].x, v.y += p[j].y, v.z += p[j].z, v.w += p[j].w;
+        }
+        val[i] = v;
     }
 }
 
@@ -113,21 +144,13 @@ __device__ __forceinline__ void mm_finish(const mm_args &a, const float (&acc)[N
     if (!whole) {
         const int2 gp = make_int2(mm_block_of(a, g * KT), mm_block_of(a, (g + 1) * KT - 1));
         if (!arrive_last(&a.cnt[g], (unsigned)(gp.y - gp.x + 1))) return;
-        for (int i = threadIdx.x; i < nitems; i += 256) {
-            size_t off = (size_t)(i >> 7) * 128 + (i & 127);
-            /* the first block's piece is its last (slot 1) unless it starts the group */
-            float v = __ldcg(a.part + (size_t)(2 * gp.x + (mm_start(a, gp.x) < g * KT)) *
-                                          GPU_GROUP * 128 + off);
-            for (int b = gp.x + 1; b <= gp.y; b++)
-                v += __ldcg(a.part + (size_t)(2 * b) * GPU_GROUP * 128 + off);
-            val[i] = v;
-        }
+        mm_add_pieces(a, g, gp, nitems, (float4 *)val);
     }
     __syncthreads();
 #if DSPARK_LAB_MM == 1 /* the split sums, not the epilogues */
     return;
 #endif
-    mm_epilogue(a, g, val, nitems);
+    mm_epilogue<mm_items(NT)>(a, g, val, nitems);
 }
 
 /* Blocks own contiguous ranges of the flattened (strip group, k-tile) space (fixed per

@@ -78,7 +78,8 @@ struct mm_args {
 };
 
 /* The last block of a strip group has rows [128 b, 128 b + 128) of q|k|v for every row t in
- * val[t * 128 + i]: whole heads (D divides 128), normed, rotated and stored here. */
+ * val[t * 128 + i]: whole heads (D divides 128), normed, rotated and stored here. It is on
+ * the path to the next kernel, so each warp requests what it reads before it stores. */
 __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val, int T, int row0, int M, int g) {
     const int D = e.D, half = D / 2, QD = e.nh * D, KD = e.nkv * D;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hpb = 128 / D;
@@ -90,6 +91,18 @@ __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val,
                    : m0 < QD + KD ? 1
                                   : 2,
             h = kind == 0 ? m0 / D : (m0 - QD - (kind - 1) * KD) / D;
+        const float *nw = kind == 2 ? NULL : kind == 0 ? e.q_norm : e.k_norm;
+        /* this lane's norm weights and frequencies (D <= 128: two pairs a lane), requested
+         * with the row's cache line before anything is stored */
+        float wa[2], wb[2], fr[2];
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int i = lane + 32 * j;
+            const bool in = kind != 2 && i < half;
+            fr[j] = in ? e.inv_freq[i] : 0.f;
+            wa[j] = in && nw ? nw[i] : 0.f;
+            wb[j] = in && nw ? nw[i + half] : 0.f;
+        }
         float *kc, *vc;
         size_t cache = row_cache(e.sp, row0 + t, e.layer, e.nkv, h, D, &kc, &vc);
         const int pos = row_pos(e.sp, row0 + t);
@@ -97,7 +110,6 @@ __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val,
             for (int d = lane; d < D; d += 32) vc[cache + d] = x[d];
             continue;
         }
-        const float *nw = kind == 0 ? e.q_norm : e.k_norm;
         float inv = 1.f;
         if (nw) {
             double ss = 0;
@@ -105,10 +117,13 @@ __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val,
             for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
             inv = (float)(1.0 / sqrt(ss / D + (double)e.eps));
         }
-        for (int i = lane; i < half; i += 32) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int i = lane + 32 * j;
+            if (i >= half) break;
             float a = x[i], b = x[i + half];
-            if (nw) a = nw[i] * (a * inv), b = nw[i + half] * (b * inv);
-            float ang = (float)pos * e.inv_freq[i];
+            if (nw) a = wa[j] * (a * inv), b = wb[j] * (b * inv);
+            float ang = (float)pos * fr[j];
             float c = (float)cos((double)ang), sn = (float)sin((double)ang);
             float ra = a * c - b * sn, rb = b * c + a * sn;
             if (kind == 0) {
@@ -122,13 +137,19 @@ __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val,
 }
 
 /* The finished sums of strip group g (val[t * 128 + i]: row t, output g * 128 + i) into
- * their destination. With a fused RMSNorm, whoever finishes the last group normalises. */
+ * their destination. With a fused RMSNorm, whoever finishes the last group normalises. A
+ * thread takes its items MI at a time, requesting their residual rows before storing any
+ * (MI: what the caller's widest pass needs, as more registers slow the kernel). */
+template <int MI>
 __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val, int nitems) {
     __shared__ double red[256]; /* the norm's sums: per thread, or per (row, 32 columns) */
     if (a.in_ss) { /* finish the RMSNorm of the input rows: their sums times 1 / rms */
         __shared__ float inv[256];
-        for (int t = threadIdx.x; t < a.T; t += 256)
-            inv[t] = ss_inv(a.in_ss + (size_t)(a.row0 + t) * a.n_ssg, a.n_ssg, a.H_norm, a.eps);
+        for (int t = threadIdx.x >> 5; t < a.T; t += 8) { /* a warp per row */
+            const float v = ss_inv_warp(a.in_ss + (size_t)(a.row0 + t) * a.n_ssg, a.n_ssg,
+                                        a.H_norm, a.eps);
+            if ((threadIdx.x & 31) == 0) inv[t] = v;
+        }
         __syncthreads();
         for (int i = threadIdx.x; i < nitems; i += 256) val[i] *= inv[i >> 7];
         __syncthreads();
@@ -155,22 +176,37 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
         return;
     }
     const bool defer = a.epi == EPI_RESID && a.norm_w && a.out_ss;
-    for (int i = threadIdx.x; i < nitems; i += 256) {
-        int t = i >> 7, m = g * 128 + (i & 127);
-        if (m >= a.M) {
-            val[i] = 0.f; /* outside the row: nothing to the sum of squares */
-            continue;
-        }
-        float *dst = a.y + (size_t)(a.row0 + t) * a.ldy + m;
+    for (int i0 = threadIdx.x; i0 < nitems; i0 += 256 * MI) {
+        float res[MI]; /* the residual rows: all loads requested before the first store */
         if (a.epi == EPI_RESID) {
-            float v = __ldcg(dst) + val[i];
-            *dst = v;
-            if (defer) {
-                val[i] = v;
-                xb_put(a.norm_out, a.T_chunk, a.KT_norm, a.row0 + t, m, a.norm_w[m] * v);
+#pragma unroll
+            for (int j = 0; j < MI; j++) {
+                const int i = i0 + 256 * j, m = g * 128 + (i & 127);
+                res[j] = i < nitems && m < a.M
+                             ? __ldcg(a.y + (size_t)(a.row0 + (i >> 7)) * a.ldy + m)
+                             : 0.f;
             }
-        } else {
-            *dst = val[i] + (a.bias ? a.bias[m] : 0.f);
+        }
+#pragma unroll
+        for (int j = 0; j < MI; j++) {
+            const int i = i0 + 256 * j;
+            if (i >= nitems) break;
+            int t = i >> 7, m = g * 128 + (i & 127);
+            if (m >= a.M) {
+                val[i] = 0.f; /* outside the row: nothing to the sum of squares */
+                continue;
+            }
+            float *dst = a.y + (size_t)(a.row0 + t) * a.ldy + m;
+            if (a.epi == EPI_RESID) {
+                float v = res[j] + val[i];
+                *dst = v;
+                if (defer) {
+                    val[i] = v;
+                    xb_put(a.norm_out, a.T_chunk, a.KT_norm, a.row0 + t, m, a.norm_w[m] * v);
+                }
+            } else {
+                *dst = val[i] + (a.bias ? a.bias[m] : 0.f);
+            }
         }
     }
     if (defer) { /* this group's sums of squares; the next matmul finishes the norm */
