@@ -9,13 +9,23 @@
  * split into the same K ranges, or, where that would leave SMs idle, even ranges that cross
  * groups), cut at group boundaries into pieces. In a piece, each of the 8 warps streams its
  * strip's weight fragments (16-byte loads, two batches of U k-tiles in flight in turn, the
- * block's first two loaded before the wait on the previous kernel) while the block stages the
- * shared input in shared memory (cp.async, two chunk buffers). A piece that is not a whole
- * group writes its sums to a partial buffer and the last piece of the group to arrive adds
- * them in order and runs the epilogue (store, residual add and optionally the next RMSNorm,
- * SwiGLU into the next input, or q/k norm + RoPE + cache append).
+ * block's first two loaded before the wait on the previous kernel; DSPARK_GPU_PRE_KT=n also
+ * brings the next n k-tiles into shared memory before the wait, off by default: slower on
+ * the H200, docs/perf.md) while the block stages the shared input in shared memory
+ * (cp.async, two chunk buffers). A piece that is not a whole group writes its sums to a
+ * partial buffer and the last piece of the group to arrive adds them in order and runs the
+ * epilogue (store, residual add and optionally the next RMSNorm, SwiGLU into the next input,
+ * or q/k norm + RoPE + cache append). That last piece's work is on the path to the next
+ * kernel, so its loads are requested together, not one round trip at a time.
+ * A DSPARK_LAB_STAMPS build records when each block of each launch passed its phases
+ * (bench_gpu --lab with DSPARK_LAB_STAMPS=PREFIX; bench/stamps.py reads them).
  * Other weight types take a plain warp-per-row kernel with the store and residual epilogues. */
 #include "backend/cuda/mm.cuh"
+#include "backend/cuda/ring.cuh"
+#ifdef DSPARK_LAB_STAMPS
+#include <stdio.h>
+#include <stdlib.h>
+#endif
 
 /* rows of a group whose three terms fit in NT n-tiles */
 __host__ __device__ constexpr int mm_rows(int NT) {
@@ -40,10 +50,25 @@ __host__ __device__ constexpr int mm_fin_row(int NT) {
 __host__ __device__ constexpr int mm_items(int NT) {
     return (128 * mm_rows(NT) + 255) / 256 < 8 ? (128 * mm_rows(NT) + 255) / 256 : 8;
 }
-static size_t mm_smem(int NT) { /* max(two input chunks, per-warp tiles + final values) */
-    size_t b = (size_t)2 * mm_chunk(NT) * NT * 256,
-           f = (size_t)8 * 16 * mm_fin_row(NT) * 4 + 512 * mm_rows(NT);
-    return b > f ? b : f;
+/* max(two input chunks, per-warp tiles + final values), rounded up to 1 KB */
+__host__ __device__ constexpr int mm_smem(int NT) {
+    return ((2 * mm_chunk(NT) * NT * 256 > 8 * 16 * mm_fin_row(NT) * 4 + 512 * mm_rows(NT)
+                 ? 2 * mm_chunk(NT) * NT * 256
+                 : 8 * 16 * mm_fin_row(NT) * 4 + 512 * mm_rows(NT)) +
+            1023) /
+           1024 * 1024;
+}
+/* k-tiles of weights past the two register batches that a block's first piece can bring into
+ * shared memory before its wait, where two blocks still fit on an SM (110 KB each) */
+__host__ __device__ constexpr int mm_pre_max(int NT) {
+    return (110 * 1024 - mm_smem(NT)) / 4096 / mm_unroll(NT) * mm_unroll(NT);
+}
+__device__ __forceinline__ uint4 lds128(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(smem_u32(p)));
+    return v;
 }
 
 /* A warp's fragments of one k-tile are MM_WS uint4 after those of the previous one (the 8
@@ -106,7 +131,7 @@ __device__ __forceinline__ void mm_add_pieces(const mm_args &a, int g, int2 gp, 
  * piece to arrive adding them up; then the epilogue, by whoever has the group's whole sums.
  * smem: at least 512 mm_fin_row(NT) + 512 mm_rows(NT) bytes, free for reuse. */
 template <int NT>
-__device__ __forceinline__ void mm_finish(const mm_args &a, const float (&acc)[NT][4], int g,
+__device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[NT][4], int g,
                                           bool whole, int slot, unsigned char *smem) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, blk = blockIdx.x, KT = a.KT;
     const int nitems = 128 * a.T; /* (t, warp, row): m contiguous within t */
@@ -115,7 +140,7 @@ __device__ __forceinline__ void mm_finish(const mm_args &a, const float (&acc)[N
 #pragma unroll
     for (int n = 0; n < NT; n++) keep += acc[n][0] + acc[n][1] + acc[n][2] + acc[n][3];
     if (keep == 1234.5f) a.part[blk] = keep;
-    return;
+    return false;
 #endif
     /* each warp's 16 x 8NT tile of sums; a row's value adds its three columns in order */
     constexpr int S = mm_fin_row(NT);
@@ -143,15 +168,31 @@ __device__ __forceinline__ void mm_finish(const mm_args &a, const float (&acc)[N
     }
     if (!whole) {
         const int2 gp = make_int2(mm_block_of(a, g * KT), mm_block_of(a, (g + 1) * KT - 1));
-        if (!arrive_last(&a.cnt[g], (unsigned)(gp.y - gp.x + 1))) return;
+        if (!arrive_last(&a.cnt[g], (unsigned)(gp.y - gp.x + 1))) return false;
         mm_add_pieces(a, g, gp, nitems, (float4 *)val);
     }
     __syncthreads();
 #if DSPARK_LAB_MM == 1 /* the split sums, not the epilogues */
-    return;
+    return false;
 #endif
     mm_epilogue<mm_items(NT)>(a, g, val, nitems);
+    return true;
 }
+
+#ifdef DSPARK_LAB_STAMPS /* measuring build: when each block of each launch reached its phases */
+struct lab_rec {
+    unsigned long long t[4]; /* entry, past the wait, last piece's products done, exit */
+    int blk, KT, MS, T, epi, nb;
+};
+#define LAB_RECS (1 << 18)
+__device__ lab_rec lab_recs[LAB_RECS];
+__device__ unsigned lab_nrec;
+__device__ __forceinline__ unsigned long long lab_now(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#endif
 
 /* Blocks own contiguous ranges of the flattened (strip group, k-tile) space (fixed per
  * matrix), so every block streams about the same bytes however the groups fall. A range is
@@ -164,16 +205,45 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
     uint2 *bbuf = (uint2 *)smem; /* [2][CH]: input chunks during the loop */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, blk = blockIdx.x;
     const int KT = a.KT, s_begin = mm_start(a, blk), s_end = mm_start(a, blk + 1);
+#ifdef DSPARK_LAB_STAMPS
+    unsigned long long ts0 = lab_now(), ts1 = 0, ts2 = 0;
+    int ran = 0;
+#endif
 
     int c0 = s_begin;
     int g = c0 / KT, kb = c0 - g * KT, nk = min(s_end, (g + 1) * KT) - c0;
     const uint4 *wp = mm_wptr(a, g, kb, lane, warp);
     uint4 ra[U], rb[U];
-    /* weights never change: fetch before waiting on the previous kernel */
+    /* weights never change: fetch before waiting on the previous kernel, two batches into
+     * registers and the next npre k-tiles (one run of memory) into shared memory */
     mm_fetch<U>(ra, wp, 0, nk);
     mm_fetch<U>(rb, wp, U, nk);
+    const uint4 *pre = (const uint4 *)(smem + mm_smem(NT));
+    __shared__ __align__(8) unsigned long long pre_bar;
+    int pre_end = 2 * U + max(0, min(a.npre, nk - 2 * U) / U * U); /* k-tiles [2U, pre_end) */
+    bool pre_wait = pre_end > 2 * U;
+    if (pre_wait && threadIdx.x == 0) {
+        const unsigned bytes = (unsigned)(pre_end - 2 * U) * 4096u;
+        mbar_init(&pre_bar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_expect(&pre_bar, bytes);
+        bulk_copy((void *)pre, a.w + ((size_t)g * KT + kb + 2 * U) * 8 * 32, bytes, &pre_bar);
+    }
+    /* batch b0's fragments: from shared memory while in [2U, pre_end) (first piece only) */
+    auto fetch = [&](uint4 (&r)[U], int b0) {
+        if (b0 < pre_end) {
+            if (pre_wait) mbar_wait(&pre_bar, 0), pre_wait = false;
+#pragma unroll
+            for (int u = 0; u < U; u++) r[u] = lds128(pre + ((b0 - 2 * U + u) * 8 + warp) * 32 + lane);
+        } else {
+            mm_fetch<U>(r, wp, b0, nk);
+        }
+    };
     pdl_wait();
     pdl_launch();
+#ifdef DSPARK_LAB_STAMPS
+    ts1 = lab_now();
+#endif
 
     for (;;) {
         const bool active = g * 8 + warp < a.MS;
@@ -213,14 +283,14 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
             if (active)
                 mm_compute<NT, U>(acc, ra, bbuf + ((b0 / KC) & 1) * CH + (b0 % KC) * NT * 32 + lane,
                                   nk - b0);
-            mm_fetch<U>(ra, wp, b0 + 2 * U, nk);
+            fetch(ra, b0 + 2 * U);
             if (b0 + U >= nk) break;
             next_chunk(b0 + U);
             int b1 = b0 + U;
             if (active)
                 mm_compute<NT, U>(acc, rb, bbuf + ((b1 / KC) & 1) * CH + (b1 % KC) * NT * 32 + lane,
                                   nk - b1);
-            mm_fetch<U>(rb, wp, b0 + 3 * U, nk);
+            fetch(rb, b0 + 3 * U);
         }
         /* the next piece's first weights head for L2 while this one finishes */
         const int c1 = c0 + nk, g1 = g + 1;
@@ -232,14 +302,28 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
         cp_async_wait0();
         __syncthreads(); /* the tiles below reuse the input buffers */
 
+#ifdef DSPARK_LAB_STAMPS
+        ts2 = lab_now();
+        ran += mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem);
+#else
         mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem);
+#endif
         if (nk1 <= 0) break;
         __syncthreads(); /* val and the input buffers are the same memory */
-        c0 = c1, g = g1, kb = 0, nk = nk1;
+        c0 = c1, g = g1, kb = 0, nk = nk1, pre_end = 0;
         wp = mm_wptr(a, g, 0, lane, warp);
         mm_fetch<U>(ra, wp, 0, nk);
         mm_fetch<U>(rb, wp, U, nk);
     }
+#ifdef DSPARK_LAB_STAMPS
+    if (threadIdx.x == 0) {
+        unsigned k = atomicAdd(&lab_nrec, 1u);
+        if (k < LAB_RECS) {
+            lab_rec r = {{ts0, ts1, ts2, lab_now()}, blk, a.KT, a.MS, a.T, ran, a.nb};
+            lab_recs[k] = r;
+        }
+    }
+#endif
 }
 
 /* ---- other weight types: one warp per output row ---- */
@@ -278,6 +362,28 @@ __global__ void k_mm_rows(const void *w, int dt, const uint16_t *xb, int T_chunk
         }
     }
 }
+
+#ifdef DSPARK_LAB_STAMPS
+/* the stamps of the launches since the last call, as text lines into f (NULL: none) */
+int lab_stamps_take(FILE *f) {
+    unsigned n = 0;
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpyFromSymbol(&n, lab_nrec, sizeof n));
+    if (n > LAB_RECS) n = LAB_RECS;
+    if (f && n) {
+        lab_rec *r = (lab_rec *)malloc(n * sizeof *r);
+        if (!r) return ERR_NOMEM;
+        CK(cudaMemcpyFromSymbol(r, lab_recs, n * sizeof *r));
+        for (unsigned i = 0; i < n; i++)
+            fprintf(f, "%d %d %d %d %d %d %llu %llu %llu %llu\n", r[i].KT, r[i].MS, r[i].T,
+                    r[i].nb, r[i].blk, r[i].epi, r[i].t[0], r[i].t[1], r[i].t[2], r[i].t[3]);
+        free(r);
+    }
+    unsigned z = 0;
+    CK(cudaMemcpyToSymbol(lab_nrec, &z, sizeof z));
+    return OK;
+}
+#endif
 
 /* ---- weight preparation ---- */
 
@@ -374,7 +480,7 @@ static const mm_kernel mm_kernels[GPU_NT_MAX + 1] = {
 int mm_init(void) {
     for (int nt = 1; nt <= GPU_NT_MAX; nt++)
         CK(cudaFuncSetAttribute(mm_kernels[nt], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)mm_smem(nt)));
+                                mm_smem(nt) + mm_pre_max(nt) * 4096));
     return mmg_init();
 }
 
@@ -402,7 +508,9 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
     a.out_ss = a.norm_w ? c->out_ss : NULL, a.in_ss = c->in_ss, a.n_ssg = g->n_ssg;
     if (c->n > GPU_GROUP) return mmg_launch(g, &a);
     int NT = xb_ntiles(c->n);
-    return launch(mm_kernels[NT], dim3(w->nb), dim3(256), mm_smem(NT), g->stream, a);
+    a.npre = min(g->pre_kt, mm_pre_max(NT));
+    return launch(mm_kernels[NT], dim3(w->nb), dim3(256), (size_t)(mm_smem(NT) + a.npre * 4096),
+                  g->stream, a);
 }
 
 /* one launch over all rows (gemm.cu) where that fills the GPU, otherwise a launch per group of

@@ -75,6 +75,7 @@ struct mm_args {
     double *out_ss;      /* with norm_w: the norm deferred (mm_call) */
     const double *in_ss; /* the row sums are scaled by 1 / rms of these first */
     int n_ssg;
+    int npre; /* k-tiles a decode block brings into shared memory before its wait (gemv.cu) */
 };
 
 /* The last block of a strip group has rows [128 b, 128 b + 128) of q|k|v for every row t in

@@ -4,7 +4,11 @@
 #include "backend/cuda/cuda.cuh"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#ifdef DSPARK_LAB_STAMPS
+int lab_stamps_take(FILE *f);
+#endif
 
 /* a plain streaming read of n 16-byte words: the bandwidth ceiling */
 __global__ void k_read(const uint4 *p, size_t n, unsigned *sink) {
@@ -163,6 +167,17 @@ extern "C" int gpu_profile(gpu_model *g, gpu_kv **kv, int nseq, int pos0, int n,
             CK(cudaEventElapsedTime(&ms, e0, e1));
             if (rep >= 2 && ms < best) best = ms;
         }
+#ifdef DSPARK_LAB_STAMPS /* one more replay of the whole pass, its blocks' stamps saved */
+        if (op == OP_PASS && getenv("DSPARK_LAB_STAMPS")) {
+            char path[512];
+            snprintf(path, sizeof path, "%s-%dx%d.txt", getenv("DSPARK_LAB_STAMPS"), nseq, per);
+            FILE *f = fopen(path, "w");
+            lab_stamps_take(NULL);
+            CK(cudaGraphLaunch(exec, g->stream));
+            lab_stamps_take(f);
+            if (f) fclose(f);
+        }
+#endif
         cudaGraphExecDestroy(exec);
         cudaGraphDestroy(graph);
         if (op == OP_ATTN) { /* K and V of every layer, read once per row */
