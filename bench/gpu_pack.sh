@@ -3,9 +3,12 @@
 # one archive: test_gpu, bench_gpu and dspark (make CUDA=1, for any x86-64-v4 CPU: the GPU
 # machine's CPU need not be this one's), the shared libraries they need that such a machine
 # may lack, and ../shared's golden data and prompt sets. With LAB=1 also the measuring builds
-# of bench_gpu that run_gpu.sh's bound step runs (results wrong, timings only).
+# of bench_gpu that run_gpu.sh's bound and stamps steps run (results wrong or slowed, timings
+# only): LAB_BUILDS picks them (default "nw lab1 lab2"; st: block stamps). Each adds ~2.7 MB
+# to the archive, and a device call carries 64 MiB with the tracked files (~50 MB).
 #
-#   [LAB=1] sh bench/gpu_pack.sh [ARCHIVE]     (default .gpupack/gpu.txz)
+#   [LAB=1 [LAB_BUILDS="nw lab1 lab2 st"]] sh bench/gpu_pack.sh [ARCHIVE]
+#                                               (default .gpupack/gpu.txz)
 #
 # Then, on the GPU machine: PACK=ARCHIVE BIN=.gbin STEPS="..." sh bench/run_gpu.sh
 set -eu
@@ -18,9 +21,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for b in tests/test_gpu bench_gpu dspark; do strip -g -o "$tmp/$(basename $b)" "build/gpu/$b"; done
 if [ "${LAB:-0}" = 1 ]; then
-    for v in nw:-DDSPARK_LAB_NOWAIT lab1:-DDSPARK_LAB_MM=1 lab2:-DDSPARK_LAB_MM=2; do
-        name=${v%%:*}
-        make CUDA=1 BUILD="build/gpu$name" NVCC="nvcc ${v#*:}" OPT="$OPT" -j2 \
+    for name in ${LAB_BUILDS:-nw lab1 lab2}; do
+        case $name in
+        nw) v=-DDSPARK_LAB_NOWAIT ;;
+        lab1) v=-DDSPARK_LAB_MM=1 ;;
+        lab2) v=-DDSPARK_LAB_MM=2 ;;
+        st) v=-DDSPARK_LAB_STAMPS ;;
+        *) echo "unknown LAB_BUILDS entry $name (nw lab1 lab2 st)" >&2 && exit 2 ;;
+        esac
+        make CUDA=1 BUILD="build/gpu$name" NVCC="nvcc $v" OPT="$OPT" -j2 \
             "build/gpu$name/bench_gpu"
         strip -g -o "$tmp/bench_gpu_$name" "build/gpu$name/bench_gpu"
     done

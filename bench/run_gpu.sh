@@ -2,8 +2,8 @@
 # bench/run_gpu.sh: the CUDA backend's checks and benchmarks in one go, on the GPU machine.
 # Expects test_gpu, bench_gpu (built with `make CUDA=1`) and the shared libraries they need
 # in $BIN (default .gpu); writes logs to $OUT (default /tmp/dspark-gpu). STEPS picks what runs
-# (default all): info test sanitize pycoder spec 8b cpucheck variants torch (race, ncu, serve
-# and ttft on request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
+# (default all): info test sanitize pycoder spec 8b cpucheck variants torch (race, ncu, serve,
+# ttft, bound and stamps on request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
 # mangled name, of `bench_gpu --lab`); serve runs `dspark serve --gpu` on models/pycoder in
 # each of SERVE_MODES and drives it with bench/concurrency.py (1, 4, 16, 64 concurrent clients against serialised);
 # spec runs `dspark benchmark --gpu` (needs $BIN/dspark and the prompt sets in
@@ -17,7 +17,9 @@
 # shape: bench_gpu_nw (no kernel waits: make CUDA=1 BUILD=build/gpunw
 # NVCC="nvcc -DDSPARK_LAB_NOWAIT" build/gpunw/bench_gpu), bench_gpu_lab1 and bench_gpu_lab2
 # (the decode matmuls without their epilogues, and without their split sums too:
-# NVCC="nvcc -DDSPARK_LAB_MM=1" or =2). $PACK may name a .tgz or .txz of those files, unpacked into $BIN.
+# NVCC="nvcc -DDSPARK_LAB_MM=1" or =2); stamps runs bench_gpu_st (NVCC="nvcc -DDSPARK_LAB_STAMPS")
+# and prints bench/stamps.py's table for each pass. $PACK may name a .tgz or .txz of those
+# files, unpacked into $BIN.
 # The Qwen3-8B-shaped random
 # model is generated there by bench/mkmodel.c into $M8B (default /tmp/m8b).
 set -u
@@ -49,7 +51,7 @@ serve() {
 t0=$(date +%s)
 stamp() { echo "== $1 ($(($(date +%s) - t0)) s)"; }
 
-if { has 8b || has variants || has ncu || has torch || has ttft || has bound; } &&
+if { has 8b || has variants || has ncu || has torch || has ttft || has bound || has stamps; } &&
     [ ! -f "$M8B/model.safetensors" ]; then
     # in the background while the tests run
     (gcc -O2 -o /tmp/mkmodel bench/mkmodel.c -lm &&
@@ -79,6 +81,7 @@ if has sanitize && command -v compute-sanitizer >/dev/null; then
     timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$BIN/test_gpu" gpu_golden \
         gpu_multi_sequence gpu_shared_cache gpu_gemm_exact gpu_block_pycoder gpu_attention_buffers \
         gpu_attention_many_steps gpu_many_heads_per_kv gpu_attention_loads_ahead gpu_cache_trim \
+        gpu_cluster_sums \
         >"$OUT/memcheck.log" 2>&1
     tail -4 "$OUT/memcheck.log"
 fi
@@ -137,6 +140,12 @@ if has bound; then # measuring builds, each run beside the normal one
                 grep -E "decode B=1|  16:|batch B=16"
         done
     done
+fi
+if has stamps && [ -x "$BIN/bench_gpu_st" ]; then # when each matmul block passed its phases
+    stamp "block stamps"
+    DSPARK_LAB_STAMPS="$OUT/stamps" timeout 80 "$BIN/bench_gpu_st" "$M8B" --lab --batch 1,16 \
+        >"$OUT/stamps.log" 2>&1
+    for f in "$OUT"/stamps-*.txt; do [ -f "$f" ] && python3 bench/stamps.py "$f" --qwen3-8b; done
 fi
 if has serve; then
     for mode in $(echo "${SERVE_MODES:-baseline,lookup,draft,dspark,dflash}" | tr , ' '); do

@@ -233,29 +233,16 @@ TEST(gpu_attention_buffers) {
     for (int k = 0; k < 2; k++) free(l[k]), model_free(m[k]);
 }
 
-/* Attention's loads ahead (the first item's earlier positions before the wait on the q|k|v
- * matmul, DSPARK_GPU_ATT_PRE_KV; the next item's keys and queries during this one's softmax
- * and values, DSPARK_GPU_ATT_EARLY_KV) move only when rows are requested: a 300-token prompt,
- * a 16-row verify, single steps and 16 sequences' steps in one pass (items of one row on the
- * one-buffer kernel) give the same bits with them off. */
-TEST(gpu_attention_loads_ahead) {
-    if (!gpu_available()) SKIP("no CUDA build or no GPU");
-    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
-    struct model *m[2];
-    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m[0]) ==
-            0);
-    setenv("DSPARK_GPU_ATT_EARLY_KV", "0", 1);
-    int rc = load_with("DSPARK_GPU_ATT_PRE_KV", "0", &m[1]);
-    unsetenv("DSPARK_GPU_ATT_EARLY_KV");
-    REQUIRE(rc == 0);
+/* Whether two loads of a model give the same bits: a 300-token prompt, a 16-row verify, single
+ * steps, and 16 sequences' steps in one pass (attention items of one row). */
+static void same_passes(struct model *m[2], int *same_seq, int *same_batch) {
     enum { P = 300, W = 16, S = 4, NS = 16 };
     const int V = model_config(m[0])->vocab_size;
-    int32_t ids[NS][P + W + S];
+    static int32_t ids[NS][P + W + S];
     for (int i = 0; i < NS; i++)
         for (int j = 0; j < P + W + S; j++) ids[i][j] = 20 + (i * 389 + j * 197) % 8000;
     float *l[2], *lb[2];
     const size_t n = (size_t)V * (P + W + S), nb = (size_t)V * NS * S;
-    int same_seq = 1, same_batch = 1;
     for (int k = 0; k < 2; k++) {
         REQUIRE((l[k] = malloc(sizeof(float) * n)) && (lb[k] = malloc(sizeof(float) * nb)));
         struct kv_cache *kv[NS];
@@ -279,13 +266,55 @@ TEST(gpu_attention_loads_ahead) {
         }
         for (int i = 0; i < NS; i++) kv_free(kv[i]);
     }
-    same_seq = !memcmp(l[0], l[1], sizeof(float) * n);
-    same_batch = !memcmp(lb[0], lb[1], sizeof(float) * nb);
+    *same_seq = !memcmp(l[0], l[1], sizeof(float) * n);
+    *same_batch = !memcmp(lb[0], lb[1], sizeof(float) * nb);
+    for (int k = 0; k < 2; k++) free(l[k]), free(lb[k]);
+}
+
+/* Attention's loads ahead (the first item's earlier positions before the wait on the q|k|v
+ * matmul, DSPARK_GPU_ATT_PRE_KV; the next item's keys and queries during this one's softmax
+ * and values, DSPARK_GPU_ATT_EARLY_KV) move only when rows are requested: the passes of
+ * same_passes give the same bits with them off. */
+TEST(gpu_attention_loads_ahead) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m[2];
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m[0]) ==
+            0);
+    setenv("DSPARK_GPU_ATT_EARLY_KV", "0", 1);
+    int rc = load_with("DSPARK_GPU_ATT_PRE_KV", "0", &m[1]);
+    unsetenv("DSPARK_GPU_ATT_EARLY_KV");
+    REQUIRE(rc == 0);
+    int same_seq = 0, same_batch = 0;
+    same_passes(m, &same_seq, &same_batch);
     printf("  attention loads ahead equal to none (prompt, verify, steps): %s; 16 sequences' "
            "steps: %s\n",
            same_seq ? "yes" : "NO", same_batch ? "yes" : "NO");
     CHECK(same_seq && same_batch);
-    for (int k = 0; k < 2; k++) free(l[k]), free(lb[k]), model_free(m[k]);
+    for (int k = 0; k < 2; k++) model_free(m[k]);
+}
+
+/* Decode matmuls whose strip groups are split in 2-8 pieces can run each group's pieces as one
+ * thread-block cluster that adds them through distributed shared memory (DSPARK_GPU_CLUSTER=1).
+ * The pieces are added in the same order, so with the same partition (DSPARK_GPU_SK=0: every
+ * group split, which models/pycoder's matrices then are in 3 or 8 pieces) the passes of
+ * same_passes give the same bits with and without clusters. */
+TEST(gpu_cluster_sums) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m[2];
+    setenv("DSPARK_GPU_SK", "0", 1);
+    int rc = load_with("DSPARK_GPU_CLUSTER", "0", &m[0]);
+    int rc1 = rc ? rc : load_with("DSPARK_GPU_CLUSTER", "1", &m[1]);
+    unsetenv("DSPARK_GPU_SK");
+    REQUIRE(rc == 0 && rc1 == 0);
+    int same_seq = 0, same_batch = 0;
+    same_passes(m, &same_seq, &same_batch);
+    printf("  groups' pieces added in clusters equal to the partial buffer (prompt, verify, "
+           "steps): %s; 16 sequences' steps: %s\n",
+           same_seq ? "yes" : "NO", same_batch ? "yes" : "NO");
+    CHECK(same_seq && same_batch);
+    for (int k = 0; k < 2; k++) model_free(m[k]);
 }
 
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
@@ -1062,6 +1091,7 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_gemm_exact")) RUN(gpu_gemm_exact);
     if (wanted(argc, argv, "gpu_attention_buffers")) RUN(gpu_attention_buffers);
     if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
+    if (wanted(argc, argv, "gpu_cluster_sums")) RUN(gpu_cluster_sums);
     if (wanted(argc, argv, "gpu_attention_many_steps")) RUN(gpu_attention_many_steps);
     if (wanted(argc, argv, "gpu_many_heads_per_kv")) RUN(gpu_many_heads_per_kv);
     if (wanted(argc, argv, "gpu_block_golden")) RUN(gpu_block_golden);

@@ -16,7 +16,10 @@
  * partial buffer and the last piece of the group to arrive adds them in order and runs the
  * epilogue (store, residual add and optionally the next RMSNorm, SwiGLU into the next input,
  * or q/k norm + RoPE + cache append). That last piece's work is on the path to the next
- * kernel, so its loads are requested together, not one round trip at a time.
+ * kernel, so its loads are requested together, not one round trip at a time. With
+ * DSPARK_GPU_CLUSTER=1, a matrix whose groups are split in 2-8 pieces runs each group's pieces
+ * as one thread-block cluster that adds them through distributed shared memory instead
+ * (mm_finish_cluster; same order, same bits).
  * A DSPARK_LAB_STAMPS build records when each block of each launch passed its phases
  * (bench_gpu --lab with DSPARK_LAB_STAMPS=PREFIX; bench/stamps.py reads them).
  * Other weight types take a plain warp-per-row kernel with the store and residual epilogues. */
@@ -179,6 +182,83 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
     return true;
 }
 
+/* The end of a block's piece when the ks pieces of each strip group are one thread-block
+ * cluster (a.cl = ks, mm_cluster_ok): the pieces' sums stay in each block's shared memory and
+ * are added through distributed shared memory in rank order, which is block order, so the
+ * bits are those of mm_finish. Rank r adds and runs the epilogue for rows [r T / cl, (r + 1) T
+ * / cl). A block leaves only once every rank has read its sums (the second barrier, waited for
+ * after its epilogue). No partial buffer, no counter, no round trip through L2. */
+__device__ __forceinline__ unsigned cl_rank(void) {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cl_arrive(void) {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cl_wait(void) {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+/* block q's copy of a shared-memory float of this block, as a shared::cluster address */
+__device__ __forceinline__ unsigned cl_map(const float *p, unsigned q) {
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_u32(p)), "r"(q));
+    return r;
+}
+__device__ __forceinline__ float cl_ld(unsigned addr) {
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+}
+template <int NT>
+__device__ __forceinline__ bool mm_finish_cluster(const mm_args &a, const float (&acc)[NT][4],
+                                                  int g, unsigned char *smem) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nitems = 128 * a.T;
+    constexpr int S = mm_fin_row(NT);
+    static_assert(mm_smem(NT) >= 8 * 16 * S * 4 + 2 * 512 * mm_rows(NT), "sums do not fit");
+    float *fin = (float *)smem, *val = fin + 8 * 16 * S, *sum = val + 128 * mm_rows(NT);
+    {
+        float *f = fin + warp * 16 * S;
+        int gq = lane >> 2, c = 2 * (lane & 3);
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            f[gq * S + n * 8 + c] = acc[n][0];
+            f[gq * S + n * 8 + c + 1] = acc[n][1];
+            f[(gq + 8) * S + n * 8 + c] = acc[n][2];
+            f[(gq + 8) * S + n * 8 + c + 1] = acc[n][3];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nitems; i += 256) {
+        int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
+        const float *f = fin + w * 16 * S + r * S + 3 * t;
+        val[i] = (f[0] + f[1]) + f[2];
+    }
+    cl_arrive(); /* this block's sums are ready */
+    cl_wait();   /* and every other block's */
+    const int cl = a.cl, rank = (int)cl_rank();
+    const int t0 = rank * a.T / cl, t1 = (rank + 1) * a.T / cl;
+    for (int i = t0 * 128 + threadIdx.x; i < t1 * 128; i += 256) {
+        float p[8];
+#pragma unroll
+        for (int q = 0; q < 8; q++) p[q] = q < cl ? cl_ld(cl_map(val + i, q)) : 0.f;
+        float v = p[0];
+#pragma unroll
+        for (int q = 1; q < 8; q++)
+            if (q < cl) v += p[q];
+        sum[i - t0 * 128] = v;
+    }
+    cl_arrive(); /* done reading the others' sums */
+    if (t1 > t0) {
+        __syncthreads();
+        mm_args e = a;
+        e.row0 = a.row0 + t0, e.T = t1 - t0;
+        mm_epilogue<mm_items(NT)>(e, g, sum, 128 * (t1 - t0));
+    }
+    cl_wait(); /* nobody reads this block's sums any more: it may leave */
+    return t1 > t0;
+}
+
 #ifdef DSPARK_LAB_STAMPS /* measuring build: when each block of each launch reached its phases */
 struct lab_rec {
     unsigned long long t[4]; /* entry, past the wait, last piece's products done, exit */
@@ -199,7 +279,7 @@ __device__ __forceinline__ unsigned long long lab_now(void) {
  * cut at group boundaries into pieces; a piece that is a whole group goes straight to the
  * epilogue, otherwise its sums go to the partial buffer and the last piece of the group to
  * arrive adds them in block order and runs the epilogue (mm_finish). */
-template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
+template <int NT, bool CL> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
     constexpr int U = mm_unroll(NT), KC = mm_chunk(NT), CH = KC * NT * 32; /* uint2 per chunk */
     extern __shared__ __align__(16) unsigned char smem[];
     uint2 *bbuf = (uint2 *)smem; /* [2][CH]: input chunks during the loop */
@@ -304,6 +384,16 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
 
 #ifdef DSPARK_LAB_STAMPS
         ts2 = lab_now();
+#endif
+        if constexpr (CL) { /* a block's range is one piece (ks split) */
+#ifdef DSPARK_LAB_STAMPS
+            ran += mm_finish_cluster<NT>(a, acc, g, smem);
+#else
+            mm_finish_cluster<NT>(a, acc, g, smem);
+#endif
+            break;
+        }
+#ifdef DSPARK_LAB_STAMPS
         ran += mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem);
 #else
         mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem);
@@ -447,6 +537,8 @@ static void mm_partition(const gpu_model *g, dmat *m) {
 /* Describes m for src (row-major [M, K] in device memory; [gate; up] when interleave). BF16
  * weights are copied in fragment order into new device memory and src is no longer needed;
  * other types keep reading src. */
+static void mm_cluster_probe(const gpu_model *g, int ks, int nb);
+
 int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, int interleave) {
     m->dtype = dtype, m->M = M, m->K = K, m->interleaved = 0;
     m->KT = (K + 15) / 16;
@@ -458,6 +550,7 @@ int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, 
     m->interleaved = interleave;
     m->MS = interleave ? 2 * ((M / 2 + 15) / 16) : (M + 15) / 16;
     mm_partition(g, m);
+    if (g->cluster) mm_cluster_probe(g, m->ks, m->nb);
     size_t n = (size_t)cdiv(m->MS, 8) * 8 * m->KT * 32;
     void *dst;
     int rc = dev_alloc(g, &dst, n * sizeof(uint4));
@@ -472,16 +565,58 @@ int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, 
 /* ---- launching ---- */
 
 typedef void (*mm_kernel)(mm_args);
-static const mm_kernel mm_kernels[GPU_NT_MAX + 1] = {
-    NULL,    k_mm<1>, k_mm<2>, k_mm<3>,  k_mm<4>,  k_mm<5>,  k_mm<6>,
-    k_mm<7>, k_mm<8>, k_mm<9>, k_mm<10>, k_mm<11>, k_mm<12>,
+static const mm_kernel mm_kernels[2][GPU_NT_MAX + 1] = {
+    {NULL, k_mm<1, false>, k_mm<2, false>, k_mm<3, false>, k_mm<4, false>, k_mm<5, false>,
+     k_mm<6, false>, k_mm<7, false>, k_mm<8, false>, k_mm<9, false>, k_mm<10, false>,
+     k_mm<11, false>, k_mm<12, false>},
+    {NULL, k_mm<1, true>, k_mm<2, true>, k_mm<3, true>, k_mm<4, true>, k_mm<5, true>,
+     k_mm<6, true>, k_mm<7, true>, k_mm<8, true>, k_mm<9, true>, k_mm<10, true>,
+     k_mm<11, true>, k_mm<12, true>},
 };
+/* [NT][cluster size]: 1 when clusters of that size of the kernel all fit on the GPU at once
+ * (two blocks a SM), so a launch of the matrix's blocks is one wave */
+static signed char mm_cl_fits[GPU_NT_MAX + 1][9];
 
 int mm_init(void) {
-    for (int nt = 1; nt <= GPU_NT_MAX; nt++)
-        CK(cudaFuncSetAttribute(mm_kernels[nt], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                mm_smem(nt) + mm_pre_max(nt) * 4096));
+    for (int c = 0; c < 2; c++)
+        for (int nt = 1; nt <= GPU_NT_MAX; nt++)
+            CK(cudaFuncSetAttribute(mm_kernels[c][nt],
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    mm_smem(nt) + mm_pre_max(nt) * 4096));
     return mmg_init();
+}
+
+/* whether matrix w's launch for call c can take clusters of its ks pieces: each group split
+ * into 2-8 pieces, an epilogue that needs no grid-wide count (a norm not deferred does), and
+ * all clusters resident at once (mm_cluster_probe) */
+static int mm_cluster_ok(const dmat *w, const mm_call *c, int NT) {
+    if (w->ks < 2 || w->ks > 8 || w->nb % w->ks) return 0;
+    if (c->epi == EPI_RESID && c->norm_w && !c->out_ss) return 0;
+    return mm_cl_fits[NT][w->ks] > 0;
+}
+
+/* asks the device, once per kernel width and cluster size, whether nb blocks in clusters of
+ * ks fit on it at once (two blocks a SM), so that such a launch is one wave */
+static void mm_cluster_probe(const gpu_model *g, int ks, int nb) {
+    if (ks < 2 || ks > 8 || nb % ks) return;
+    for (int nt = 1; nt <= GPU_NT_MAX; nt++) {
+        signed char *fits = &mm_cl_fits[nt][ks];
+        if (*fits) continue;
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = (unsigned)ks, at[0].val.clusterDim.y = 1;
+        at[0].val.clusterDim.z = 1;
+        cfg.gridDim = dim3(nb), cfg.blockDim = dim3(256);
+        cfg.dynamicSmemBytes = (size_t)(mm_smem(nt) + min(g->pre_kt, mm_pre_max(nt)) * 4096);
+        cfg.attrs = at, cfg.numAttrs = 1;
+        int n = 0;
+        if (cudaOccupancyMaxActiveClusters(&n, mm_kernels[1][nt], &cfg) != cudaSuccess) {
+            cudaGetLastError();
+            n = 0;
+        }
+        *fits = (long)n * ks >= nb ? 1 : -1;
+    }
 }
 
 /* one launch: a group's rows (n <= GPU_GROUP), or all rows where mmg_wanted */
@@ -494,6 +629,7 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
                       c->bias);
     }
     mm_args a;
+    a.npre = 0, a.cl = 0;
     a.w = (const uint4 *)w->w;
     a.xb = (const uint2 *)c->xb + grp * xb_group_stride(KT);
     a.KT = KT, a.MS = w->MS, a.M = w->M;
@@ -509,8 +645,12 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
     if (c->n > GPU_GROUP) return mmg_launch(g, &a);
     int NT = xb_ntiles(c->n);
     a.npre = min(g->pre_kt, mm_pre_max(NT));
-    return launch(mm_kernels[NT], dim3(w->nb), dim3(256), (size_t)(mm_smem(NT) + a.npre * 4096),
-                  g->stream, a);
+    const size_t smem = (size_t)(mm_smem(NT) + a.npre * 4096);
+    a.cl = g->cluster && mm_cluster_ok(w, c, NT) ? w->ks : 0;
+    if (a.cl)
+        return launch_cluster(mm_kernels[1][NT], dim3(w->nb), dim3(256), smem, g->stream, a.cl,
+                              a);
+    return launch(mm_kernels[0][NT], dim3(w->nb), dim3(256), smem, g->stream, a);
 }
 
 /* one launch over all rows (gemm.cu) where that fills the GPU, otherwise a launch per group of
