@@ -340,7 +340,9 @@ struct gpu_model {
     int prescale;         /* layers' norms deferred into the matmuls (mm_call.out_ss) */
     int att_early_kv, att_pre_kv; /* attn_args.early_kv, pre_kv */
     int pre_kt; /* mm_args.npre at most */
-    int cluster; /* decode matmuls whose groups are split in 2-8 pieces run them as clusters */
+    int cluster; /* decode matmuls whose groups are split in 2-8 pieces run them as clusters
+                  * (1: where all fit at once, 2: wherever correct) */
+    long cluster_launches; /* such launches issued (a captured graph's once) */
     double *ss_a, *ss_f;  /* [GPU_ROWS][n_ssg] group sums of squares behind xa and xf
                            * (NULL unless prescale) */
     int n_ssg;            /* 128-column groups of a hidden row */

@@ -695,6 +695,10 @@ extern "C" int gpu_markov_bias(gpu_model *g, const int32_t *prev, int n, float *
     return OK;
 }
 
+extern "C" long gpu_cluster_launches(const gpu_model *g) {
+    return g->cluster_launches;
+}
+
 extern "C" int gpu_set_taps(gpu_model *g, const int *layers, int n) {
     if (n < 0 || n > MAX_TAPS_GPU) return ERR_ARG;
     int same = n == g->n_taps;

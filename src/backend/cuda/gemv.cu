@@ -202,7 +202,7 @@ __device__ __forceinline__ void cl_wait(void) {
 /* block q's copy of a shared-memory float of this block, as a shared::cluster address */
 __device__ __forceinline__ unsigned cl_map(const float *p, unsigned q) {
     unsigned r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_u32(p)), "r"(q));
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_u32(p)), "r"(q));
     return r;
 }
 __device__ __forceinline__ float cl_ld(unsigned addr) {
@@ -234,14 +234,18 @@ __device__ __forceinline__ bool mm_finish_cluster(const mm_args &a, const float 
         const float *f = fin + w * 16 * S + r * S + 3 * t;
         val[i] = (f[0] + f[1]) + f[2];
     }
+    if (a.epi == EPI_RESID && a.norm_w && !a.out_ss) __trap(); /* counts groups: mm_cluster_ok */
     cl_arrive(); /* this block's sums are ready */
     cl_wait();   /* and every other block's */
     const int cl = a.cl, rank = (int)cl_rank();
     const int t0 = rank * a.T / cl, t1 = (rank + 1) * a.T / cl;
+    unsigned base[8]; /* val of each rank */
+#pragma unroll
+    for (int q = 0; q < 8; q++) base[q] = q < cl ? cl_map(val, q) : 0u;
     for (int i = t0 * 128 + threadIdx.x; i < t1 * 128; i += 256) {
         float p[8];
 #pragma unroll
-        for (int q = 0; q < 8; q++) p[q] = q < cl ? cl_ld(cl_map(val + i, q)) : 0.f;
+        for (int q = 0; q < 8; q++) p[q] = q < cl ? cl_ld(base[q] + 4u * i) : 0.f;
         float v = p[0];
 #pragma unroll
         for (int q = 1; q < 8; q++)
@@ -573,9 +577,9 @@ static const mm_kernel mm_kernels[2][GPU_NT_MAX + 1] = {
      k_mm<6, true>, k_mm<7, true>, k_mm<8, true>, k_mm<9, true>, k_mm<10, true>,
      k_mm<11, true>, k_mm<12, true>},
 };
-/* [NT][cluster size]: 1 when clusters of that size of the kernel all fit on the GPU at once
- * (two blocks a SM), so a launch of the matrix's blocks is one wave */
-static signed char mm_cl_fits[GPU_NT_MAX + 1][9];
+/* [NT][cluster size]: how many clusters of that size of the kernel fit on the GPU at once
+ * (0: not asked yet, -1: none) */
+static int mm_cl_max[GPU_NT_MAX + 1][9];
 
 int mm_init(void) {
     for (int c = 0; c < 2; c++)
@@ -588,20 +592,25 @@ int mm_init(void) {
 
 /* whether matrix w's launch for call c can take clusters of its ks pieces: each group split
  * into 2-8 pieces, an epilogue that needs no grid-wide count (a norm not deferred does), and
- * all clusters resident at once (mm_cluster_probe) */
-static int mm_cluster_ok(const dmat *w, const mm_call *c, int NT) {
-    if (w->ks < 2 || w->ks > 8 || w->nb % w->ks) return 0;
+ * all of the launch's clusters resident at once (mm_cluster_probe) unless g->cluster is 2
+ * (tests: clusters wherever they are correct, in several waves if need be). The measuring
+ * builds' shortcuts are in mm_finish only, so they take no clusters. */
+static int mm_cluster_ok(const gpu_model *g, const dmat *w, const mm_call *c, int NT) {
+#ifdef DSPARK_LAB_MM
+    return 0;
+#endif
+    if (!g->cluster || w->ks < 2 || w->ks > 8 || w->nb % w->ks) return 0;
     if (c->epi == EPI_RESID && c->norm_w && !c->out_ss) return 0;
-    return mm_cl_fits[NT][w->ks] > 0;
+    return g->cluster == 2 || (long)mm_cl_max[NT][w->ks] * w->ks >= w->nb;
 }
 
-/* asks the device, once per kernel width and cluster size, whether nb blocks in clusters of
- * ks fit on it at once (two blocks a SM), so that such a launch is one wave */
+/* asks the device, once per kernel width and cluster size, how many clusters of ks blocks fit
+ * on it at once (two blocks a SM) */
 static void mm_cluster_probe(const gpu_model *g, int ks, int nb) {
     if (ks < 2 || ks > 8 || nb % ks) return;
     for (int nt = 1; nt <= GPU_NT_MAX; nt++) {
-        signed char *fits = &mm_cl_fits[nt][ks];
-        if (*fits) continue;
+        int *most = &mm_cl_max[nt][ks];
+        if (*most) continue;
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute at[1];
         at[0].id = cudaLaunchAttributeClusterDimension;
@@ -615,7 +624,7 @@ static void mm_cluster_probe(const gpu_model *g, int ks, int nb) {
             cudaGetLastError();
             n = 0;
         }
-        *fits = (long)n * ks >= nb ? 1 : -1;
+        *most = n > 0 ? n : -1;
     }
 }
 
@@ -646,10 +655,12 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
     int NT = xb_ntiles(c->n);
     a.npre = min(g->pre_kt, mm_pre_max(NT));
     const size_t smem = (size_t)(mm_smem(NT) + a.npre * 4096);
-    a.cl = g->cluster && mm_cluster_ok(w, c, NT) ? w->ks : 0;
-    if (a.cl)
+    a.cl = mm_cluster_ok(g, w, c, NT) ? w->ks : 0;
+    if (a.cl) {
+        g->cluster_launches++;
         return launch_cluster(mm_kernels[1][NT], dim3(w->nb), dim3(256), smem, g->stream, a.cl,
                               a);
+    }
     return launch(mm_kernels[0][NT], dim3(w->nb), dim3(256), smem, g->stream, a);
 }
 
