@@ -168,13 +168,8 @@ __device__ __forceinline__ double ss_chunk(float v) { /* a warp's 32 values */
 __device__ __forceinline__ double ss_group(const double *chunk) {
     return (chunk[0] + chunk[1]) + (chunk[2] + chunk[3]);
 }
-__device__ __forceinline__ float ss_inv(const double *ss, int ng, int H, float eps) {
-    double s = 0;
-    for (int g = 0; g < ng; g++) s += ss[g];
-    return (float)(1.0 / sqrt(s / H + (double)eps));
-}
-/* the same by a warp, in every lane: the lanes request 32 group sums at once, and each lane
- * adds them in order */
+/* 1 / rms of a row from its ng group sums of squares (ss_group), by a warp, in every lane:
+ * the lanes request 32 group sums at once, and each lane adds them in order */
 __device__ __forceinline__ float ss_inv_warp(const double *ss, int ng, int H, float eps) {
     const int lane = threadIdx.x & 31;
     double s = 0;
@@ -384,23 +379,8 @@ static inline seq_params seq_of(int row0, int n, int pos0, const gpu_kv *kv, int
 /* ---- launching ---- */
 extern int gpu_pdl_on; /* programmatic dependent launch for every kernel */
 
-template <typename... KArgs, typename... Args>
-static inline cudaError_t launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                 cudaStream_t st, Args... args) {
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = gpu_pdl_on;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
-}
-
-/* the same, in clusters of cl blocks along x */
+/* kern on st with programmatic dependent launch (gpu_pdl_on), in clusters of cl blocks along
+ * x when cl > 0 */
 template <typename... KArgs, typename... Args>
 static inline cudaError_t launch_cluster(void (*kern)(KArgs...), dim3 grid, dim3 block,
                                          size_t smem, cudaStream_t st, int cl, Args... args) {
@@ -415,8 +395,13 @@ static inline cudaError_t launch_cluster(void (*kern)(KArgs...), dim3 grid, dim3
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cfg.attrs = at;
-    cfg.numAttrs = 2;
+    cfg.numAttrs = cl > 0 ? 2 : 1;
     return cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
+}
+template <typename... KArgs, typename... Args>
+static inline cudaError_t launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t st, Args... args) {
+    return launch_cluster(kern, grid, block, smem, st, 0, args...);
 }
 
 static inline unsigned cdiv(size_t n, size_t per) {
@@ -464,7 +449,7 @@ struct mm_call {
 /* Deferred RMSNorm (g->prescale): a residual matmul with norm_w and out_ss writes w * x of its
  * new rows into norm_out and each 128-column group's sum of squares (ss_group) into
  * out_ss[row][group]; the next matmul, given them as in_ss, multiplies its row sums by
- * 1 / rms (ss_inv) before its epilogue. No block waits for the whole row. */
+ * 1 / rms (ss_inv_warp) before its epilogue. No block waits for the whole row. */
 cudaError_t mm_launch(gpu_model *g, const mm_call *c);
 int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, int interleave);
 int mm_init(void); /* shared-memory limits of the matmul kernels */

@@ -102,6 +102,29 @@ __device__ __forceinline__ void mm_compute(float (&acc)[NT][4], const uint4 (&r)
     }
 }
 
+/* Each warp's 16 x 8NT tile of sums (acc) into fin, rows mm_fin_row(NT) floats apart; then
+ * item i (row i / 128, output i % 128: t, warp, row) adds its three columns in order. */
+template <int NT>
+__device__ __forceinline__ void mm_tile_store(const float (&acc)[NT][4], float *fin) {
+    constexpr int S = mm_fin_row(NT);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *f = fin + warp * 16 * S;
+    int gq = lane >> 2, c = 2 * (lane & 3);
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        f[gq * S + n * 8 + c] = acc[n][0];
+        f[gq * S + n * 8 + c + 1] = acc[n][1];
+        f[(gq + 8) * S + n * 8 + c] = acc[n][2];
+        f[(gq + 8) * S + n * 8 + c + 1] = acc[n][3];
+    }
+}
+template <int NT> __device__ __forceinline__ float mm_tile_sum(const float *fin, int i) {
+    constexpr int S = mm_fin_row(NT);
+    const int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
+    const float *f = fin + w * 16 * S + r * S + 3 * t;
+    return (f[0] + f[1]) + f[2];
+}
+
 /* val[i] = the pieces' sums of item i (row i / 128, output g * 128 + i % 128), added in block
  * order. The group's last piece to arrive runs it, so it is on the path to the next kernel:
  * each thread requests a float4 of items from every piece (eight at a time) before adding
@@ -136,7 +159,7 @@ __device__ __forceinline__ void mm_add_pieces(const mm_args &a, int g, int2 gp, 
 template <int NT>
 __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[NT][4], int g,
                                           bool whole, int slot, unsigned char *smem) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, blk = blockIdx.x, KT = a.KT;
+    const int blk = blockIdx.x, KT = a.KT;
     const int nitems = 128 * a.T; /* (t, warp, row): m contiguous within t */
 #if DSPARK_LAB_MM == 2 /* measuring builds, results wrong: what the tail costs (docs/perf.md) */
     float keep = 0.f;     /* the products stay (a store depends on them), nothing else */
@@ -148,26 +171,14 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
     /* each warp's 16 x 8NT tile of sums; a row's value adds its three columns in order */
     constexpr int S = mm_fin_row(NT);
     float *fin = (float *)smem, *val = fin + 8 * 16 * S;
-    {
-        float *f = fin + warp * 16 * S;
-        int gq = lane >> 2, c = 2 * (lane & 3);
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-            f[gq * S + n * 8 + c] = acc[n][0];
-            f[gq * S + n * 8 + c + 1] = acc[n][1];
-            f[(gq + 8) * S + n * 8 + c] = acc[n][2];
-            f[(gq + 8) * S + n * 8 + c + 1] = acc[n][3];
-        }
-    }
+    mm_tile_store<NT>(acc, fin);
     __syncthreads();
     for (int i = threadIdx.x; i < nitems; i += 256) {
-        int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
-        const float *f = fin + w * 16 * S + r * S + 3 * t;
-        float v = (f[0] + f[1]) + f[2];
+        const float v = mm_tile_sum<NT>(fin, i);
         if (whole)
             val[i] = v;
         else
-            a.part[((size_t)(2 * blk + slot) * GPU_GROUP + t) * 128 + (i & 127)] = v;
+            a.part[((size_t)(2 * blk + slot) * GPU_GROUP + (i >> 7)) * 128 + (i & 127)] = v;
     }
     if (!whole) {
         const int2 gp = make_int2(mm_block_of(a, g * KT), mm_block_of(a, (g + 1) * KT - 1));
@@ -213,26 +224,14 @@ __device__ __forceinline__ float cl_ld(unsigned addr) {
 template <int NT>
 __device__ __forceinline__ bool mm_finish_cluster(const mm_args &a, const float (&acc)[NT][4],
                                                   int g, unsigned char *smem) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nitems = 128 * a.T;
+    const int nitems = 128 * a.T;
     constexpr int S = mm_fin_row(NT);
     static_assert(mm_smem(NT) >= 8 * 16 * S * 4 + 2 * 512 * mm_rows(NT), "sums do not fit");
     float *fin = (float *)smem, *val = fin + 8 * 16 * S, *sum = val + 128 * mm_rows(NT);
-    {
-        float *f = fin + warp * 16 * S;
-        int gq = lane >> 2, c = 2 * (lane & 3);
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-            f[gq * S + n * 8 + c] = acc[n][0];
-            f[gq * S + n * 8 + c + 1] = acc[n][1];
-            f[(gq + 8) * S + n * 8 + c] = acc[n][2];
-            f[(gq + 8) * S + n * 8 + c + 1] = acc[n][3];
-        }
-    }
+    mm_tile_store<NT>(acc, fin);
     __syncthreads();
     for (int i = threadIdx.x; i < nitems; i += 256) {
-        int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
-        const float *f = fin + w * 16 * S + r * S + 3 * t;
-        val[i] = (f[0] + f[1]) + f[2];
+        val[i] = mm_tile_sum<NT>(fin, i);
     }
     if (a.epi == EPI_RESID && a.norm_w && !a.out_ss) __trap(); /* counts groups: mm_cluster_ok */
     cl_arrive(); /* this block's sums are ready */
