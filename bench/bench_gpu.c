@@ -6,11 +6,12 @@
  * run on the GPU machine:
  *   bench_gpu MODEL_DIR [--bw GBps] [--ctx N,N..] [--long N] [--cpu-check N] [--quick]
  *             [--decode-only] [--lab] [--batch B,B..] [--mixed C]
- *             [--gemm-check]
+ *             [--gemm-check] [--probe W,N]
  * --lab: decode, the verify curve and the kernel table only (for comparing variants).
  * --batch: continuous-batching decode, B sequences at the first context stepping one token
  * each per pass (model_forward_batch, greedy ids back): aggregate tokens/s against B = 1.
  * --mixed C (with --batch): a pass of 16 such sequences and the first C rows of a prompt.
+ * --probe W,N: only N passes of W rows at the first context (for a profiler), then exit.
  * --gemm-check: prefill with one matmul launch over all rows of a pass (the default where it
  * fills the GPU) and with a launch per 32 rows (a second copy of the model loaded with
  * DSPARK_GPU_GEMM=0): their times, and whether all 256 rows' logits are the same bits.
@@ -237,7 +238,7 @@ int main(int argc, char **argv) {
     }
     double bw = 4300;
     int ctxs[8] = {512}, n_ctx = 1, longp = 0, check = 0, quick = 0, decode_only = 0, lab = 0;
-    int batches[8], n_batch = 0, mixed = 0, gemm_check = 0;
+    int batches[8], n_batch = 0, mixed = 0, gemm_check = 0, probe[2] = {0, 0};
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc)
             bw = atof(argv[++i]);
@@ -259,6 +260,8 @@ int main(int argc, char **argv) {
             mixed = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gemm-check"))
             gemm_check = 1;
+        else if (!strcmp(argv[i], "--probe") && i + 1 < argc)
+            parse_list(argv[++i], probe, 2);
     }
     double t_load = timer_now();
     struct model *m;
@@ -280,6 +283,16 @@ int main(int argc, char **argv) {
            argv[1], gpu_device_name(), wb / 1e9, t_load, roof * 1e3, bw, 1 / roof);
 
     model_forward(m, kv, ids, 64, NULL, 0); /* warm-up */
+    if (probe[0] > 0) { /* for a profiler: N passes of W rows after the first context */
+        kv_truncate(kv, 0);
+        if (model_forward(m, kv, ids, ctxs[0], NULL, 0)) return 1;
+        for (int r = 0; r < probe[1]; r++) {
+            kv_truncate(kv, ctxs[0]);
+            if (model_forward(m, kv, ids + ctxs[0], probe[0], NULL, 0)) return 1;
+        }
+        printf("probe: %d passes of %d rows at context %d\n", probe[1], probe[0], ctxs[0]);
+        return 0;
+    }
     int pre[2] = {512, longp};
     for (int i = 0; i < 2; i++) {
         if (pre[i] <= 0 || decode_only) continue;

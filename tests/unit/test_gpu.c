@@ -294,32 +294,6 @@ TEST(gpu_attention_loads_ahead) {
     for (int k = 0; k < 2; k++) model_free(m[k]);
 }
 
-/* Decode matmuls whose strip groups are split in 2-8 pieces can run each group's pieces as one
- * thread-block cluster that adds them through distributed shared memory (DSPARK_GPU_CLUSTER;
- * 2 here: wherever correct, whether or not all of a launch's clusters fit at once).
- * The pieces are added in the same order, so with the same partition (DSPARK_GPU_SK=0: every
- * group split, which models/pycoder's matrices then are in 3 or 8 pieces) the passes of
- * same_passes give the same bits with and without clusters. */
-TEST(gpu_cluster_sums) {
-    if (!gpu_available()) SKIP("no CUDA build or no GPU");
-    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
-    struct model *m[2];
-    setenv("DSPARK_GPU_SK", "0", 1);
-    int rc = load_with("DSPARK_GPU_CLUSTER", "0", &m[0]);
-    int rc1 = rc ? rc : load_with("DSPARK_GPU_CLUSTER", "2", &m[1]); /* wherever correct */
-    unsetenv("DSPARK_GPU_SK");
-    REQUIRE(rc == 0 && rc1 == 0);
-    int same_seq = 0, same_batch = 0;
-    same_passes(m, &same_seq, &same_batch);
-    long n0 = gpu_cluster_launches(model_gpu(m[0])), n1 = gpu_cluster_launches(model_gpu(m[1]));
-    printf("  groups' pieces added in clusters (%ld launches) equal to the partial buffer "
-           "(prompt, verify, steps): %s; 16 sequences' steps: %s\n",
-           n1, same_seq ? "yes" : "NO", same_batch ? "yes" : "NO");
-    CHECK(n0 == 0 && n1 > 0);
-    CHECK(same_seq && same_batch);
-    for (int k = 0; k < 2; k++) model_free(m[k]);
-}
-
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
  * the one-buffer kernel's path for items of few rows) give the same bits as each sequence
  * alone (fewer items than SMs: the two-buffer kernel). */
@@ -1094,7 +1068,6 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_gemm_exact")) RUN(gpu_gemm_exact);
     if (wanted(argc, argv, "gpu_attention_buffers")) RUN(gpu_attention_buffers);
     if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
-    if (wanted(argc, argv, "gpu_cluster_sums")) RUN(gpu_cluster_sums);
     if (wanted(argc, argv, "gpu_attention_many_steps")) RUN(gpu_attention_many_steps);
     if (wanted(argc, argv, "gpu_many_heads_per_kv")) RUN(gpu_many_heads_per_kv);
     if (wanted(argc, argv, "gpu_block_golden")) RUN(gpu_block_golden);

@@ -459,12 +459,17 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
 __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
     extern __shared__ float w[]; /* [spans] the row's span weights */
     __shared__ float Ls;
-    if (a.early) pdl_launch();
-    pdl_wait();
-    if (!a.early) pdl_launch();
+    /* the pass's parameters are there before the previous kernel ends */
     const int t = a.r0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     const int p = row_lim(a.sp, t), sa = att_lo(p, a.window) / ATT_SPAN, sb = p / ATT_SPAN;
     const size_t base = ((size_t)(t - a.r0) * a.nh + h) * a.spans;
+    if (a.early) pdl_launch();
+    pdl_wait();
+    if (!a.early) pdl_launch();
+    float v0[8]; /* the first eight spans of dim tid, requested with the maxima and sums */
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        v0[j] = tid < D && sa + j <= sb ? __ldcg(a.acc + (base + sa + j) * D + tid) : 0.f;
     if (tid < 32) {
         const float *ml = a.ml + base * 2;
         float M = -INFINITY;
@@ -487,7 +492,7 @@ __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
             float v[8];
 #pragma unroll
             for (int j = 0; j < 8; j++)
-                if (s + j <= sb) v[j] = __ldcg(ac + (size_t)(s + j) * D);
+                if (s + j <= sb) v[j] = d == tid && s == sa ? v0[j] : __ldcg(ac + (size_t)(s + j) * D);
 #pragma unroll
             for (int j = 0; j < 8; j++)
                 if (s + j <= sb) o = fmaf(v[j], w[s + j - sa], o);

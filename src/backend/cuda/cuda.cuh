@@ -335,9 +335,6 @@ struct gpu_model {
     int prescale;         /* layers' norms deferred into the matmuls (mm_call.out_ss) */
     int att_early_kv, att_pre_kv; /* attn_args.early_kv, pre_kv */
     int pre_kt; /* mm_args.npre at most */
-    int cluster; /* decode matmuls whose groups are split in 2-8 pieces run them as clusters
-                  * (1: where all fit at once, 2: wherever correct) */
-    long cluster_launches; /* such launches issued (a captured graph's once) */
     double *ss_a, *ss_f;  /* [GPU_ROWS][n_ssg] group sums of squares behind xa and xf
                            * (NULL unless prescale) */
     int n_ssg;            /* 128-column groups of a hidden row */
@@ -379,29 +376,20 @@ static inline seq_params seq_of(int row0, int n, int pos0, const gpu_kv *kv, int
 /* ---- launching ---- */
 extern int gpu_pdl_on; /* programmatic dependent launch for every kernel */
 
-/* kern on st with programmatic dependent launch (gpu_pdl_on), in clusters of cl blocks along
- * x when cl > 0 */
 template <typename... KArgs, typename... Args>
-static inline cudaError_t launch_cluster(void (*kern)(KArgs...), dim3 grid, dim3 block,
-                                         size_t smem, cudaStream_t st, int cl, Args... args) {
-    cudaLaunchAttribute at[2];
+static inline cudaError_t launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t st, Args... args) {
+    cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = gpu_pdl_on;
-    at[1].id = cudaLaunchAttributeClusterDimension;
-    at[1].val.clusterDim.x = (unsigned)cl, at[1].val.clusterDim.y = 1, at[1].val.clusterDim.z = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cfg.attrs = at;
-    cfg.numAttrs = cl > 0 ? 2 : 1;
+    cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
-}
-template <typename... KArgs, typename... Args>
-static inline cudaError_t launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                 cudaStream_t st, Args... args) {
-    return launch_cluster(kern, grid, block, smem, st, 0, args...);
 }
 
 static inline unsigned cdiv(size_t n, size_t per) {

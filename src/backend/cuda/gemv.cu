@@ -16,10 +16,7 @@
  * partial buffer and the last piece of the group to arrive adds them in order and runs the
  * epilogue (store, residual add and optionally the next RMSNorm, SwiGLU into the next input,
  * or q/k norm + RoPE + cache append). That last piece's work is on the path to the next
- * kernel, so its loads are requested together, not one round trip at a time. With
- * DSPARK_GPU_CLUSTER=1, a matrix whose groups are split in 2-8 pieces runs each group's pieces
- * as one thread-block cluster that adds them through distributed shared memory instead
- * (mm_finish_cluster; same order, same bits).
+ * kernel, so its loads are requested together, not one round trip at a time.
  * A DSPARK_LAB_STAMPS build records when each block of each launch passed its phases
  * (bench_gpu --lab with DSPARK_LAB_STAMPS=PREFIX; bench/stamps.py reads them).
  * Other weight types take a plain warp-per-row kernel with the store and residual epilogues. */
@@ -35,7 +32,7 @@ __host__ __device__ constexpr int mm_rows(int NT) {
     return 8 * NT / 3 < GPU_GROUP ? 8 * NT / 3 : GPU_GROUP;
 }
 #ifndef MM_U8_MAX
-#define MM_U8_MAX 5 /* the widest n-tiles with 8 k-tiles per register batch (16 rows: 4) */
+#define MM_U8_MAX 1 /* the widest n-tiles with 8 k-tiles per register batch (wider: 4) */
 #endif
 __host__ __device__ constexpr int mm_unroll(int NT) { /* k-tiles per register batch */
     return NT <= MM_U8_MAX ? 8 : 4;
@@ -102,29 +99,6 @@ __device__ __forceinline__ void mm_compute(float (&acc)[NT][4], const uint4 (&r)
     }
 }
 
-/* Each warp's 16 x 8NT tile of sums (acc) into fin, rows mm_fin_row(NT) floats apart; then
- * item i (row i / 128, output i % 128: t, warp, row) adds its three columns in order. */
-template <int NT>
-__device__ __forceinline__ void mm_tile_store(const float (&acc)[NT][4], float *fin) {
-    constexpr int S = mm_fin_row(NT);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float *f = fin + warp * 16 * S;
-    int gq = lane >> 2, c = 2 * (lane & 3);
-#pragma unroll
-    for (int n = 0; n < NT; n++) {
-        f[gq * S + n * 8 + c] = acc[n][0];
-        f[gq * S + n * 8 + c + 1] = acc[n][1];
-        f[(gq + 8) * S + n * 8 + c] = acc[n][2];
-        f[(gq + 8) * S + n * 8 + c + 1] = acc[n][3];
-    }
-}
-template <int NT> __device__ __forceinline__ float mm_tile_sum(const float *fin, int i) {
-    constexpr int S = mm_fin_row(NT);
-    const int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
-    const float *f = fin + w * 16 * S + r * S + 3 * t;
-    return (f[0] + f[1]) + f[2];
-}
-
 /* val[i] = the pieces' sums of item i (row i / 128, output g * 128 + i % 128), added in block
  * order. The group's last piece to arrive runs it, so it is on the path to the next kernel:
  * each thread requests a float4 of items from every piece (eight at a time) before adding
@@ -159,7 +133,7 @@ __device__ __forceinline__ void mm_add_pieces(const mm_args &a, int g, int2 gp, 
 template <int NT>
 __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[NT][4], int g,
                                           bool whole, int slot, unsigned char *smem) {
-    const int blk = blockIdx.x, KT = a.KT;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, blk = blockIdx.x, KT = a.KT;
     const int nitems = 128 * a.T; /* (t, warp, row): m contiguous within t */
 #if DSPARK_LAB_MM == 2 /* measuring builds, results wrong: what the tail costs (docs/perf.md) */
     float keep = 0.f;     /* the products stay (a store depends on them), nothing else */
@@ -171,14 +145,26 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
     /* each warp's 16 x 8NT tile of sums; a row's value adds its three columns in order */
     constexpr int S = mm_fin_row(NT);
     float *fin = (float *)smem, *val = fin + 8 * 16 * S;
-    mm_tile_store<NT>(acc, fin);
+    {
+        float *f = fin + warp * 16 * S;
+        int gq = lane >> 2, c = 2 * (lane & 3);
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            f[gq * S + n * 8 + c] = acc[n][0];
+            f[gq * S + n * 8 + c + 1] = acc[n][1];
+            f[(gq + 8) * S + n * 8 + c] = acc[n][2];
+            f[(gq + 8) * S + n * 8 + c + 1] = acc[n][3];
+        }
+    }
     __syncthreads();
     for (int i = threadIdx.x; i < nitems; i += 256) {
-        const float v = mm_tile_sum<NT>(fin, i);
+        int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
+        const float *f = fin + w * 16 * S + r * S + 3 * t;
+        float v = (f[0] + f[1]) + f[2];
         if (whole)
             val[i] = v;
         else
-            a.part[((size_t)(2 * blk + slot) * GPU_GROUP + (i >> 7)) * 128 + (i & 127)] = v;
+            a.part[((size_t)(2 * blk + slot) * GPU_GROUP + t) * 128 + (i & 127)] = v;
     }
     if (!whole) {
         const int2 gp = make_int2(mm_block_of(a, g * KT), mm_block_of(a, (g + 1) * KT - 1));
@@ -191,75 +177,6 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
 #endif
     mm_epilogue<mm_items(NT)>(a, g, val, nitems);
     return true;
-}
-
-/* The end of a block's piece when the ks pieces of each strip group are one thread-block
- * cluster (a.cl = ks, mm_cluster_ok): the pieces' sums stay in each block's shared memory and
- * are added through distributed shared memory in rank order, which is block order, so the
- * bits are those of mm_finish. Rank r adds and runs the epilogue for rows [r T / cl, (r + 1) T
- * / cl). A block leaves only once every rank has read its sums (the second barrier, waited for
- * after its epilogue). No partial buffer, no counter, no round trip through L2. */
-__device__ __forceinline__ unsigned cl_rank(void) {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void cl_arrive(void) {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cl_wait(void) {
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-/* block q's copy of a shared-memory float of this block, as a shared::cluster address */
-__device__ __forceinline__ unsigned cl_map(const float *p, unsigned q) {
-    unsigned r;
-    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_u32(p)), "r"(q));
-    return r;
-}
-__device__ __forceinline__ float cl_ld(unsigned addr) {
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-    return v;
-}
-template <int NT>
-__device__ __forceinline__ bool mm_finish_cluster(const mm_args &a, const float (&acc)[NT][4],
-                                                  int g, unsigned char *smem) {
-    const int nitems = 128 * a.T;
-    constexpr int S = mm_fin_row(NT);
-    static_assert(mm_smem(NT) >= 8 * 16 * S * 4 + 2 * 512 * mm_rows(NT), "sums do not fit");
-    float *fin = (float *)smem, *val = fin + 8 * 16 * S, *sum = val + 128 * mm_rows(NT);
-    mm_tile_store<NT>(acc, fin);
-    __syncthreads();
-    for (int i = threadIdx.x; i < nitems; i += 256) {
-        val[i] = mm_tile_sum<NT>(fin, i);
-    }
-    if (a.epi == EPI_RESID && a.norm_w && !a.out_ss) __trap(); /* counts groups: mm_cluster_ok */
-    cl_arrive(); /* this block's sums are ready */
-    cl_wait();   /* and every other block's */
-    const int cl = a.cl, rank = (int)cl_rank();
-    const int t0 = rank * a.T / cl, t1 = (rank + 1) * a.T / cl;
-    unsigned base[8]; /* val of each rank */
-#pragma unroll
-    for (int q = 0; q < 8; q++) base[q] = q < cl ? cl_map(val, q) : 0u;
-    for (int i = t0 * 128 + threadIdx.x; i < t1 * 128; i += 256) {
-        float p[8];
-#pragma unroll
-        for (int q = 0; q < 8; q++) p[q] = q < cl ? cl_ld(base[q] + 4u * i) : 0.f;
-        float v = p[0];
-#pragma unroll
-        for (int q = 1; q < 8; q++)
-            if (q < cl) v += p[q];
-        sum[i - t0 * 128] = v;
-    }
-    cl_arrive(); /* done reading the others' sums */
-    if (t1 > t0) {
-        __syncthreads();
-        mm_args e = a;
-        e.row0 = a.row0 + t0, e.T = t1 - t0;
-        mm_epilogue<mm_items(NT)>(e, g, sum, 128 * (t1 - t0));
-    }
-    cl_wait(); /* nobody reads this block's sums any more: it may leave */
-    return t1 > t0;
 }
 
 #ifdef DSPARK_LAB_STAMPS /* measuring build: when each block of each launch reached its phases */
@@ -282,7 +199,7 @@ __device__ __forceinline__ unsigned long long lab_now(void) {
  * cut at group boundaries into pieces; a piece that is a whole group goes straight to the
  * epilogue, otherwise its sums go to the partial buffer and the last piece of the group to
  * arrive adds them in block order and runs the epilogue (mm_finish). */
-template <int NT, bool CL> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
+template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
     constexpr int U = mm_unroll(NT), KC = mm_chunk(NT), CH = KC * NT * 32; /* uint2 per chunk */
     extern __shared__ __align__(16) unsigned char smem[];
     uint2 *bbuf = (uint2 *)smem; /* [2][CH]: input chunks during the loop */
@@ -387,16 +304,6 @@ template <int NT, bool CL> __global__ void __launch_bounds__(256, 2) k_mm(mm_arg
 
 #ifdef DSPARK_LAB_STAMPS
         ts2 = lab_now();
-#endif
-        if constexpr (CL) { /* a block's range is one piece (ks split) */
-#ifdef DSPARK_LAB_STAMPS
-            ran += mm_finish_cluster<NT>(a, acc, g, smem);
-#else
-            mm_finish_cluster<NT>(a, acc, g, smem);
-#endif
-            break;
-        }
-#ifdef DSPARK_LAB_STAMPS
         ran += mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem);
 #else
         mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem);
@@ -540,8 +447,6 @@ static void mm_partition(const gpu_model *g, dmat *m) {
 /* Describes m for src (row-major [M, K] in device memory; [gate; up] when interleave). BF16
  * weights are copied in fragment order into new device memory and src is no longer needed;
  * other types keep reading src. */
-static void mm_cluster_probe(const gpu_model *g, int ks, int nb);
-
 int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, int interleave) {
     m->dtype = dtype, m->M = M, m->K = K, m->interleaved = 0;
     m->KT = (K + 15) / 16;
@@ -553,7 +458,6 @@ int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, 
     m->interleaved = interleave;
     m->MS = interleave ? 2 * ((M / 2 + 15) / 16) : (M + 15) / 16;
     mm_partition(g, m);
-    if (g->cluster) mm_cluster_probe(g, m->ks, m->nb);
     size_t n = (size_t)cdiv(m->MS, 8) * 8 * m->KT * 32;
     void *dst;
     int rc = dev_alloc(g, &dst, n * sizeof(uint4));
@@ -568,63 +472,16 @@ int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, 
 /* ---- launching ---- */
 
 typedef void (*mm_kernel)(mm_args);
-static const mm_kernel mm_kernels[2][GPU_NT_MAX + 1] = {
-    {NULL, k_mm<1, false>, k_mm<2, false>, k_mm<3, false>, k_mm<4, false>, k_mm<5, false>,
-     k_mm<6, false>, k_mm<7, false>, k_mm<8, false>, k_mm<9, false>, k_mm<10, false>,
-     k_mm<11, false>, k_mm<12, false>},
-    {NULL, k_mm<1, true>, k_mm<2, true>, k_mm<3, true>, k_mm<4, true>, k_mm<5, true>,
-     k_mm<6, true>, k_mm<7, true>, k_mm<8, true>, k_mm<9, true>, k_mm<10, true>,
-     k_mm<11, true>, k_mm<12, true>},
+static const mm_kernel mm_kernels[GPU_NT_MAX + 1] = {
+    NULL,    k_mm<1>, k_mm<2>, k_mm<3>,  k_mm<4>,  k_mm<5>,  k_mm<6>,
+    k_mm<7>, k_mm<8>, k_mm<9>, k_mm<10>, k_mm<11>, k_mm<12>,
 };
-/* [NT][cluster size]: how many clusters of that size of the kernel fit on the GPU at once
- * (0: not asked yet, -1: none) */
-static int mm_cl_max[GPU_NT_MAX + 1][9];
 
 int mm_init(void) {
-    for (int c = 0; c < 2; c++)
-        for (int nt = 1; nt <= GPU_NT_MAX; nt++)
-            CK(cudaFuncSetAttribute(mm_kernels[c][nt],
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    mm_smem(nt) + mm_pre_max(nt) * 4096));
+    for (int nt = 1; nt <= GPU_NT_MAX; nt++)
+        CK(cudaFuncSetAttribute(mm_kernels[nt], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                mm_smem(nt) + mm_pre_max(nt) * 4096));
     return mmg_init();
-}
-
-/* whether matrix w's launch for call c can take clusters of its ks pieces: each group split
- * into 2-8 pieces, an epilogue that needs no grid-wide count (a norm not deferred does), and
- * all of the launch's clusters resident at once (mm_cluster_probe) unless g->cluster is 2
- * (tests: clusters wherever they are correct, in several waves if need be). The measuring
- * builds' shortcuts are in mm_finish only, so they take no clusters. */
-static int mm_cluster_ok(const gpu_model *g, const dmat *w, const mm_call *c, int NT) {
-#ifdef DSPARK_LAB_MM
-    return 0;
-#endif
-    if (!g->cluster || w->ks < 2 || w->ks > 8 || w->nb % w->ks) return 0;
-    if (c->epi == EPI_RESID && c->norm_w && !c->out_ss) return 0;
-    return g->cluster == 2 || (long)mm_cl_max[NT][w->ks] * w->ks >= w->nb;
-}
-
-/* asks the device, once per kernel width and cluster size, how many clusters of ks blocks fit
- * on it at once (two blocks a SM) */
-static void mm_cluster_probe(const gpu_model *g, int ks, int nb) {
-    if (ks < 2 || ks > 8 || nb % ks) return;
-    for (int nt = 1; nt <= GPU_NT_MAX; nt++) {
-        int *most = &mm_cl_max[nt][ks];
-        if (*most) continue;
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = (unsigned)ks, at[0].val.clusterDim.y = 1;
-        at[0].val.clusterDim.z = 1;
-        cfg.gridDim = dim3(nb), cfg.blockDim = dim3(256);
-        cfg.dynamicSmemBytes = (size_t)(mm_smem(nt) + min(g->pre_kt, mm_pre_max(nt)) * 4096);
-        cfg.attrs = at, cfg.numAttrs = 1;
-        int n = 0;
-        if (cudaOccupancyMaxActiveClusters(&n, mm_kernels[1][nt], &cfg) != cudaSuccess) {
-            cudaGetLastError();
-            n = 0;
-        }
-        *most = n > 0 ? n : -1;
-    }
 }
 
 /* one launch: a group's rows (n <= GPU_GROUP), or all rows where mmg_wanted */
@@ -637,7 +494,6 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
                       c->bias);
     }
     mm_args a;
-    a.npre = 0, a.cl = 0;
     a.w = (const uint4 *)w->w;
     a.xb = (const uint2 *)c->xb + grp * xb_group_stride(KT);
     a.KT = KT, a.MS = w->MS, a.M = w->M;
@@ -653,14 +509,8 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
     if (c->n > GPU_GROUP) return mmg_launch(g, &a);
     int NT = xb_ntiles(c->n);
     a.npre = min(g->pre_kt, mm_pre_max(NT));
-    const size_t smem = (size_t)(mm_smem(NT) + a.npre * 4096);
-    a.cl = mm_cluster_ok(g, w, c, NT) ? w->ks : 0;
-    if (a.cl) {
-        g->cluster_launches++;
-        return launch_cluster(mm_kernels[1][NT], dim3(w->nb), dim3(256), smem, g->stream, a.cl,
-                              a);
-    }
-    return launch(mm_kernels[0][NT], dim3(w->nb), dim3(256), smem, g->stream, a);
+    return launch(mm_kernels[NT], dim3(w->nb), dim3(256), (size_t)(mm_smem(NT) + a.npre * 4096),
+                  g->stream, a);
 }
 
 /* one launch over all rows (gemm.cu) where that fills the GPU, otherwise a launch per group of

@@ -76,7 +76,6 @@ struct mm_args {
     const double *in_ss; /* the row sums are scaled by 1 / rms of these first */
     int n_ssg;
     int npre; /* k-tiles a decode block brings into shared memory before its wait (gemv.cu) */
-    int cl;   /* > 0: each group's ks pieces are one cluster of cl = ks blocks (gemv.cu) */
 };
 
 /* The last block of a strip group has rows [128 b, 128 b + 128) of q|k|v for every row t in
