@@ -321,7 +321,8 @@ int main(int argc, char **argv) {
         if (ci || (decode_only && !lab)) continue;
         printf("verify cost by width (x one token, greedy ids of every row):\n");
         for (int k = 1; k <= 32; k++) {
-            if (quick && k != 1 && k != 2 && k != 4 && k != 8 && k != 12 && k != 16 && k != 32)
+            if (quick && k != 1 && k != 2 && k != 4 && k != 8 && k != 12 && k != 16 && k != 17 &&
+                k != 24 && k != 32)
                 continue;
             struct stat2 s = time_pass(m, kv, P, ids + P, k, NULL, quick ? 5 : 15);
             printf("  %2d: %.3f ms %.2fx%s", k, s.med * 1e3, s.med / g1.med,

@@ -17,7 +17,8 @@
 # shape: bench_gpu_nw (no kernel waits: make CUDA=1 BUILD=build/gpunw
 # NVCC="nvcc -DDSPARK_LAB_NOWAIT" build/gpunw/bench_gpu), bench_gpu_lab1 and bench_gpu_lab2
 # (the decode matmuls without their epilogues, and without their split sums too:
-# NVCC="nvcc -DDSPARK_LAB_MM=1" or =2); stamps runs bench_gpu_st (NVCC="nvcc -DDSPARK_LAB_STAMPS")
+# NVCC="nvcc -DDSPARK_LAB_MM=1" or =2), or BOUND_BINS' (e.g. bench_gpu_u0 bench_gpu_w6: gpu_pack.sh's
+# other register batch widths, results right); stamps runs bench_gpu_st (NVCC="nvcc -DDSPARK_LAB_STAMPS")
 # and prints bench/stamps.py's table for each pass. $PACK may name a .tgz or .txz of those
 # files, unpacked into $BIN.
 # The Qwen3-8B-shaped random
@@ -136,7 +137,7 @@ if has bound; then # measuring builds, each run beside the normal one
             stamp "bound: $exe"
             echo "== $exe" >>"$OUT/bound.log"
             timeout 80 "$BIN/$exe" "$M8B" --lab --batch 1,16 2>&1 | tee -a "$OUT/bound.log" |
-                grep -E "decode B=1|  16:|batch B=16"
+                grep -E "decode B=1|^ +[0-9]+: |batch B=16"
         done
     done
 fi

@@ -34,8 +34,11 @@ __host__ __device__ constexpr int mm_rows(int NT) {
 #ifndef MM_U8_MAX
 #define MM_U8_MAX 1 /* the widest n-tiles with 8 k-tiles per register batch (wider: 4) */
 #endif
+#ifndef MM_U4_MAX
+#define MM_U4_MAX GPU_NT_MAX /* the widest n-tiles with 4 k-tiles per register batch (wider: 2) */
+#endif
 __host__ __device__ constexpr int mm_unroll(int NT) { /* k-tiles per register batch */
-    return NT <= MM_U8_MAX ? 8 : 4;
+    return NT <= MM_U8_MAX ? 8 : NT <= MM_U4_MAX ? 4 : 2;
 }
 __host__ __device__ constexpr int mm_chunk(int NT) { /* k-tiles of input staged at a time */
     return NT <= 2 ? 64 : NT <= 4 ? 32 : 16;
