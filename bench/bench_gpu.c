@@ -284,6 +284,10 @@ int main(int argc, char **argv) {
 
     model_forward(m, kv, ids, 64, NULL, 0); /* warm-up */
     if (probe[0] > 0) { /* for a profiler: N passes of W rows after the first context */
+        if (probe[0] > 64) {
+            fprintf(stderr, "--probe: at most 64 rows a pass\n");
+            return 2;
+        }
         kv_truncate(kv, 0);
         if (model_forward(m, kv, ids, ctxs[0], NULL, 0)) return 1;
         for (int r = 0; r < probe[1]; r++) {
