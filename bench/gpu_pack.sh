@@ -4,7 +4,7 @@
 # machine's CPU need not be this one's), the shared libraries they need that such a machine
 # may lack, and ../shared's golden data and prompt sets. With LAB=1 also the measuring builds
 # of bench_gpu that run_gpu.sh's bound and stamps steps run (results wrong or slowed, timings
-# only): LAB_BUILDS picks them (default "nw lab1 lab2"; st: block stamps; u0, w6, u0w6: other
+# only): LAB_BUILDS picks them (default "nw lab1 lab2"; st: block stamps; u1, w6: other
 # register batch widths, results right, for run_gpu.sh's bound step). Each adds ~2.7 MB
 # to the archive, and a device call carries 64 MiB with the tracked files (~50 MB).
 #
@@ -28,10 +28,9 @@ if [ "${LAB:-0}" = 1 ]; then
         lab1) v=-DDSPARK_LAB_MM=1 ;;
         lab2) v=-DDSPARK_LAB_MM=2 ;;
         st) v=-DDSPARK_LAB_STAMPS ;;
-        u0) v=-DMM_U8_MAX=0 ;;                   # 1 row: four k-tiles a batch too
-        w6) v=-DMM_U4_MAX=6 ;;                   # 17-32 rows: two k-tiles a batch
-        u0w6) v="-DMM_U8_MAX=0 -DMM_U4_MAX=6" ;; # both
-        *) echo "unknown LAB_BUILDS entry $name (nw lab1 lab2 st u0 w6 u0w6)" >&2 && exit 2 ;;
+        u1) v=-DMM_U8_MAX=1 ;; # 1 row: eight k-tiles a batch
+        w6) v=-DMM_U4_MAX=6 ;; # 17-32 rows: two k-tiles a batch
+        *) echo "unknown LAB_BUILDS entry $name (nw lab1 lab2 st u1 w6)" >&2 && exit 2 ;;
         esac
         make CUDA=1 BUILD="build/gpu$name" NVCC="nvcc $v" OPT="$OPT" -j2 \
             "build/gpu$name/bench_gpu"

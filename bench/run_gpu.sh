@@ -17,7 +17,7 @@
 # shape: bench_gpu_nw (no kernel waits: make CUDA=1 BUILD=build/gpunw
 # NVCC="nvcc -DDSPARK_LAB_NOWAIT" build/gpunw/bench_gpu), bench_gpu_lab1 and bench_gpu_lab2
 # (the decode matmuls without their epilogues, and without their split sums too:
-# NVCC="nvcc -DDSPARK_LAB_MM=1" or =2), or BOUND_BINS' (e.g. bench_gpu_u0 bench_gpu_w6: gpu_pack.sh's
+# NVCC="nvcc -DDSPARK_LAB_MM=1" or =2), or BOUND_BINS' (e.g. bench_gpu_u1 bench_gpu_w6: gpu_pack.sh's
 # other register batch widths, results right); stamps runs bench_gpu_st (NVCC="nvcc -DDSPARK_LAB_STAMPS")
 # and prints bench/stamps.py's table for each pass. $PACK may name a .tgz or .txz of those
 # files, unpacked into $BIN.
@@ -145,7 +145,7 @@ if has stamps && [ -x "$BIN/bench_gpu_st" ]; then # when each matmul block passe
     stamp "block stamps"
     DSPARK_LAB_STAMPS="$OUT/stamps" timeout 80 "$BIN/bench_gpu_st" "$M8B" --lab --batch 1,16 \
         >"$OUT/stamps.log" 2>&1
-    for f in "$OUT"/stamps-*.txt; do [ -f "$f" ] && python3 bench/stamps.py "$f" --qwen3-8b; done
+    for f in "$OUT"/stamps-*.txt; do [ -f "$f" ] && python3 bench/stamps.py "$f" --qwen3-8b --blocks; done
 fi
 if has serve; then
     for mode in $(echo "${SERVE_MODES:-baseline,lookup,draft,dspark,dflash}" | tr , ' '); do

@@ -17,6 +17,11 @@ launch. Printed per kind, medians over the layers, in microseconds:
   epi     the slowest epilogue block: products done -> exit
   finish  a block without the epilogue: products done -> exit (partial sums, arrival)
   gap     previous launch's last exit -> this launch's first block past its wait
+
+With --blocks (stamps with the SM id, from 13 fields a line), also per kind, medians over the
+layers: how late blocks entered (entry after the first block passed its wait), and each
+block's own stream (past its wait -> its last products) for blocks that ran an epilogue before
+their last piece ("mid") and those that did not; and the ten blocks that finished last.
 """
 import statistics
 import sys
@@ -29,7 +34,7 @@ def load(path):
     with open(path) as f:
         for line in f:
             v = [int(x) for x in line.split()]
-            if len(v) == 10:
+            if len(v) >= 10:
                 recs.append(v)
     if not recs:
         sys.exit(f"{path}: no stamps (was bench_gpu built with -DDSPARK_LAB_STAMPS?)")
@@ -83,6 +88,49 @@ def main():
         name = names.get(kind, f"{kind[0]}x{kind[1]}")
         print(f"{name:>10} {len(ds):8d} {med['stream']:8.2f} {med['spread']:7.2f} "
               f"{med['tail']:6.2f} {med['epi']:6.2f} {med['finish']:7.2f} {med['gap']:6.2f}")
+    if "--blocks" in sys.argv:
+        blocks_report(recs, names)
+
+
+def blocks_report(recs, names):
+    if len(recs[0]) < 13:
+        sys.exit("--blocks needs stamps with the SM id (13 fields a line)")
+    per = {}
+    last = {}
+    for kind, blocks in launches(recs):
+        wait = min(r[7] for r in blocks)
+        late = [r[6] - wait for r in blocks if r[6] > wait]
+        own = {0: [], 1: []}
+        for r in blocks:
+            own[r[11]].append(r[8] - r[7])
+        d = {
+            "late_n": len(late),
+            "late_max": max(late) if late else 0,
+            "own_med": statistics.median(own[0]) if own[0] else 0,
+            "own_max": max(own[0]) if own[0] else 0,
+            "mid_n": len(own[1]),
+            "mid_med": statistics.median(own[1]) if own[1] else 0,
+            "mid_max": max(own[1]) if own[1] else 0,
+        }
+        per.setdefault(kind, []).append(d)
+        if kind not in last:  # the first launch of each kind: its last ten blocks
+            end = max(r[8] for r in blocks)
+            last[kind] = [(end - r[8], r[4], r[10], r[11], r[6] - wait, r[8] - r[7])
+                          for r in sorted(blocks, key=lambda r: -r[8])[:10]]
+    print(f"{'kind':>10} {'late':>5} {'late max':>8} {'own med':>8} {'own max':>8}"
+          f" {'mid':>4} {'mid med':>8} {'mid max':>8}")
+    for kind, ds in per.items():
+        med = {k: statistics.median(d[k] for d in ds) for k in ds[0]}
+        name = names.get(kind, f"{kind[0]}x{kind[1]}")
+        print(f"{name:>10} {med['late_n']:5.0f} {med['late_max'] / 1e3:8.2f} "
+              f"{med['own_med'] / 1e3:8.2f} {med['own_max'] / 1e3:8.2f} {med['mid_n']:4.0f} "
+              f"{med['mid_med'] / 1e3:8.2f} {med['mid_max'] / 1e3:8.2f}")
+    for kind, rows in last.items():
+        name = names.get(kind, f"{kind[0]}x{kind[1]}")
+        print(f"{name}: last blocks (before the end us, block, SM, mid, entry after the wait us,"
+              f" own stream us)")
+        for e, b, sm, mid, ent, own in rows:
+            print(f"    {e / 1e3:6.2f} {b:5d} {sm:4d} {mid:2d} {ent / 1e3:7.2f} {own / 1e3:7.2f}")
 
 
 if __name__ == "__main__":

@@ -180,11 +180,29 @@ __device__ __forceinline__ float ss_inv_warp(const double *ss, int ng, int H, fl
     return (float)(1.0 / sqrt(s / H + (double)eps));
 }
 
+/* the same from the group sums in shared memory, by one thread: the same adds in the same
+ * order, so the same bits */
+__device__ __forceinline__ float ss_inv_seq(const double *ss, int ng, int H, float eps) {
+    double s = 0;
+    for (int g = 0; g < ng; g++) s += ss[g];
+    return (float)(1.0 / sqrt(s / H + (double)eps));
+}
+
 /* ---- asynchronous copies into shared memory (16 bytes a thread; groups committed in turn,
  * waited for until at most N are still in flight) ---- */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+/* the same with only the first n bytes from gmem (0 <= n <= 16), the rest zeros */
+__device__ __forceinline__ void cp_async16_n(void *smem, const void *gmem, int n) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async8(void *smem, const void *gmem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit(void) {
     asm volatile("cp.async.commit_group;" ::: "memory");

@@ -16,7 +16,9 @@
  * partial buffer and the last piece of the group to arrive adds them in order and runs the
  * epilogue (store, residual add and optionally the next RMSNorm, SwiGLU into the next input,
  * or q/k norm + RoPE + cache append). That last piece's work is on the path to the next
- * kernel, so its loads are requested together, not one round trip at a time.
+ * kernel, so what it reads besides the sums (residual rows, norm weights, the input rows'
+ * group sums of squares) every piece copies into shared memory before it arrives, and the
+ * last piece's loads of the others' sums are requested together, one round trip in all.
  * A DSPARK_LAB_STAMPS build records when each block of each launch passed its phases
  * (bench_gpu --lab with DSPARK_LAB_STAMPS=PREFIX; bench/stamps.py reads them).
  * Other weight types take a plain warp-per-row kernel with the store and residual epilogues. */
@@ -31,8 +33,10 @@
 __host__ __device__ constexpr int mm_rows(int NT) {
     return 8 * NT / 3 < GPU_GROUP ? 8 * NT / 3 : GPU_GROUP;
 }
+/* the widest n-tiles with 8 k-tiles per register batch (wider: 4); 1 row with 8 spills and
+ * is no faster (docs/perf.md) */
 #ifndef MM_U8_MAX
-#define MM_U8_MAX 1 /* the widest n-tiles with 8 k-tiles per register batch (wider: 4) */
+#define MM_U8_MAX 0
 #endif
 #ifndef MM_U4_MAX
 #define MM_U4_MAX GPU_NT_MAX /* the widest n-tiles with 4 k-tiles per register batch (wider: 2) */
@@ -49,22 +53,23 @@ __host__ __device__ constexpr int mm_chunk(int NT) { /* k-tiles of input staged 
 __host__ __device__ constexpr int mm_fin_row(int NT) {
     return NT <= 2 ? 8 * NT : 8 * NT + 2;
 }
-/* a thread's items (row, output) in the epilogue: one pass over them (at most 8 at a time) */
-__host__ __device__ constexpr int mm_items(int NT) {
-    return (128 * mm_rows(NT) + 255) / 256 < 8 ? (128 * mm_rows(NT) + 255) / 256 : 8;
+/* what mm_finish keeps in shared memory: per-warp tiles, final values, and for the residual
+ * epilogue the residual rows and the next norm's weights */
+__host__ __device__ constexpr int mm_fin_smem(int NT) {
+    return 8 * 16 * mm_fin_row(NT) * 4 + 2 * 512 * mm_rows(NT) + 512;
 }
-/* max(two input chunks, per-warp tiles + final values), rounded up to 1 KB */
+/* max(two input chunks, mm_fin_smem), rounded up to 1 KB */
 __host__ __device__ constexpr int mm_smem(int NT) {
-    return ((2 * mm_chunk(NT) * NT * 256 > 8 * 16 * mm_fin_row(NT) * 4 + 512 * mm_rows(NT)
-                 ? 2 * mm_chunk(NT) * NT * 256
-                 : 8 * 16 * mm_fin_row(NT) * 4 + 512 * mm_rows(NT)) +
+    return ((2 * mm_chunk(NT) * NT * 256 > mm_fin_smem(NT) ? 2 * mm_chunk(NT) * NT * 256
+                                                          : mm_fin_smem(NT)) +
             1023) /
            1024 * 1024;
 }
 /* k-tiles of weights past the two register batches that a block's first piece can bring into
- * shared memory before its wait, where two blocks still fit on an SM (110 KB each) */
+ * shared memory before its wait, where two blocks still fit on an SM (108 KB each, and the
+ * kernel's static shared memory) */
 __host__ __device__ constexpr int mm_pre_max(int NT) {
-    return (110 * 1024 - mm_smem(NT)) / 4096 / mm_unroll(NT) * mm_unroll(NT);
+    return (108 * 1024 - mm_smem(NT)) / 4096 / mm_unroll(NT) * mm_unroll(NT);
 }
 __device__ __forceinline__ uint4 lds128(const uint4 *p) {
     uint4 v;
@@ -132,7 +137,10 @@ __device__ __forceinline__ void mm_add_pieces(const mm_args &a, int g, int2 gp, 
 /* The end of a piece of strip group g: the block's sums (acc of each warp) into val, or into
  * the partial buffer (slot 0: the block's first piece, 1: its last) with the group's last
  * piece to arrive adding them up; then the epilogue, by whoever has the group's whole sums.
- * smem: at least 512 mm_fin_row(NT) + 512 mm_rows(NT) bytes, free for reuse. */
+ * The residual epilogue's other inputs (the residual rows, the next norm's weights) are
+ * copied into shared memory before the arrival, so the group's last piece waits for one
+ * round trip (the others' sums) before it stores. smem: mm_fin_smem(NT) bytes, free for
+ * reuse; inv: 1 / rms of the input rows (a.in_ss), sp: the pass's step parameters (q|k|v). */
 template <int NT>
 __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[NT][4], int g,
                                           bool whole, int slot, unsigned char *smem) {
@@ -159,6 +167,30 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
             f[(gq + 8) * S + n * 8 + c + 1] = acc[n][3];
         }
     }
+    /* the epilogue's other inputs, copied before the arrival: for the residual epilogue
+     * [T][128] residual rows and [128] norm weights; with the input's norm deferred, the
+     * input rows' [T][n_ssg] group sums (when they fit) */
+    float *pre = val + nitems;
+    __shared__ float inv[GPU_GROUP]; /* 1 / rms of the input rows (a.in_ss) */
+    const bool ss_pre = a.in_ss && a.n_ssg <= 64 && a.epi != EPI_RESID;
+    if (a.epi == EPI_RESID) {
+        const bool nw = a.norm_w && a.out_ss;
+        if (!(a.ldy & 3) && !((uintptr_t)a.y & 15) && !((uintptr_t)a.norm_w & 15)) {
+            for (int c = threadIdx.x; c < 32 * a.T + (nw ? 32 : 0); c += 256) { /* 16 bytes */
+                const int t = c >> 5, m = g * 128 + (c & 31) * 4;
+                const int n = min(16, max(0, 4 * (a.M - m)));
+                const float *src = t < a.T ? a.y + (size_t)(a.row0 + t) * a.ldy : a.norm_w;
+                cp_async16_n(pre + 4 * c, n ? src + m : src, n);
+            }
+            cp_async_commit();
+        } else { /* rows not 16-byte aligned */
+            mm_resid_gather(a, g, nitems, pre);
+        }
+    } else if (ss_pre) {
+        const double *ss = a.in_ss + (size_t)a.row0 * a.n_ssg;
+        for (int i = threadIdx.x; i < a.T * a.n_ssg; i += 256) cp_async8((double *)pre + i, ss + i);
+        cp_async_commit();
+    }
     __syncthreads();
     for (int i = threadIdx.x; i < nitems; i += 256) {
         int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
@@ -169,23 +201,38 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
         else
             a.part[((size_t)(2 * blk + slot) * GPU_GROUP + t) * 128 + (i & 127)] = v;
     }
+    cp_async_wait0(); /* the block's copies land before it arrives or leaves */
     if (!whole) {
         const int2 gp = make_int2(mm_block_of(a, g * KT), mm_block_of(a, (g + 1) * KT - 1));
         if (!arrive_last(&a.cnt[g], (unsigned)(gp.y - gp.x + 1))) return false;
         mm_add_pieces(a, g, gp, nitems, (float4 *)val);
     }
     __syncthreads();
+    if (a.in_ss) { /* 1 / rms of the input rows: a thread, or a warp, per row */
+        if (ss_pre) {
+            for (int t = threadIdx.x; t < a.T; t += 256)
+                inv[t] = ss_inv_seq((const double *)pre + t * a.n_ssg, a.n_ssg, a.H_norm, a.eps);
+        } else {
+            for (int t = warp; t < a.T; t += 8) {
+                const float v = ss_inv_warp(a.in_ss + (size_t)(a.row0 + t) * a.n_ssg, a.n_ssg,
+                                            a.H_norm, a.eps);
+                if (lane == 0) inv[t] = v;
+            }
+        }
+        __syncthreads();
+    }
 #if DSPARK_LAB_MM == 1 /* the split sums, not the epilogues */
     return false;
 #endif
-    mm_epilogue<mm_items(NT)>(a, g, val, nitems);
+    mm_epilogue(a, g, val, nitems, inv, pre);
     return true;
 }
 
 #ifdef DSPARK_LAB_STAMPS /* measuring build: when each block of each launch reached its phases */
 struct lab_rec {
-    unsigned long long t[4]; /* entry, past the wait, last piece's products done, exit */
-    int blk, KT, MS, T, epi, nb;
+    unsigned long long t[5]; /* entry, past the wait, last piece's products done, exit, first
+                              * piece's products done */
+    int blk, KT, MS, T, epi, nb, smid, mid; /* mid: an epilogue ran before the last piece */
 };
 #define LAB_RECS (1 << 18)
 __device__ lab_rec lab_recs[LAB_RECS];
@@ -209,8 +256,8 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, blk = blockIdx.x;
     const int KT = a.KT, s_begin = mm_start(a, blk), s_end = mm_start(a, blk + 1);
 #ifdef DSPARK_LAB_STAMPS
-    unsigned long long ts0 = lab_now(), ts1 = 0, ts2 = 0;
-    int ran = 0;
+    unsigned long long ts0 = lab_now(), ts1 = 0, ts2 = 0, ts_first = 0;
+    int ran = 0, mid = 0;
 #endif
 
     int c0 = s_begin;
@@ -307,7 +354,12 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
 
 #ifdef DSPARK_LAB_STAMPS
         ts2 = lab_now();
-        ran += mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem);
+        if (!ts_first) ts_first = ts2;
+        {
+            const int e = mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem);
+            ran += e;
+            if (e && nk1 > 0) mid = 1;
+        }
 #else
         mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem);
 #endif
@@ -322,7 +374,10 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
     if (threadIdx.x == 0) {
         unsigned k = atomicAdd(&lab_nrec, 1u);
         if (k < LAB_RECS) {
-            lab_rec r = {{ts0, ts1, ts2, lab_now()}, blk, a.KT, a.MS, a.T, ran, a.nb};
+            unsigned smid;
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+            lab_rec r = {{ts0, ts1, ts2, lab_now(), ts_first}, blk, a.KT, a.MS, a.T, ran, a.nb,
+                         (int)smid, mid};
             lab_recs[k] = r;
         }
     }
@@ -378,8 +433,9 @@ int lab_stamps_take(FILE *f) {
         if (!r) return ERR_NOMEM;
         CK(cudaMemcpyFromSymbol(r, lab_recs, n * sizeof *r));
         for (unsigned i = 0; i < n; i++)
-            fprintf(f, "%d %d %d %d %d %d %llu %llu %llu %llu\n", r[i].KT, r[i].MS, r[i].T,
-                    r[i].nb, r[i].blk, r[i].epi, r[i].t[0], r[i].t[1], r[i].t[2], r[i].t[3]);
+            fprintf(f, "%d %d %d %d %d %d %llu %llu %llu %llu %d %d %llu\n", r[i].KT, r[i].MS,
+                    r[i].T, r[i].nb, r[i].blk, r[i].epi, r[i].t[0], r[i].t[1], r[i].t[2],
+                    r[i].t[3], r[i].smid, r[i].mid, r[i].t[4]);
         free(r);
     }
     unsigned z = 0;

@@ -137,21 +137,40 @@ __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val,
     }
 }
 
-/* The finished sums of strip group g (val[t * 128 + i]: row t, output g * 128 + i) into
- * their destination. With a fused RMSNorm, whoever finishes the last group normalises. A
- * thread takes its items MI at a time, requesting their residual rows before storing any
- * (MI: what the caller's widest pass needs, as more registers slow the kernel). */
-template <int MI>
-__device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val, int nitems) {
-    __shared__ double red[256]; /* the norm's sums: per thread, or per (row, 32 columns) */
-    if (a.in_ss) { /* finish the RMSNorm of the input rows: their sums times 1 / rms */
-        __shared__ float inv[256];
+/* The residual epilogue's other inputs, a float at a time: pre[t * 128 + i] the residual of
+ * row t, output g * 128 + i, then (with the next norm deferred) pre[nitems + i] its weight */
+__device__ __forceinline__ void mm_resid_gather(const mm_args &a, int g, int nitems, float *pre) {
+    const bool nw = a.norm_w && a.out_ss;
+    for (int i = threadIdx.x; i < nitems + (nw ? 128 : 0); i += 256) {
+        const int t = i >> 7, m = g * 128 + (i & 127);
+        pre[i] = m >= a.M  ? 0.f
+                 : t < a.T ? __ldcg(a.y + (size_t)(a.row0 + t) * a.ldy + m)
+                           : a.norm_w[m];
+    }
+}
+/* mm_epilogue's inputs gathered in place (the prompt-chunk kernel, whose epilogue is not on a
+ * decode pass's path): inv[t], 1 / rms of input row t (a.in_ss), and pre */
+__device__ __forceinline__ void mm_epi_gather(const mm_args &a, int g, int nitems, float *inv,
+                                              float *pre) {
+    if (a.in_ss)
         for (int t = threadIdx.x >> 5; t < a.T; t += 8) { /* a warp per row */
             const float v = ss_inv_warp(a.in_ss + (size_t)(a.row0 + t) * a.n_ssg, a.n_ssg,
                                         a.H_norm, a.eps);
             if ((threadIdx.x & 31) == 0) inv[t] = v;
         }
-        __syncthreads();
+    if (a.epi == EPI_RESID) mm_resid_gather(a, g, nitems, pre);
+    __syncthreads();
+}
+
+/* The finished sums of strip group g (val[t * 128 + i]: row t, output g * 128 + i) into
+ * their destination. With a fused RMSNorm, whoever finishes the last group normalises. What
+ * the group's last piece reads besides the sums is in shared memory by now: inv, 1 / rms of
+ * each input row when its norm is deferred (a.in_ss); pre, for the residual epilogue, the
+ * group's residual rows [T][128] and the next norm's weights [128]. */
+__device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val, int nitems,
+                                            const float *inv, const float *pre) {
+    __shared__ double red[256]; /* the norm's sums: per thread, or per (row, 32 columns) */
+    if (a.in_ss) {
         for (int i = threadIdx.x; i < nitems; i += 256) val[i] *= inv[i >> 7];
         __syncthreads();
     }
@@ -177,37 +196,22 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
         return;
     }
     const bool defer = a.epi == EPI_RESID && a.norm_w && a.out_ss;
-    for (int i0 = threadIdx.x; i0 < nitems; i0 += 256 * MI) {
-        float res[MI]; /* the residual rows: all loads requested before the first store */
-        if (a.epi == EPI_RESID) {
-#pragma unroll
-            for (int j = 0; j < MI; j++) {
-                const int i = i0 + 256 * j, m = g * 128 + (i & 127);
-                res[j] = i < nitems && m < a.M
-                             ? __ldcg(a.y + (size_t)(a.row0 + (i >> 7)) * a.ldy + m)
-                             : 0.f;
-            }
+    for (int i = threadIdx.x; i < nitems; i += 256) {
+        int t = i >> 7, m = g * 128 + (i & 127);
+        if (m >= a.M) {
+            val[i] = 0.f; /* outside the row: nothing to the sum of squares */
+            continue;
         }
-#pragma unroll
-        for (int j = 0; j < MI; j++) {
-            const int i = i0 + 256 * j;
-            if (i >= nitems) break;
-            int t = i >> 7, m = g * 128 + (i & 127);
-            if (m >= a.M) {
-                val[i] = 0.f; /* outside the row: nothing to the sum of squares */
-                continue;
+        float *dst = a.y + (size_t)(a.row0 + t) * a.ldy + m;
+        if (a.epi == EPI_RESID) {
+            float v = pre[i] + val[i];
+            *dst = v;
+            if (defer) {
+                val[i] = v;
+                xb_put(a.norm_out, a.T_chunk, a.KT_norm, a.row0 + t, m, pre[nitems + (i & 127)] * v);
             }
-            float *dst = a.y + (size_t)(a.row0 + t) * a.ldy + m;
-            if (a.epi == EPI_RESID) {
-                float v = res[j] + val[i];
-                *dst = v;
-                if (defer) {
-                    val[i] = v;
-                    xb_put(a.norm_out, a.T_chunk, a.KT_norm, a.row0 + t, m, a.norm_w[m] * v);
-                }
-            } else {
-                *dst = val[i] + (a.bias ? a.bias[m] : 0.f);
-            }
+        } else {
+            *dst = val[i] + (a.bias ? a.bias[m] : 0.f);
         }
     }
     if (defer) { /* this group's sums of squares; the next matmul finishes the norm */
