@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
     __shared__ float inv[MG_ROWS];
     float *pre = val + MG_ROWS * 128; /* [rows][128] residual rows, [128] norm weights */
     mm_epi_gather(e, g, 128 * rows, inv, pre);
-    mm_epilogue(e, g, val, 128 * rows, inv, pre);
+    mm_epilogue(e, g, val, 128 * rows, inv, pre, a.qe);
 }
 
 static int mmg_ok; /* the device gives a block MG_SMEM of shared memory */

@@ -55,8 +55,9 @@ __host__ __device__ constexpr int mm_fin_row(int NT) {
 }
 /* what mm_finish keeps in shared memory: per-warp tiles, final values, and for the residual
  * epilogue the residual rows and the next norm's weights */
+#define MM_QKV_PRE 4096 /* q|k|v: the step parameters, norm weights and frequencies */
 __host__ __device__ constexpr int mm_fin_smem(int NT) {
-    return 8 * 16 * mm_fin_row(NT) * 4 + 2 * 512 * mm_rows(NT) + 512;
+    return 8 * 16 * mm_fin_row(NT) * 4 + 2 * 512 * mm_rows(NT) + 512 + MM_QKV_PRE;
 }
 /* max(two input chunks, mm_fin_smem), rounded up to 1 KB */
 __host__ __device__ constexpr int mm_smem(int NT) {
@@ -189,8 +190,32 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
     } else if (ss_pre) {
         const double *ss = a.in_ss + (size_t)a.row0 * a.n_ssg;
         for (int i = threadIdx.x; i < a.T * a.n_ssg; i += 256) cp_async8((double *)pre + i, ss + i);
-        cp_async_commit();
     }
+    /* q|k|v past 16 rows: the rows' step parameters (up to their sequences), the norm weights
+     * and the frequencies, after the group sums ([0, 512 T + 512) bytes of pre). Up to 16
+     * rows they are read in place: the copies measured no faster there (docs/perf.md) */
+    qkv_epi qe = a.qe;
+    constexpr int SPB = (offsetof(step_params, ids) + 15) / 16 * 16;
+    const int D = a.qe.D;
+    if (a.epi == EPI_QKV && a.T > 16 && SPB + 10 * D <= MM_QKV_PRE && !(D & 3)) {
+        unsigned char *qx = (unsigned char *)pre + 512 * a.T + 512;
+        float *qn = (float *)(qx + SPB), *kn = qn + D, *fq = kn + D;
+        const int nsp = SPB / 16, nw = D / 4, nf = D / 8;
+        for (int c = threadIdx.x; c < nsp + 2 * nw + nf; c += 256) {
+            if (c < nsp) {
+                cp_async16(qx + 16 * c, (const unsigned char *)a.qe.sp + 16 * c);
+            } else if (c < nsp + nw) {
+                if (a.qe.q_norm) cp_async16(qn + 4 * (c - nsp), a.qe.q_norm + 4 * (c - nsp));
+            } else if (c < nsp + 2 * nw) {
+                if (a.qe.k_norm) cp_async16(kn + 4 * (c - nsp - nw), a.qe.k_norm + 4 * (c - nsp - nw));
+            } else {
+                cp_async16(fq + 4 * (c - nsp - 2 * nw), a.qe.inv_freq + 4 * (c - nsp - 2 * nw));
+            }
+        }
+        qe.sp = (const step_params *)qx, qe.inv_freq = fq;
+        qe.q_norm = a.qe.q_norm ? qn : NULL, qe.k_norm = a.qe.k_norm ? kn : NULL;
+    }
+    cp_async_commit();
     __syncthreads();
     for (int i = threadIdx.x; i < nitems; i += 256) {
         int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
@@ -224,7 +249,7 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
 #if DSPARK_LAB_MM == 1 /* the split sums, not the epilogues */
     return false;
 #endif
-    mm_epilogue(a, g, val, nitems, inv, pre);
+    mm_epilogue(a, g, val, nitems, inv, pre, qe);
     return true;
 }
 

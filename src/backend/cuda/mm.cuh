@@ -166,9 +166,11 @@ __device__ __forceinline__ void mm_epi_gather(const mm_args &a, int g, int nitem
  * their destination. With a fused RMSNorm, whoever finishes the last group normalises. What
  * the group's last piece reads besides the sums is in shared memory by now: inv, 1 / rms of
  * each input row when its norm is deferred (a.in_ss); pre, for the residual epilogue, the
- * group's residual rows [T][128] and the next norm's weights [128]. */
+ * group's residual rows [T][128] and the next norm's weights [128]; qe: a.qe, or its copy
+ * whose step parameters, norm weights and frequencies are in shared memory. */
 __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val, int nitems,
-                                            const float *inv, const float *pre) {
+                                            const float *inv, const float *pre,
+                                            const qkv_epi &qe) {
     __shared__ double red[256]; /* the norm's sums: per thread, or per (row, 32 columns) */
     if (a.in_ss) {
         for (int i = threadIdx.x; i < nitems; i += 256) val[i] *= inv[i >> 7];
@@ -192,7 +194,7 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
             }
             __syncthreads();
         }
-        qkv_epilogue(a.qe, val, a.T, a.row0, a.M, g);
+        qkv_epilogue(qe, val, a.T, a.row0, a.M, g);
         return;
     }
     const bool defer = a.epi == EPI_RESID && a.norm_w && a.out_ss;
