@@ -254,6 +254,11 @@ __device__ __forceinline__ int mm_block_of(const mm_args &a, int i) {
     return (int)(((unsigned)(i + 1) * (unsigned)a.nb - 1) / a.total);
 }
 
+/* strip.cu: o and down of short passes without split sums (DSPARK_GPU_STRIP=1) */
+void strip_probe(const gpu_model *g, const dmat *w);
+int strip_ok(const gpu_model *g, const dmat *w, const mm_args *a, int NT);
+cudaError_t strip_launch(gpu_model *g, const dmat *w, const mm_args *a, int NT);
+
 int mmg_init(void);
 int mmg_wanted(const gpu_model *g, const dmat *w, int T); /* one launch for all T rows */
 cudaError_t mmg_launch(gpu_model *g, const mm_args *a); /* a->T > GPU_GROUP rows from row 0 */

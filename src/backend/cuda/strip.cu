@@ -1,0 +1,213 @@
+/* backend/cuda/strip.cu: the residual matmuls (o, down) of passes of up to 5 rows without
+ * split sums, for matrices whose strip groups gemv.cu splits into ks <= 8 K pieces (the
+ * Qwen3-8B shape: 8). A block is one strip of 16 outputs; its 4 warps take the group's pieces,
+ * two each in turn, each piece's k-tiles in order from zero with the same mma, and the block
+ * adds the pieces in piece order in shared memory: the bits of gemv.cu's partial buffer and
+ * counter, without them. The 8 strips of a group are one thread-block cluster, so the
+ * deferred RMSNorm's sum of squares of the group's 128 outputs is added by rank 0 from its
+ * ranks' shared memory (distributed shared memory), in gemv.cu's order.
+ * DSPARK_GPU_STRIP=1 takes this path where ks = 8, =2 wherever ks <= 8 (tests: the small
+ * models' matrices have 1-3 pieces). Off by default until measured on a GPU (docs/perf.md). */
+#include "backend/cuda/mm.cuh"
+#include "backend/cuda/ring.cuh"
+
+#define ST_WARPS 4   /* warps a block, two pieces each */
+#define ST_U     4   /* k-tiles a register batch, two batches in flight */
+#define ST_NTMAX 2   /* n-tiles: passes of up to 5 rows */
+#define ST_ROWS  5   /* rows of ST_NTMAX n-tiles */
+
+__device__ __forceinline__ unsigned st_rank(void) {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void st_arrive(void) {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void st_wait(void) {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+/* rank q's copy of this block's shared float p, as a shared::cluster address */
+__device__ __forceinline__ unsigned st_map(const float *p, unsigned q) {
+    unsigned r;
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_u32(p)), "r"(q));
+    return r;
+}
+__device__ __forceinline__ float st_ld(unsigned addr) {
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+}
+
+template <int NT>
+__global__ void __launch_bounds__(ST_WARPS * 32, 4) k_strip(mm_args a) {
+    constexpr int S = 8 * NT + 1; /* floats per row of a piece's 16 x 8NT tile */
+    __shared__ float fin[8][16 * S];  /* each piece's sums */
+    __shared__ float vals[ST_ROWS * 16]; /* the strip's new residual values, row-major */
+    __shared__ double red[ST_ROWS * 4];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, KT = a.KT;
+    const int s = blockIdx.x, g = s >> 3, j = s & 7;
+    const bool active = s < a.MS;
+    /* pieces 2 warp and 2 warp + 1 of ks: k-tiles [k0, km) and [km, k1) (none past ks) */
+    const int ks = a.ks, p0 = 2 * warp;
+    const int k0 = KT * min(p0, ks) / ks, km = KT * min(p0 + 1, ks) / ks;
+    const int k1 = KT * min(p0 + 2, ks) / ks;
+    const uint4 *wp = a.w + ((size_t)g * KT * 8 + j) * 32 + lane; /* + k * 256 */
+    const uint2 *xp = a.xb + lane;                                 /* + (k NT + n) * 32 */
+    auto fetch_w = [&](uint4 (&r)[ST_U], int kb) {
+#pragma unroll
+        for (int u = 0; u < ST_U; u++)
+            r[u] = kb + u < k1 ? ld_stream(wp + (size_t)(kb + u) * 256) : make_uint4(0, 0, 0, 0);
+    };
+    auto fetch_x = [&](uint2 (&b)[ST_U][NT], int kb) {
+#pragma unroll
+        for (int u = 0; u < ST_U; u++)
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+                b[u][n] = kb + u < k1 ? __ldcg(xp + ((size_t)(kb + u) * NT + n) * 32)
+                                      : make_uint2(0, 0);
+    };
+    float acc0[NT][4], acc1[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc0[n][e] = acc1[n][e] = 0.f;
+    auto compute = [&](const uint4 (&r)[ST_U], const uint2 (&b)[ST_U][NT], int kb) {
+#pragma unroll
+        for (int u = 0; u < ST_U; u++) {
+            const int k = kb + u;
+            if (k < km) {
+#pragma unroll
+                for (int n = 0; n < NT; n++) mma_bf16(acc0[n], r[u], b[u][n]);
+            } else if (k < k1) {
+#pragma unroll
+                for (int n = 0; n < NT; n++) mma_bf16(acc1[n], r[u], b[u][n]);
+            }
+        }
+    };
+
+    /* the residual epilogue's inputs of this thread's item (row t, output r), and weights
+     * before the wait: they never change */
+    uint4 wa[ST_U], wb[ST_U];
+    uint2 xa[ST_U][NT], xb[ST_U][NT];
+    fetch_w(wa, k0);
+    fetch_w(wb, k0 + ST_U);
+    pdl_wait();
+    pdl_launch();
+    const int it = threadIdx.x, t = it >> 4, r = it & 15, m = g * 128 + j * 16 + r;
+    const bool item = t < a.T && m < a.M;
+    const bool defer = a.norm_w && a.out_ss;
+    const float res = item ? __ldcg(a.y + (size_t)(a.row0 + t) * a.ldy + m) : 0.f;
+    const float nw = item && defer ? a.norm_w[m] : 0.f;
+    fetch_x(xa, k0);
+    fetch_x(xb, k0 + ST_U);
+    if (active) {
+        for (int kb = k0; kb < k1; kb += 2 * ST_U) {
+            compute(wa, xa, kb);
+            fetch_w(wa, kb + 2 * ST_U);
+            fetch_x(xa, kb + 2 * ST_U);
+            if (kb + ST_U >= k1) break;
+            compute(wb, xb, kb + ST_U);
+            fetch_w(wb, kb + 3 * ST_U);
+            fetch_x(xb, kb + 3 * ST_U);
+        }
+    }
+    /* each piece's tile; a row's value adds its three columns in order, then the pieces in
+     * order (gemv.cu's mm_finish and mm_add_pieces) */
+    {
+        const int gq = lane >> 2, c = 2 * (lane & 3);
+        float *f0 = fin[2 * warp], *f1 = fin[2 * warp + 1];
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            f0[gq * S + n * 8 + c] = acc0[n][0], f0[gq * S + n * 8 + c + 1] = acc0[n][1];
+            f0[(gq + 8) * S + n * 8 + c] = acc0[n][2], f0[(gq + 8) * S + n * 8 + c + 1] = acc0[n][3];
+            f1[gq * S + n * 8 + c] = acc1[n][0], f1[gq * S + n * 8 + c + 1] = acc1[n][1];
+            f1[(gq + 8) * S + n * 8 + c] = acc1[n][2], f1[(gq + 8) * S + n * 8 + c + 1] = acc1[n][3];
+        }
+    }
+    __syncthreads();
+    if (it < ST_ROWS * 16) {
+        float nv = 0.f; /* outside the rows or the matrix: nothing to the sum of squares */
+        if (item) {
+            float v = 0.f;
+#pragma unroll
+            for (int p = 0; p < 8; p++) {
+                if (p >= ks) break;
+                const float *f = fin[p] + r * S + 3 * t;
+                const float pv = (f[0] + f[1]) + f[2];
+                v = p ? v + pv : pv;
+            }
+            nv = res + v;
+            a.y[(size_t)(a.row0 + t) * a.ldy + m] = nv;
+            if (defer) xb_put(a.norm_out, a.T_chunk, a.KT_norm, a.row0 + t, m, nw * nv);
+        }
+        vals[it] = nv;
+    }
+    if (!defer) return; /* no cluster barrier is pending: every block of the cluster returns */
+    st_arrive(); /* this strip's values are ready */
+    st_wait();
+    if (st_rank() == 0) { /* the group's sums of squares, as mm_epilogue adds them */
+        __shared__ float grp[ST_ROWS * 128];
+        for (int i = threadIdx.x; i < a.T * 128; i += ST_WARPS * 32) {
+            const int tt = i >> 7, o = i & 127;
+            grp[i] = st_ld(st_map(vals + tt * 16 + (o & 15), (unsigned)(o >> 4)));
+        }
+        __syncthreads();
+        for (int c = warp; c < a.T * 4; c += ST_WARPS) {
+            const double v = ss_chunk(grp[c * 32 + lane]);
+            if (lane == 0) red[c] = v;
+        }
+        __syncthreads();
+        for (int tt = threadIdx.x; tt < a.T; tt += ST_WARPS * 32)
+            a.out_ss[(size_t)(a.row0 + tt) * a.n_ssg + g] = ss_group(red + 4 * tt);
+    }
+    st_arrive(); /* rank 0 has read every strip's values: they may leave */
+    st_wait();
+}
+
+typedef void (*st_kernel)(mm_args);
+static const st_kernel st_kernels[ST_NTMAX + 1] = {NULL, k_strip<1>, k_strip<2>};
+static int st_fit[ST_NTMAX + 1]; /* clusters of 8 that fit at once; 0 unknown, -1 none */
+
+/* how many clusters of 8 of each k_strip fit on the GPU at once: asked once, when the first
+ * matrix that could take them is prepared (not while a graph is being captured) */
+void strip_probe(const gpu_model *g, const dmat *w) {
+    if (!g->strip || w->ks < 1 || w->ks > 8) return;
+    for (int nt = 1; nt <= ST_NTMAX; nt++) {
+        if (st_fit[nt]) continue;
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = 8, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+        cfg.gridDim = dim3(cdiv(w->MS, 8) * 8), cfg.blockDim = dim3(ST_WARPS * 32);
+        cfg.attrs = at, cfg.numAttrs = 1;
+        int n = 0;
+        if (cudaOccupancyMaxActiveClusters(&n, st_kernels[nt], &cfg) != cudaSuccess) {
+            cudaGetLastError();
+            n = 0;
+        }
+        st_fit[nt] = n > 0 ? n : -1;
+    }
+}
+
+/* whether a launch of w for a pass of NT n-tiles can take k_strip: ks = 8 pieces (g->strip
+ * 2: 1 to 8), a residual epilogue whose norm, if any, is deferred, at most ST_NTMAX n-tiles,
+ * and every cluster of the launch (a group each) resident at once (strip_probe) */
+int strip_ok(const gpu_model *g, const dmat *w, const mm_args *a, int NT) {
+    if (!g->strip || NT > ST_NTMAX || a->epi != EPI_RESID) return 0;
+    if (g->strip == 1 ? w->ks != 8 : w->ks < 1 || w->ks > 8) return 0;
+    if (a->norm_w && !a->out_ss) return 0;
+    return st_fit[NT] >= (int)cdiv(w->MS, 8);
+}
+
+cudaError_t strip_launch(gpu_model *g, const dmat *w, const mm_args *a, int NT) {
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 8, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = gpu_pdl_on;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(cdiv(w->MS, 8) * 8), cfg.blockDim = dim3(ST_WARPS * 32);
+    cfg.stream = g->stream, cfg.attrs = at, cfg.numAttrs = 2;
+    return cudaLaunchKernelEx(&cfg, st_kernels[NT], *a);
+}
