@@ -295,8 +295,8 @@ TEST(gpu_attention_loads_ahead) {
 }
 
 /* o and down of passes of up to 5 rows through strip.cu (DSPARK_GPU_STRIP=2: wherever a
- * group's pieces number 1 to 8, as in this small model) give the bits of gemv.cu's partial
- * buffer: same_passes' single steps, and passes of 1 to 6 rows against single steps. */
+ * group has 1 to 8 pieces; this model's o has 3, its down 8) give the bits of gemv.cu's
+ * partial buffer: same_passes' single steps, and passes of 1 to 6 rows against single steps. */
 TEST(gpu_strip_exact) {
     if (!gpu_available()) SKIP("no CUDA build or no GPU");
     if (!fs_exists("models/pycoder")) SKIP("models/ absent");
@@ -333,6 +333,33 @@ TEST(gpu_strip_exact) {
     free(la), free(lb);
     kv_free(a), kv_free(b);
     for (int k = 0; k < 2; k++) model_free(m[k]);
+    /* a golden model's 64 outputs: half a group, strips and outputs past the matrix */
+    const char *dir = "tests/data/golden/qwen3_bf16";
+    struct model *q[2];
+    REQUIRE(model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, &q[0]) == 0);
+    setenv("DSPARK_GPU_STRIP", "2", 1);
+    int rc = model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, &q[1]);
+    unsetenv("DSPARK_GPU_STRIP");
+    REQUIRE(rc == 0);
+    const int Vq = model_config(q[0])->vocab_size;
+    float *lq[2];
+    for (int k = 0; k < 2; k++) {
+        REQUIRE((lq[k] = malloc(sizeof(float) * Vq * (P + W))) != NULL);
+        struct kv_cache *kv;
+        REQUIRE(kv_new(q[k], 128, &kv) == 0);
+        int32_t qi[P + W];
+        for (int i = 0; i < P + W; i++) qi[i] = (i * 37 + 5) % Vq;
+        CHECK(model_forward(q[k], kv, qi, P, lq[k], 1) == 0);
+        for (int i = 0; i < W; i++)
+            CHECK(model_forward(q[k], kv, qi + P + i, 1, lq[k] + (size_t)(P + i) * Vq, 0) == 0);
+        kv_free(kv);
+    }
+    const int qsame = !memcmp(lq[0], lq[1], sizeof(float) * Vq * (P + W));
+    const long qn = gpu_strip_launches(model_gpu(q[1]));
+    printf("  qwen3_bf16 (64 outputs) by strips (%ld launches): prompt and steps equal: %s\n", qn,
+           qsame ? "yes" : "NO");
+    CHECK(qn > 0 && qsame);
+    for (int k = 0; k < 2; k++) free(lq[k]), model_free(q[k]);
 }
 
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:

@@ -6,8 +6,8 @@
  * counter, without them. The 8 strips of a group are one thread-block cluster, so the
  * deferred RMSNorm's sum of squares of the group's 128 outputs is added by rank 0 from its
  * ranks' shared memory (distributed shared memory), in gemv.cu's order.
- * DSPARK_GPU_STRIP=1 takes this path where ks = 8, =2 wherever ks <= 8 (tests: the small
- * models' matrices have 1-3 pieces). Off by default until measured on a GPU (docs/perf.md). */
+ * DSPARK_GPU_STRIP=1 takes this path where ks = 8, =2 wherever ks <= 8 (tests: models/pycoder's
+ * o has 3 pieces, its down 8). Off by default until measured on a GPU (docs/perf.md). */
 #include "backend/cuda/mm.cuh"
 #include "backend/cuda/ring.cuh"
 
@@ -144,7 +144,8 @@ __global__ void __launch_bounds__(ST_WARPS * 32, 4) k_strip(mm_args a) {
         vals[it] = nv;
     }
     if (!defer) return; /* no cluster barrier is pending: every block of the cluster returns */
-    st_arrive(); /* this strip's values are ready */
+    __syncwarp();       /* the barriers below are .aligned: the warp together again */
+    st_arrive();        /* this strip's values are ready */
     st_wait();
     if (st_rank() == 0) { /* the group's sums of squares, as mm_epilogue adds them */
         __shared__ float grp[ST_ROWS * 128];
@@ -191,10 +192,11 @@ void strip_probe(const gpu_model *g, const dmat *w) {
 }
 
 /* whether a launch of w for a pass of NT n-tiles can take k_strip: ks = 8 pieces (g->strip
- * 2: 1 to 8), a residual epilogue whose norm, if any, is deferred, at most ST_NTMAX n-tiles,
+ * 2: 1 to 8), a residual epilogue whose norm, if any, is deferred and whose input's is not
+ * (k_strip does not scale by 1 / rms), at most ST_NTMAX n-tiles,
  * and every cluster of the launch (a group each) resident at once (strip_probe) */
 int strip_ok(const gpu_model *g, const dmat *w, const mm_args *a, int NT) {
-    if (!g->strip || NT > ST_NTMAX || a->epi != EPI_RESID) return 0;
+    if (!g->strip || NT > ST_NTMAX || a->epi != EPI_RESID || a->in_ss) return 0;
     if (g->strip == 1 ? w->ks != 8 : w->ks < 1 || w->ks > 8) return 0;
     if (a->norm_w && !a->out_ss) return 0;
     return st_fit[NT] >= (int)cdiv(w->MS, 8);
