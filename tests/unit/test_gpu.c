@@ -38,12 +38,16 @@ static double rel_err(const float *a, const float *b, size_t n) {
     return mb > 0 ? md / mb : md;
 }
 
-/* models/pycoder on the GPU with one setting of the environment (a DSPARK_GPU_ knob) */
-static int load_with(const char *var, const char *value, struct model **m) {
+/* the model in dir on the GPU with one setting of the environment (a DSPARK_GPU_ knob) */
+static int load_dir_with(const char *dir, const char *var, const char *value, struct model **m) {
     setenv(var, value, 1);
-    int rc = model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, m);
+    int rc = model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, m);
     unsetenv(var);
     return rc;
+}
+/* the same for models/pycoder */
+static int load_with(const char *var, const char *value, struct model **m) {
+    return load_dir_with("models/pycoder", var, value, m);
 }
 
 /* Whether one pass of the w rows after the first P ids, on a fresh kv holding only those P,
@@ -337,10 +341,7 @@ TEST(gpu_strip_exact) {
     const char *dir = "tests/data/golden/qwen3_bf16";
     struct model *q[2];
     REQUIRE(model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, &q[0]) == 0);
-    setenv("DSPARK_GPU_STRIP", "2", 1);
-    int rc = model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, &q[1]);
-    unsetenv("DSPARK_GPU_STRIP");
-    REQUIRE(rc == 0);
+    REQUIRE(load_dir_with(dir, "DSPARK_GPU_STRIP", "2", &q[1]) == 0);
     const int Vq = model_config(q[0])->vocab_size;
     float *lq[2];
     for (int k = 0; k < 2; k++) {

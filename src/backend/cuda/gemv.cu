@@ -140,8 +140,9 @@ __device__ __forceinline__ void mm_add_pieces(const mm_args &a, int g, int2 gp, 
  * piece to arrive adding them up; then the epilogue, by whoever has the group's whole sums.
  * The residual epilogue's other inputs (the residual rows, the next norm's weights) are
  * copied into shared memory before the arrival, so the group's last piece waits for one
- * round trip (the others' sums) before it stores. smem: mm_fin_smem(NT) bytes, free for
- * reuse; inv: 1 / rms of the input rows (a.in_ss), sp: the pass's step parameters (q|k|v). */
+ * round trip (the others' sums) before it stores; so are the input rows' group sums of
+ * squares (a.in_ss) and, past 16 rows, q|k|v's step parameters, norm weights and
+ * frequencies. smem: mm_fin_smem(NT) bytes, free for reuse. */
 template <int NT>
 __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[NT][4], int g,
                                           bool whole, int slot, unsigned char *smem) {
@@ -238,11 +239,7 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
             for (int t = threadIdx.x; t < a.T; t += 256)
                 inv[t] = ss_inv_seq((const double *)pre + t * a.n_ssg, a.n_ssg, a.H_norm, a.eps);
         } else {
-            for (int t = warp; t < a.T; t += 8) {
-                const float v = ss_inv_warp(a.in_ss + (size_t)(a.row0 + t) * a.n_ssg, a.n_ssg,
-                                            a.H_norm, a.eps);
-                if (lane == 0) inv[t] = v;
-            }
+            mm_inv_warps(a, inv);
         }
         __syncthreads();
     }

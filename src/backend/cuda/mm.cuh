@@ -148,18 +148,38 @@ __device__ __forceinline__ void mm_resid_gather(const mm_args &a, int g, int nit
                            : a.norm_w[m];
     }
 }
+/* inv[t] = 1 / rms of input row t (a.in_ss) for rows [0, a.T), a warp per row */
+__device__ __forceinline__ void mm_inv_warps(const mm_args &a, float *inv) {
+    for (int t = threadIdx.x >> 5; t < a.T; t += 8) {
+        const float v = ss_inv_warp(a.in_ss + (size_t)(a.row0 + t) * a.n_ssg, a.n_ssg, a.H_norm,
+                                    a.eps);
+        if ((threadIdx.x & 31) == 0) inv[t] = v;
+    }
+}
 /* mm_epilogue's inputs gathered in place (the prompt-chunk kernel, whose epilogue is not on a
  * decode pass's path): inv[t], 1 / rms of input row t (a.in_ss), and pre */
 __device__ __forceinline__ void mm_epi_gather(const mm_args &a, int g, int nitems, float *inv,
                                               float *pre) {
-    if (a.in_ss)
-        for (int t = threadIdx.x >> 5; t < a.T; t += 8) { /* a warp per row */
-            const float v = ss_inv_warp(a.in_ss + (size_t)(a.row0 + t) * a.n_ssg, a.n_ssg,
-                                        a.H_norm, a.eps);
-            if ((threadIdx.x & 31) == 0) inv[t] = v;
-        }
+    if (a.in_ss) mm_inv_warps(a, inv);
     if (a.epi == EPI_RESID) mm_resid_gather(a, g, nitems, pre);
     __syncthreads();
+}
+
+/* The deferred RMSNorm's sum of squares of group g for rows [0, a.T), from their 128 new
+ * values val[t * 128 + i] (0 past the matrix) complete in shared memory, into out_ss: four
+ * warp sums of 32 columns (ss_chunk) added by ss_group, so the same bits whichever kernel
+ * (gemv.cu, gemm.cu, strip.cu) computes it. The block's NW warps all call it; red: 4 a.T. */
+template <int NW>
+__device__ __forceinline__ void mm_group_ss(const mm_args &a, int g, const float *val,
+                                            double *red) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int c = warp; c < a.T * 4; c += NW) {
+        double s = ss_chunk(val[c * 32 + lane]);
+        if (lane == 0) red[c] = s;
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < a.T; t += NW * 32)
+        a.out_ss[(size_t)(a.row0 + t) * a.n_ssg + g] = ss_group(red + 4 * t);
 }
 
 /* The finished sums of strip group g (val[t * 128 + i]: row t, output g * 128 + i) into
@@ -218,14 +238,7 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
     }
     if (defer) { /* this group's sums of squares; the next matmul finishes the norm */
         __syncthreads();
-        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-        for (int c = warp; c < a.T * 4; c += 8) {
-            double s = ss_chunk(val[c * 32 + lane]);
-            if (lane == 0) red[c] = s;
-        }
-        __syncthreads();
-        for (int t = threadIdx.x; t < a.T; t += 256)
-            a.out_ss[(size_t)(a.row0 + t) * a.n_ssg + g] = ss_group(red + 4 * t);
+        mm_group_ss<8>(a, g, val, red);
         return;
     }
     if (a.epi == EPI_RESID && a.norm_w) {

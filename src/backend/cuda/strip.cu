@@ -154,13 +154,7 @@ __global__ void __launch_bounds__(ST_WARPS * 32, 4) k_strip(mm_args a) {
             grp[i] = st_ld(st_map(vals + tt * 16 + (o & 15), (unsigned)(o >> 4)));
         }
         __syncthreads();
-        for (int c = warp; c < a.T * 4; c += ST_WARPS) {
-            const double v = ss_chunk(grp[c * 32 + lane]);
-            if (lane == 0) red[c] = v;
-        }
-        __syncthreads();
-        for (int tt = threadIdx.x; tt < a.T; tt += ST_WARPS * 32)
-            a.out_ss[(size_t)(a.row0 + tt) * a.n_ssg + g] = ss_group(red + 4 * tt);
+        mm_group_ss<ST_WARPS>(a, g, grp, red);
     }
     st_arrive(); /* rank 0 has read every strip's values: they may leave */
     st_wait();
@@ -170,18 +164,27 @@ typedef void (*st_kernel)(mm_args);
 static const st_kernel st_kernels[ST_NTMAX + 1] = {NULL, k_strip<1>, k_strip<2>};
 static int st_fit[ST_NTMAX + 1]; /* clusters of 8 that fit at once; 0 unknown, -1 none */
 
+/* k_strip's launch for w: a block per strip, a cluster per group (at[0]), and with pdl the
+ * programmatic dependent launch (at[1]) */
+static void st_config(const dmat *w, cudaLaunchAttribute at[2], int pdl, cudaLaunchConfig_t *cfg) {
+    *cfg = cudaLaunchConfig_t{};
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 8, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = gpu_pdl_on;
+    cfg->gridDim = dim3(cdiv(w->MS, 8) * 8), cfg->blockDim = dim3(ST_WARPS * 32);
+    cfg->attrs = at, cfg->numAttrs = pdl ? 2 : 1;
+}
+
 /* how many clusters of 8 of each k_strip fit on the GPU at once: asked once, when the first
  * matrix that could take them is prepared (not while a graph is being captured) */
 void strip_probe(const gpu_model *g, const dmat *w) {
     if (!g->strip || w->ks < 1 || w->ks > 8) return;
     for (int nt = 1; nt <= ST_NTMAX; nt++) {
         if (st_fit[nt]) continue;
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = 8, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-        cfg.gridDim = dim3(cdiv(w->MS, 8) * 8), cfg.blockDim = dim3(ST_WARPS * 32);
-        cfg.attrs = at, cfg.numAttrs = 1;
+        cudaLaunchConfig_t cfg;
+        cudaLaunchAttribute at[2];
+        st_config(w, at, 0, &cfg);
         int n = 0;
         if (cudaOccupancyMaxActiveClusters(&n, st_kernels[nt], &cfg) != cudaSuccess) {
             cudaGetLastError();
@@ -203,13 +206,9 @@ int strip_ok(const gpu_model *g, const dmat *w, const mm_args *a, int NT) {
 }
 
 cudaError_t strip_launch(gpu_model *g, const dmat *w, const mm_args *a, int NT) {
+    cudaLaunchConfig_t cfg;
     cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 8, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = gpu_pdl_on;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(cdiv(w->MS, 8) * 8), cfg.blockDim = dim3(ST_WARPS * 32);
-    cfg.stream = g->stream, cfg.attrs = at, cfg.numAttrs = 2;
+    st_config(w, at, 1, &cfg);
+    cfg.stream = g->stream;
     return cudaLaunchKernelEx(&cfg, st_kernels[NT], *a);
 }
