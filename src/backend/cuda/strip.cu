@@ -1,7 +1,7 @@
 /* backend/cuda/strip.cu: the residual matmuls (o, down) of passes of up to 5 rows without
  * split sums, for matrices whose strip groups gemv.cu splits into ks <= 8 K pieces (the
- * Qwen3-8B shape: 8). A block is one strip of 16 outputs; its 4 warps take the group's pieces,
- * two each in turn, each piece's k-tiles in order from zero with the same mma, and the block
+ * Qwen3-8B shape: 8). A block is one strip of 16 outputs; its 8 warps take the group's pieces,
+ * one each, each piece's k-tiles in order from zero with the same mma, and the block
  * adds the pieces in piece order in shared memory: the bits of gemv.cu's partial buffer and
  * counter, without them. The 8 strips of a group are one thread-block cluster, so the
  * deferred RMSNorm's sum of squares of the group's 128 outputs is added by rank 0 from its
@@ -11,10 +11,19 @@
 #include "backend/cuda/mm.cuh"
 #include "backend/cuda/ring.cuh"
 
-#define ST_WARPS 4   /* warps a block, two pieces each */
-#define ST_U     4   /* k-tiles a register batch, two batches in flight */
+#define ST_WARPS 8   /* warps a block, a piece each */
 #define ST_NTMAX 2   /* n-tiles: passes of up to 5 rows */
 #define ST_ROWS  5   /* rows of ST_NTMAX n-tiles */
+/* k-tiles a register batch, two batches in flight (4: 80 registers, so that three blocks fit
+ * on an SM and every group's cluster of 8 is resident at once: two blocks an SM leave the
+ * H200 30 clusters, the Qwen3-8B shape's o and down need 32) */
+#ifndef ST_U1
+#define ST_U1 4
+#endif
+#ifndef ST_MINB
+#define ST_MINB 3
+#endif
+#define ST_U(NT) ((NT) == 1 ? ST_U1 : 4)
 
 __device__ __forceinline__ unsigned st_rank(void) {
     unsigned r;
@@ -40,58 +49,53 @@ __device__ __forceinline__ float st_ld(unsigned addr) {
 }
 
 template <int NT>
-__global__ void __launch_bounds__(ST_WARPS * 32, 4) k_strip(mm_args a) {
-    constexpr int S = 8 * NT + 1; /* floats per row of a piece's 16 x 8NT tile */
+__global__ void __launch_bounds__(ST_WARPS * 32, ST_MINB) k_strip(mm_args a) {
+    constexpr int S = 8 * NT + 1, U = ST_U(NT); /* S: floats per row of a piece's tile */
     __shared__ float fin[8][16 * S];  /* each piece's sums */
     __shared__ float vals[ST_ROWS * 16]; /* the strip's new residual values, row-major */
     __shared__ double red[ST_ROWS * 4];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, KT = a.KT;
     const int s = blockIdx.x, g = s >> 3, j = s & 7;
     const bool active = s < a.MS;
-    /* pieces 2 warp and 2 warp + 1 of ks: k-tiles [k0, km) and [km, k1) (none past ks) */
-    const int ks = a.ks, p0 = 2 * warp;
-    const int k0 = KT * min(p0, ks) / ks, km = KT * min(p0 + 1, ks) / ks;
-    const int k1 = KT * min(p0 + 2, ks) / ks;
+    /* piece warp of ks: k-tiles [k0, k1) (none past ks) */
+    const int ks = a.ks;
+    const int k0 = KT * min(warp, ks) / ks, k1 = KT * min(warp + 1, ks) / ks;
     const uint4 *wp = a.w + ((size_t)g * KT * 8 + j) * 32 + lane; /* + k * 256 */
     const uint2 *xp = a.xb + lane;                                 /* + (k NT + n) * 32 */
-    auto fetch_w = [&](uint4 (&r)[ST_U], int kb) {
+    auto fetch_w = [&](uint4 (&r)[U], int kb) {
 #pragma unroll
-        for (int u = 0; u < ST_U; u++)
+        for (int u = 0; u < U; u++)
             r[u] = kb + u < k1 ? ld_stream(wp + (size_t)(kb + u) * 256) : make_uint4(0, 0, 0, 0);
     };
-    auto fetch_x = [&](uint2 (&b)[ST_U][NT], int kb) {
+    auto fetch_x = [&](uint2 (&b)[U][NT], int kb) {
 #pragma unroll
-        for (int u = 0; u < ST_U; u++)
+        for (int u = 0; u < U; u++)
 #pragma unroll
             for (int n = 0; n < NT; n++)
                 b[u][n] = kb + u < k1 ? __ldcg(xp + ((size_t)(kb + u) * NT + n) * 32)
                                       : make_uint2(0, 0);
     };
-    float acc0[NT][4], acc1[NT][4];
+    float acc[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) acc0[n][e] = acc1[n][e] = 0.f;
-    auto compute = [&](const uint4 (&r)[ST_U], const uint2 (&b)[ST_U][NT], int kb) {
+        for (int e = 0; e < 4; e++) acc[n][e] = 0.f;
+    auto compute = [&](const uint4 (&r)[U], const uint2 (&b)[U][NT], int kb) {
 #pragma unroll
-        for (int u = 0; u < ST_U; u++) {
-            const int k = kb + u;
-            if (k < km) {
+        for (int u = 0; u < U; u++) {
+            if (kb + u < k1) {
 #pragma unroll
-                for (int n = 0; n < NT; n++) mma_bf16(acc0[n], r[u], b[u][n]);
-            } else if (k < k1) {
-#pragma unroll
-                for (int n = 0; n < NT; n++) mma_bf16(acc1[n], r[u], b[u][n]);
+                for (int n = 0; n < NT; n++) mma_bf16(acc[n], r[u], b[u][n]);
             }
         }
     };
 
     /* the residual epilogue's inputs of this thread's item (row t, output r), and weights
      * before the wait: they never change */
-    uint4 wa[ST_U], wb[ST_U];
-    uint2 xa[ST_U][NT], xb[ST_U][NT];
+    uint4 wa[U], wb[U];
+    uint2 xa[U][NT], xb[U][NT];
     fetch_w(wa, k0);
-    fetch_w(wb, k0 + ST_U);
+    fetch_w(wb, k0 + U);
     pdl_wait();
     pdl_launch();
     const int it = threadIdx.x, t = it >> 4, r = it & 15, m = g * 128 + j * 16 + r;
@@ -100,29 +104,27 @@ __global__ void __launch_bounds__(ST_WARPS * 32, 4) k_strip(mm_args a) {
     const float res = item ? __ldcg(a.y + (size_t)(a.row0 + t) * a.ldy + m) : 0.f;
     const float nw = item && defer ? a.norm_w[m] : 0.f;
     fetch_x(xa, k0);
-    fetch_x(xb, k0 + ST_U);
+    fetch_x(xb, k0 + U);
     if (active) {
-        for (int kb = k0; kb < k1; kb += 2 * ST_U) {
+        for (int kb = k0; kb < k1; kb += 2 * U) {
             compute(wa, xa, kb);
-            fetch_w(wa, kb + 2 * ST_U);
-            fetch_x(xa, kb + 2 * ST_U);
-            if (kb + ST_U >= k1) break;
-            compute(wb, xb, kb + ST_U);
-            fetch_w(wb, kb + 3 * ST_U);
-            fetch_x(xb, kb + 3 * ST_U);
+            fetch_w(wa, kb + 2 * U);
+            fetch_x(xa, kb + 2 * U);
+            if (kb + U >= k1) break;
+            compute(wb, xb, kb + U);
+            fetch_w(wb, kb + 3 * U);
+            fetch_x(xb, kb + 3 * U);
         }
     }
     /* each piece's tile; a row's value adds its three columns in order, then the pieces in
      * order (gemv.cu's mm_finish and mm_add_pieces) */
     {
         const int gq = lane >> 2, c = 2 * (lane & 3);
-        float *f0 = fin[2 * warp], *f1 = fin[2 * warp + 1];
+        float *f = fin[warp];
 #pragma unroll
         for (int n = 0; n < NT; n++) {
-            f0[gq * S + n * 8 + c] = acc0[n][0], f0[gq * S + n * 8 + c + 1] = acc0[n][1];
-            f0[(gq + 8) * S + n * 8 + c] = acc0[n][2], f0[(gq + 8) * S + n * 8 + c + 1] = acc0[n][3];
-            f1[gq * S + n * 8 + c] = acc1[n][0], f1[gq * S + n * 8 + c + 1] = acc1[n][1];
-            f1[(gq + 8) * S + n * 8 + c] = acc1[n][2], f1[(gq + 8) * S + n * 8 + c + 1] = acc1[n][3];
+            f[gq * S + n * 8 + c] = acc[n][0], f[gq * S + n * 8 + c + 1] = acc[n][1];
+            f[(gq + 8) * S + n * 8 + c] = acc[n][2], f[(gq + 8) * S + n * 8 + c + 1] = acc[n][3];
         }
     }
     __syncthreads();
@@ -191,6 +193,8 @@ void strip_probe(const gpu_model *g, const dmat *w) {
             n = 0;
         }
         st_fit[nt] = n > 0 ? n : -1;
+        log_info("strip.cu: %d clusters of 8 blocks fit at once for %d n-tile(s); a matrix of "
+                 "%d strips needs %d", n, nt, w->MS, cdiv(w->MS, 8));
     }
 }
 
