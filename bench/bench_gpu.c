@@ -322,8 +322,6 @@ int main(int argc, char **argv) {
                "with logits copied back %.3f ms [%.3f]\n",
                P, g1.med * 1e3, g1.min * 1e3, 1 / g1.med, 100 * roof / g1.med, l1.med * 1e3,
                l1.min * 1e3);
-        if (gpu_strip_launches(model_gpu(m)))
-            printf("  (strip.cu kernel: %ld launches so far)\n", gpu_strip_launches(model_gpu(m)));
         if (ci || (decode_only && !lab)) continue;
         printf("verify cost by width (x one token, greedy ids of every row):\n");
         for (int k = 1; k <= 32; k++) {

@@ -111,11 +111,6 @@ int gpu_set_taps(struct gpu_model *g, const int *layers, int n) {
     return ERR_UNSUPPORTED;
 }
 
-long gpu_strip_launches(const struct gpu_model *g) {
-    (void)g;
-    return 0;
-}
-
 int gpu_profile(struct gpu_model *g, struct gpu_kv **kv, int nseq, int pos0, int n,
                 struct gpu_op_time *out, int max) {
     (void)g, (void)kv, (void)nseq, (void)pos0, (void)n, (void)out, (void)max;

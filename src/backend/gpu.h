@@ -108,9 +108,6 @@ int gpu_markov_bias(struct gpu_model *g, const int32_t *prev, int n, float *cons
 /* Hidden-state taps: the residual stream leaving each of layers[0..n) (n <= 16), reported by
  * gpu_forward_batch() in this order. n = 0 turns them off. */
 int gpu_set_taps(struct gpu_model *g, const int *layers, int n);
-/* How many matmul launches took strip.cu's kernel (DSPARK_GPU_STRIP) since the model was
- * loaded: tests check that the path they compare ran. */
-long gpu_strip_launches(const struct gpu_model *g);
 /* gpu_forward() that copies back only the greedy token of every row (all_rows) or of the last
  * one: the first index of the largest logit, as sample_greedy() picks it. */
 int gpu_forward_greedy(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids, int n,

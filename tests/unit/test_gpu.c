@@ -38,16 +38,12 @@ static double rel_err(const float *a, const float *b, size_t n) {
     return mb > 0 ? md / mb : md;
 }
 
-/* the model in dir on the GPU with one setting of the environment (a DSPARK_GPU_ knob) */
-static int load_dir_with(const char *dir, const char *var, const char *value, struct model **m) {
+/* models/pycoder on the GPU with one setting of the environment (a DSPARK_GPU_ knob) */
+static int load_with(const char *var, const char *value, struct model **m) {
     setenv(var, value, 1);
-    int rc = model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, m);
+    int rc = model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, m);
     unsetenv(var);
     return rc;
-}
-/* the same for models/pycoder */
-static int load_with(const char *var, const char *value, struct model **m) {
-    return load_dir_with("models/pycoder", var, value, m);
 }
 
 /* Whether one pass of the w rows after the first P ids, on a fresh kv holding only those P,
@@ -296,71 +292,6 @@ TEST(gpu_attention_loads_ahead) {
            same_seq ? "yes" : "NO", same_batch ? "yes" : "NO");
     CHECK(same_seq && same_batch);
     for (int k = 0; k < 2; k++) model_free(m[k]);
-}
-
-/* o and down of passes of up to 5 rows through strip.cu (DSPARK_GPU_STRIP=2: wherever a
- * group has 1 to 8 pieces; this model's o has 3, its down 8) give the bits of gemv.cu's
- * partial buffer: same_passes' single steps, and passes of 1 to 6 rows against single steps. */
-TEST(gpu_strip_exact) {
-    if (!gpu_available()) SKIP("no CUDA build or no GPU");
-    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
-    struct model *m[2];
-    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m[0]) ==
-            0);
-    REQUIRE(load_with("DSPARK_GPU_STRIP", "2", &m[1]) == 0);
-    int same_seq = 0, same_batch = 0;
-    same_passes(m, &same_seq, &same_batch);
-    enum { P = 41, W = 6 };
-    const int V = model_config(m[0])->vocab_size;
-    int32_t ids[P + W];
-    for (int i = 0; i < P + W; i++) ids[i] = 30 + (i * 173) % 8000;
-    struct kv_cache *a, *b;
-    REQUIRE(kv_new(m[0], 128, &a) == 0 && kv_new(m[1], 128, &b) == 0);
-    float *la = malloc(sizeof(float) * V * W), *lb = malloc(sizeof(float) * V * W);
-    REQUIRE(la && lb);
-    CHECK(model_forward(m[0], a, ids, P, NULL, 0) == 0);
-    for (int i = 0; i < W; i++)
-        CHECK(model_forward(m[0], a, ids + P + i, 1, la + (size_t)i * V, 0) == 0);
-    int bad = 0;
-    for (int w = 1; w <= W; w++) {
-        if (!pass_equals_steps(m[1], b, ids, P, w, la, lb)) {
-            printf("  strip pass of %d rows differs from the default's single steps\n", w);
-            bad++;
-        }
-    }
-    long n0 = gpu_strip_launches(model_gpu(m[0])), n1 = gpu_strip_launches(model_gpu(m[1]));
-    printf("  o and down by strips (%ld launches) equal to the partial buffer (prompt, verify, "
-           "steps): %s; 16 sequences' steps: %s; passes of 1..%d rows: %s\n",
-           n1, same_seq ? "yes" : "NO", same_batch ? "yes" : "NO", W, bad ? "NO" : "yes");
-    CHECK(n0 == 0 && n1 > 0);
-    CHECK(same_seq && same_batch && bad == 0);
-    free(la), free(lb);
-    kv_free(a), kv_free(b);
-    for (int k = 0; k < 2; k++) model_free(m[k]);
-    /* a golden model's 64 outputs: half a group, strips and outputs past the matrix */
-    const char *dir = "tests/data/golden/qwen3_bf16";
-    struct model *q[2];
-    REQUIRE(model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, &q[0]) == 0);
-    REQUIRE(load_dir_with(dir, "DSPARK_GPU_STRIP", "2", &q[1]) == 0);
-    const int Vq = model_config(q[0])->vocab_size;
-    float *lq[2];
-    for (int k = 0; k < 2; k++) {
-        REQUIRE((lq[k] = malloc(sizeof(float) * Vq * (P + W))) != NULL);
-        struct kv_cache *kv;
-        REQUIRE(kv_new(q[k], 128, &kv) == 0);
-        int32_t qi[P + W];
-        for (int i = 0; i < P + W; i++) qi[i] = (i * 37 + 5) % Vq;
-        CHECK(model_forward(q[k], kv, qi, P, lq[k], 1) == 0);
-        for (int i = 0; i < W; i++)
-            CHECK(model_forward(q[k], kv, qi + P + i, 1, lq[k] + (size_t)(P + i) * Vq, 0) == 0);
-        kv_free(kv);
-    }
-    const int qsame = !memcmp(lq[0], lq[1], sizeof(float) * Vq * (P + W));
-    const long qn = gpu_strip_launches(model_gpu(q[1]));
-    printf("  qwen3_bf16 (64 outputs) by strips (%ld launches): prompt and steps equal: %s\n", qn,
-           qsame ? "yes" : "NO");
-    CHECK(qn > 0 && qsame);
-    for (int k = 0; k < 2; k++) free(lq[k]), model_free(q[k]);
 }
 
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
@@ -1137,7 +1068,6 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_gemm_exact")) RUN(gpu_gemm_exact);
     if (wanted(argc, argv, "gpu_attention_buffers")) RUN(gpu_attention_buffers);
     if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
-    if (wanted(argc, argv, "gpu_strip_exact")) RUN(gpu_strip_exact);
     if (wanted(argc, argv, "gpu_attention_many_steps")) RUN(gpu_attention_many_steps);
     if (wanted(argc, argv, "gpu_many_heads_per_kv")) RUN(gpu_many_heads_per_kv);
     if (wanted(argc, argv, "gpu_block_golden")) RUN(gpu_block_golden);

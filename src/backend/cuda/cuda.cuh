@@ -353,8 +353,6 @@ struct gpu_model {
     int prescale;         /* layers' norms deferred into the matmuls (mm_call.out_ss) */
     int att_early_kv, att_pre_kv; /* attn_args.early_kv, pre_kv */
     int pre_kt; /* mm_args.npre at most */
-    int strip;  /* o and down of passes of up to 5 rows by strip.cu (DSPARK_GPU_STRIP) */
-    long strip_launches; /* launches that took it (gpu_strip_launches) */
     double *ss_a, *ss_f;  /* [GPU_ROWS][n_ssg] group sums of squares behind xa and xf
                            * (NULL unless prescale) */
     int n_ssg;            /* 128-column groups of a hidden row */

@@ -302,7 +302,6 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->att_early_kv = env_int("DSPARK_GPU_ATT_EARLY_KV", 1);
     g->att_pre_kv = env_int("DSPARK_GPU_ATT_PRE_KV", 1);
     g->pre_kt = env_int("DSPARK_GPU_PRE_KT", 0); /* measured slower at 8, 16 */
-    g->strip = env_int("DSPARK_GPU_STRIP", 0); /* not yet measured on a GPU */
     int sms = 132;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     g->sms = sms;
@@ -693,10 +692,6 @@ extern "C" int gpu_markov_bias(gpu_model *g, const int32_t *prev, int n, float *
         CK(cudaGetLastError());
     }
     return OK;
-}
-
-extern "C" long gpu_strip_launches(const gpu_model *g) {
-    return g->strip_launches;
 }
 
 extern "C" int gpu_set_taps(gpu_model *g, const int *layers, int n) {

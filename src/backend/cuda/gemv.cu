@@ -539,7 +539,6 @@ int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, 
     m->interleaved = interleave;
     m->MS = interleave ? 2 * ((M / 2 + 15) / 16) : (M + 15) / 16;
     mm_partition(g, m);
-    strip_probe(g, m);
     size_t n = (size_t)cdiv(m->MS, 8) * 8 * m->KT * 32;
     void *dst;
     int rc = dev_alloc(g, &dst, n * sizeof(uint4));
@@ -590,10 +589,6 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
     a.out_ss = a.norm_w ? c->out_ss : NULL, a.in_ss = c->in_ss, a.n_ssg = g->n_ssg;
     if (c->n > GPU_GROUP) return mmg_launch(g, &a);
     int NT = xb_ntiles(c->n);
-    if (strip_ok(g, w, &a, NT)) {
-        g->strip_launches++;
-        return strip_launch(g, w, &a, NT);
-    }
     a.npre = min(g->pre_kt, mm_pre_max(NT));
     return launch(mm_kernels[NT], dim3(w->nb), dim3(256), (size_t)(mm_smem(NT) + a.npre * 4096),
                   g->stream, a);

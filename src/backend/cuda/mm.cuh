@@ -168,7 +168,7 @@ __device__ __forceinline__ void mm_epi_gather(const mm_args &a, int g, int nitem
 /* The deferred RMSNorm's sum of squares of group g for rows [0, a.T), from their 128 new
  * values val[t * 128 + i] (0 past the matrix) complete in shared memory, into out_ss: four
  * warp sums of 32 columns (ss_chunk) added by ss_group, so the same bits whichever kernel
- * (gemv.cu, gemm.cu, strip.cu) computes it. The block's NW warps all call it; red: 4 a.T. */
+ * (gemv.cu, gemm.cu) computes it. The block's NW warps all call it; red: 4 a.T. */
 template <int NW>
 __device__ __forceinline__ void mm_group_ss(const mm_args &a, int g, const float *val,
                                             double *red) {
@@ -266,11 +266,6 @@ __device__ __forceinline__ int mm_block_of(const mm_args &a, int i) {
     if (a.ks) return (i / a.KT) * a.ks + ((i % a.KT + 1) * a.ks - 1) / a.KT;
     return (int)(((unsigned)(i + 1) * (unsigned)a.nb - 1) / a.total);
 }
-
-/* strip.cu: o and down of short passes without split sums (DSPARK_GPU_STRIP=1) */
-void strip_probe(const gpu_model *g, const dmat *w);
-int strip_ok(const gpu_model *g, const dmat *w, const mm_args *a, int NT);
-cudaError_t strip_launch(gpu_model *g, const dmat *w, const mm_args *a, int NT);
 
 int mmg_init(void);
 int mmg_wanted(const gpu_model *g, const dmat *w, int T); /* one launch for all T rows */
