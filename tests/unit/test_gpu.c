@@ -294,14 +294,53 @@ TEST(gpu_attention_loads_ahead) {
     for (int k = 0; k < 2; k++) model_free(m[k]);
 }
 
-/* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
- * the one-buffer kernel's path for items of few rows) give the same bits as each sequence
- * alone (fewer items than SMs: the two-buffer kernel). */
-TEST(gpu_attention_many_steps) {
+/* Attention on the tensor cores (DSPARK_GPU_ATT_TC=1): a pass of 1 to 16 rows gives each row
+ * the bits of single steps (one arithmetic for every width), 16 sequences' steps in one pass
+ * give each the bits it gets alone (many_steps, below), and the logits stay within 1e-4 of
+ * the float path's with the same greedy tokens. */
+static void many_steps(struct model *m, int *same);
+TEST(gpu_attention_tc) {
     if (!gpu_available()) SKIP("no CUDA build or no GPU");
     if (!fs_exists("models/pycoder")) SKIP("models/ absent");
-    struct model *m;
-    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m) == 0);
+    struct model *m[2];
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m[0]) ==
+            0);
+    REQUIRE(load_with("DSPARK_GPU_ATT_TC", "1", &m[1]) == 0);
+    enum { P = 300, W = 16 };
+    const int V = model_config(m[0])->vocab_size;
+    static int32_t ids[P + W];
+    for (int i = 0; i < P + W; i++) ids[i] = 20 + (i * 389 + 7) % 8000;
+    float *l[2], *out = malloc(sizeof(float) * V * W);
+    struct kv_cache *kv[2];
+    REQUIRE(out != NULL);
+    for (int k = 0; k < 2; k++) { /* single steps after the prompt */
+        REQUIRE((l[k] = malloc(sizeof(float) * V * W)) != NULL);
+        REQUIRE(kv_new(m[k], 512, &kv[k]) == 0);
+        CHECK(model_forward(m[k], kv[k], ids, P, NULL, 0) == 0);
+        for (int i = 0; i < W; i++)
+            CHECK(model_forward(m[k], kv[k], ids + P + i, 1, l[k] + (size_t)i * V, 0) == 0);
+    }
+    const int widths[] = {1, 2, 3, 5, 8, 9, 16};
+    int same = 0, agree = 0;
+    for (int j = 0; j < 7; j++) same += pass_equals_steps(m[1], kv[1], ids, P, widths[j], l[1], out);
+    for (int i = 0; i < W; i++)
+        agree += argmax(l[0] + (size_t)i * V, V) == argmax(l[1] + (size_t)i * V, V);
+    const double err = rel_err(l[1], l[0], (size_t)V * W);
+    int alone = 0;
+    many_steps(m[1], &alone);
+    printf("  attention on the tensor cores: passes of 1..16 rows equal single steps %d of 7; "
+           "logits rel err %.2e against the float path, argmax equal on %d of %d rows; 16 "
+           "sequences' steps in one pass equal each alone %d\n",
+           same, err, agree, W, alone);
+    CHECK(same == 7 && agree == W && err < 1e-4 && alone == 16);
+    for (int k = 0; k < 2; k++) free(l[k]), kv_free(kv[k]), model_free(m[k]);
+    free(out);
+}
+
+/* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
+ * the one-buffer kernel's path for items of few rows) on m: into same, how many of NS = 16
+ * sequences get the same bits batched as alone (fewer items than SMs: the two-buffer kernel). */
+static void many_steps(struct model *m, int *same) {
     enum { NS = 16, STEPS = 3 };
     const int V = model_config(m)->vocab_size;
     int32_t ids[NS][400];
@@ -331,15 +370,24 @@ TEST(gpu_attention_many_steps) {
             if (k == 0) CHECK(model_forward_batch(m, it, NS) == 0);
         }
     }
-    int same = 0;
+    *same = 0;
     for (int i = 0; i < NS; i++)
-        same += !memcmp(l[0][i], l[1][i], sizeof(float) * V * w[i] * STEPS);
-    printf("  %d sequences' decode steps in one pass (attention items of one or two rows): "
-           "equal to each alone %d\n",
-           NS, same);
-    CHECK(same == NS);
+        *same += !memcmp(l[0][i], l[1][i], sizeof(float) * V * w[i] * STEPS);
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < NS; i++) free(l[k][i]), kv_free(kv[k][i]);
+}
+
+TEST(gpu_attention_many_steps) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m) == 0);
+    int same = 0;
+    many_steps(m, &same);
+    printf("  16 sequences' decode steps in one pass (attention items of one or two rows): "
+           "equal to each alone %d\n",
+           same);
+    CHECK(same == 16);
     model_free(m);
 }
 
@@ -1069,6 +1117,7 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_attention_buffers")) RUN(gpu_attention_buffers);
     if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
     if (wanted(argc, argv, "gpu_attention_many_steps")) RUN(gpu_attention_many_steps);
+    if (wanted(argc, argv, "gpu_attention_tc")) RUN(gpu_attention_tc);
     if (wanted(argc, argv, "gpu_many_heads_per_kv")) RUN(gpu_many_heads_per_kv);
     if (wanted(argc, argv, "gpu_block_golden")) RUN(gpu_block_golden);
     if (wanted(argc, argv, "gpu_block_pycoder")) RUN(gpu_block_pycoder);

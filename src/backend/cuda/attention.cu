@@ -193,6 +193,137 @@ __device__ __forceinline__ void attn_row(const attn_args &a, const float *Ks, co
     }
 }
 
+/* ---- tensor-core arithmetic (DSPARK_GPU_ATT_TC) ----
+ * Scores and values as m16n8k16 bf16 products with float sums: each float operand is split
+ * into three bf16 terms hi + mid + lo (24 bits, exact), and of the nine cross products the six
+ * down to 2^-16 relative are added, smallest first, per k-step. A row's sums depend only on its
+ * own query and the span's keys and values (the rows of an mma do not mix), so every pass
+ * width gives a row the same bits. */
+#define ATT_SP (ATT_SPAN + 4) /* floats per row of the scores */
+
+__device__ __forceinline__ void att_split3(float x, unsigned &h, unsigned &m, unsigned &l) {
+    __nv_bfloat16 bh = __float2bfloat16_rn(x);
+    float r = x - __bfloat162float(bh);
+    __nv_bfloat16 bm = __float2bfloat16_rn(r);
+    float r2 = r - __bfloat162float(bm);
+    h = __bfloat16_as_ushort(bh), m = __bfloat16_as_ushort(bm);
+    l = __bfloat16_as_ushort(__float2bfloat16_rn(r2));
+}
+/* the three terms of the float pair (x, y) as bf16x2 registers, x in the low half */
+__device__ __forceinline__ void att_pair3(float x, float y, unsigned (&t)[3]) {
+    unsigned xh, xm, xl, yh, ym, yl;
+    att_split3(x, xh, xm, xl);
+    att_split3(y, yh, ym, yl);
+    t[0] = xh | yh << 16, t[1] = xm | ym << 16, t[2] = xl | yl << 16;
+}
+__device__ __forceinline__ void att_mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2,
+                                        unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+/* c += A B for one k-step, A's terms a[term][4 registers], B's b[term][2]: the six products
+ * lo.hi, hi.lo, mid.mid, mid.hi, hi.mid, hi.hi in this order */
+__device__ __forceinline__ void att_mma6(float (&c)[4], const unsigned (&a)[3][4],
+                                         const unsigned (&b)[3][2]) {
+    const int ta[6] = {2, 0, 1, 1, 0, 0}, tb[6] = {0, 2, 1, 0, 1, 0};
+#pragma unroll
+    for (int i = 0; i < 6; i++)
+        att_mma(c, a[ta[i]][0], a[ta[i]][1], a[ta[i]][2], a[ta[i]][3], b[tb[i]][0], b[tb[i]][1]);
+}
+/* A fragment terms of rows r0 + gq, r0 + gq + 8 (rows >= M: zeros) of a row-major float
+ * matrix X (stride ld), columns c0 + 2q, +1 and c0 + 8 + 2q, +1 */
+__device__ __forceinline__ void att_afrag(const float *X, int ld, int M, int r0, int c0,
+                                          unsigned (&a)[3][4]) {
+    const int lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = r0 + gq + (i & 1) * 8, c = c0 + 2 * q + (i >> 1) * 8;
+        float2 v = r < M ? *(const float2 *)(X + (size_t)r * ld + c) : make_float2(0.f, 0.f);
+        unsigned t[3];
+        att_pair3(v.x, v.y, t);
+        a[0][i] = t[0], a[1][i] = t[1], a[2][i] = t[2];
+    }
+}
+
+/* Scores S[mi][j] = scale * q_mi . k_j of the item's M = nr G queries (Qs [nr][G][D], query
+ * mi = ri G + gi) and the tile's 64 keys: warp w takes keys [8w, 8w + 8) */
+template <int D>
+__device__ __forceinline__ void att_tc_scores(const float *Ks, const float *Qs, int M, float scale,
+                                              float *S) {
+    constexpr int DP = D + 4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
+    const int MT = (M + 15) / 16;
+    for (int mt = 0; mt < MT; mt++) {
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 2
+        for (int k0 = 0; k0 < D; k0 += 16) {
+            unsigned a[3][4], b[3][2];
+            att_afrag(Qs, D, M, mt * 16, k0, a);
+            const float *kr = Ks + (warp * 8 + gq) * DP + k0 + 2 * q; /* B[k = d][n = key] */
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                float2 v = *(const float2 *)(kr + 8 * i);
+                unsigned t[3];
+                att_pair3(v.x, v.y, t);
+                b[0][i] = t[0], b[1][i] = t[1], b[2][i] = t[2];
+            }
+            att_mma6(c, a, b);
+        }
+        const int r = mt * 16 + gq, j = warp * 8 + 2 * q;
+        if (r < M) S[r * ATT_SP + j] = c[0] * scale, S[r * ATT_SP + j + 1] = c[1] * scale;
+        if (r + 8 < M)
+            S[(r + 8) * ATT_SP + j] = c[2] * scale, S[(r + 8) * ATT_SP + j + 1] = c[3] * scale;
+    }
+}
+
+/* Values O[mi][d] = sum over keys j of P[mi][j] v_j[d] (P: the softmax weights in S, zero
+ * outside each row's keys; keys outside [jlo, jhi) read as zero, their tile rows may be stale)
+ * into the item's partials: warp w takes dims [8 n, 8 n + 8) for n = w, w + 8, ... */
+template <int D>
+__device__ __forceinline__ void att_tc_values(const attn_args &a, const float *Vs, const float *S,
+                                              const att_row *rows, int nr, int kvh, int span,
+                                              int jlo, int jhi) {
+    constexpr int DP = D + 4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
+    const int G = a.G, M = nr * G, MT = (M + 15) / 16;
+    for (int nt = warp; nt < D / 8; nt += ATT_THREADS / 32) {
+        unsigned b[ATT_SPAN / 16][3][2]; /* V's terms for the four k-steps */
+#pragma unroll
+        for (int ks = 0; ks < ATT_SPAN / 16; ks++)
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int j = ks * 16 + 8 * i + 2 * q, d = nt * 8 + gq;
+                float x = j >= jlo && j < jhi ? Vs[j * DP + d] : 0.f;
+                float y = j + 1 >= jlo && j + 1 < jhi ? Vs[(j + 1) * DP + d] : 0.f;
+                unsigned t[3];
+                att_pair3(x, y, t);
+                b[ks][0][i] = t[0], b[ks][1][i] = t[1], b[ks][2][i] = t[2];
+            }
+        for (int mt = 0; mt < MT; mt++) {
+            float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int ks = 0; ks < ATT_SPAN / 16; ks++) {
+                unsigned af[3][4];
+                att_afrag(S, ATT_SP, M, mt * 16, ks * 16, af);
+                att_mma6(c, af, b[ks]);
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int mi = mt * 16 + gq + 8 * h;
+                if (mi >= M) continue;
+                const att_row r = rows[mi / G];
+                if (!r.j1) continue;
+                const size_t slot =
+                    ((size_t)(r.t - a.r0) * a.nh + kvh * G + mi % G) * a.spans + span;
+                float *o = a.acc + slot * D + nt * 8 + 2 * q;
+                o[0] = c[2 * h], o[1] = c[2 * h + 1];
+            }
+        }
+    }
+}
+
 /* what a block needs of its work item once the item's tiles are in shared memory */
 struct att_item {
     int ok; /* 0: no row of the item sees the span (nothing loaded) */
@@ -205,7 +336,8 @@ struct att_item {
  * once the scores are done the next item's keys and queries load during this item's softmax
  * and values. With pre_kv a block requests its first item's keys and values of positions
  * before the pass (rows no kernel of the pass writes) before its wait on the previous kernel. */
-template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
+template <int D, int NB, int TC>
+__global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
     constexpr int DP = D + 4, D4 = D / 4;
     extern __shared__ __align__(16) float sm[];
     /* per buffer: K and V tiles [ATT_SPAN][DP] and the rows' queries [ATT_ROWS][G][D]; then
@@ -356,6 +488,52 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
         const int kvh = cur.kvh, span = cur.span, nr = cur.nr;
         const int P2 = nr * G; /* (row, head) pairs */
         if (!cur.ok) {
+        } else if (TC) { /* every width: scores and values on the tensor cores */
+            att_tc_scores<D>(Ks, Qs, P2, a.scale, S);
+            __syncthreads();
+            if (NB == 1 && a.early_kv) { /* keys and queries are free: the next item's load */
+                next = geom(item + gridDim.x, rb ^ 1, geo_next);
+                copy_kv(geo_next, 0, geo_next.klo, geo_next.k1, true, false);
+                copy_q(geo_next, 0);
+                cp_async_commit();
+                early = true;
+            }
+            /* softmax of the span per (row, head) pair: a warp per pair, two keys a lane;
+             * weights zero outside the row's keys (and for rows that do not see the span) */
+            for (int pr = warp; pr < P2; pr += ATT_THREADS / 32) {
+                att_row r = rows[pr / G];
+                float *sr = S + (size_t)pr * ATT_SP;
+                if (!r.j1) {
+                    sr[lane] = 0.f, sr[lane + 32] = 0.f;
+                    continue;
+                }
+                float v0 = lane >= r.j0 && lane < r.j1 ? sr[lane] : -INFINITY;
+                float v1 = lane + 32 >= r.j0 && lane + 32 < r.j1 ? sr[lane + 32] : -INFINITY;
+                float m = fmaxf(v0, v1);
+                for (int off = 16; off; off >>= 1)
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+                float e0 = v0 == -INFINITY ? 0.f : expf(v0 - m),
+                      e1 = v1 == -INFINITY ? 0.f : expf(v1 - m);
+                float l = e0 + e1;
+                for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+                sr[lane] = e0, sr[lane + 32] = e1;
+                if (lane == 0) {
+                    size_t slot =
+                        ((size_t)(r.t - a.r0) * a.nh + kvh * G + pr % G) * a.spans + span;
+                    a.ml[slot * 2] = m, a.ml[slot * 2 + 1] = l;
+                }
+            }
+            if (NB == 1) { /* the values (and not the next item's keys) */
+                if (early)
+                    cp_async_wait1();
+                else
+                    cp_async_wait0();
+            }
+            __syncthreads();
+            int jlo = ATT_SPAN, jhi = 0; /* the keys any row of the item sees */
+            for (int i = 0; i < nr; i++)
+                if (rows[i].j1) jlo = min(jlo, rows[i].j0), jhi = max(jhi, rows[i].j1);
+            att_tc_values<D>(a, Vs, S, rows, nr, kvh, span, jlo, jhi);
         } else if (nr > ATT_COOP_ROWS) { /* a warp per row */
             if (NB == 1) {
                 cp_async_wait0();
@@ -501,18 +679,24 @@ __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
     }
 }
 
-static size_t attn_smem(int G, int D, int nb) {
-    return sizeof(float) * (nb * (2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * D) +
-                            (size_t)ATT_COOP_ROWS * ((G + 3) & ~3) * ATT_SPAN);
+/* per buffer the K and V tiles and the queries, then the scores: of up to ATT_COOP_ROWS rows,
+ * or with the tensor cores (tc) of every query of an item */
+static size_t attn_smem(int G, int D, int nb, int tc) {
+    const size_t scores = tc ? (size_t)ATT_ROWS * G * ATT_SP
+                             : (size_t)ATT_COOP_ROWS * ((G + 3) & ~3) * ATT_SPAN;
+    return sizeof(float) *
+           (nb * (2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * D) + scores);
 }
 
 typedef void (*attn_kernel)(attn_args);
-#define K16(n)  k_attn<16 * (n), 1>, k_attn<16 * (n), 2>
-#define K16S(n) k_attn<16 * (n), 1>, NULL /* two buffers of a wider head hardly ever fit */
-static const attn_kernel attn_kernels[17][2] = {
-    {NULL, NULL}, {K16(1)},   {K16(2)},   {K16(3)},   {K16(4)},   {K16(5)},
-    {K16(6)},     {K16(7)},   {K16(8)},   {K16S(9)},  {K16S(10)}, {K16S(11)},
-    {K16S(12)},   {K16S(13)}, {K16S(14)}, {K16S(15)}, {K16S(16)}};
+#define K16(n, tc)  k_attn<16 * (n), 1, tc>, k_attn<16 * (n), 2, tc>
+#define K16S(n, tc) k_attn<16 * (n), 1, tc>, NULL /* two buffers of a wider head hardly fit */
+#define KTAB(tc)                                                                                   \
+    {{NULL, NULL},    {K16(1, tc)},   {K16(2, tc)},   {K16(3, tc)},   {K16(4, tc)},                \
+     {K16(5, tc)},    {K16(6, tc)},   {K16(7, tc)},   {K16(8, tc)},   {K16S(9, tc)},               \
+     {K16S(10, tc)},  {K16S(11, tc)}, {K16S(12, tc)}, {K16S(13, tc)}, {K16S(14, tc)},              \
+     {K16S(15, tc)},  {K16S(16, tc)}}
+static const attn_kernel attn_kernels[2][17][2] = {KTAB(0), KTAB(1)};
 
 /* Work items of the pass in g->hsp (as k_attn numbers them): with at most one per SM, each
  * of at most ATT_COOP_ROWS rows (decode steps), one block a SM with two buffers measured
@@ -547,8 +731,9 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
     a.early_kv = g->att_early_kv;
     a.pre_kv = g->att_pre_kv;
     const int nb = g->att_few ? 2 : 1;
-    cudaError_t e = launch(attn_kernels[g->D / 16][nb - 1], dim3(g->att_few ? g->sms : g->att_grid),
-                           dim3(ATT_THREADS), attn_smem(g->G, g->D, nb), g->stream, a);
+    cudaError_t e = launch(attn_kernels[g->att_tc][g->D / 16][nb - 1],
+                           dim3(g->att_few ? g->sms : g->att_grid), dim3(ATT_THREADS),
+                           attn_smem(g->G, g->D, nb, g->att_tc), g->stream, a);
     if (e != cudaSuccess) return e;
     return launch(k_attn_merge, dim3(n, d->n_heads), dim3(128), sizeof(float) * g->att_spans,
                   g->stream, a, g->D);
@@ -580,17 +765,17 @@ static int raise_smem(const void *k, size_t bytes) {
 /* The kernels' shared memory for the model's heads, and g->att_nb: two tile buffers where
  * they fit (and g->att_nb asked for two), else one. */
 int attn_init(gpu_model *g, int spans) {
-    const int G = g->G, D = g->D;
+    const int G = g->G, D = g->D, tc = g->att_tc;
     if (D % 16 || D > 256 || G > ATT_GMAX) return ERR_UNSUPPORTED;
+    const attn_kernel *ks = attn_kernels[tc][D / 16];
     size_t most = 227 << 10;
-    if (g->att_nb != 1 && attn_kernels[D / 16][1] && attn_smem(G, D, 2) <= most) {
+    if (g->att_nb != 1 && ks[1] && attn_smem(G, D, 2, tc) <= most) {
         g->att_nb = 2;
-        if (raise_smem((const void *)attn_kernels[D / 16][1], attn_smem(G, D, 2)))
-            return ERR_UNSUPPORTED;
+        if (raise_smem((const void *)ks[1], attn_smem(G, D, 2, tc))) return ERR_UNSUPPORTED;
     } else {
         g->att_nb = 1;
     }
-    size_t need = attn_smem(G, D, 1), merge = sizeof(float) * (size_t)spans;
+    size_t need = attn_smem(G, D, 1, tc), merge = sizeof(float) * (size_t)spans;
     if (need > most || merge > most) {
         log_error("GPU attention needs %zu KB of shared memory for head_dim %d, %d query heads per "
                   "kv head and %d positions; the GPU has %zu KB a block",
@@ -598,7 +783,7 @@ int attn_init(gpu_model *g, int spans) {
         log_hint("run on the CPU (without --gpu)");
         return ERR_UNSUPPORTED;
     }
-    if (raise_smem((const void *)attn_kernels[D / 16][0], attn_smem(G, D, 1)) ||
+    if (raise_smem((const void *)ks[0], need) ||
         raise_smem((const void *)k_attn_merge, sizeof(float) * spans))
         return ERR_UNSUPPORTED;
     return OK;
