@@ -194,87 +194,86 @@ __device__ __forceinline__ void attn_row(const attn_args &a, const float *Ks, co
 }
 
 /* ---- tensor-core arithmetic (DSPARK_GPU_ATT_TC) ----
- * Scores and values as m16n8k16 bf16 products with float sums: each float operand is split
- * into three bf16 terms hi + mid + lo (24 bits, exact), and of the nine cross products the six
- * down to 2^-16 relative are added, smallest first, per k-step. A row's sums depend only on its
- * own query and the span's keys and values (the rows of an mma do not mix), so every pass
- * width gives a row the same bits. */
+ * Scores and values as m16n8k8 TF32 products with float sums: each float operand is split into
+ * big + small TF32 terms (22 bits), and the products big.big, small.big and big.small are
+ * added, each into its own accumulators, even and odd k-steps apart (six chains instead of
+ * one), which are added in a fixed order at the end. A row's sums depend only on its own query
+ * and the span's keys and values (the rows of an mma do not mix), so every pass width gives a
+ * row the same bits. Queries are stored ATT_QP floats apart (padded: no bank conflicts). */
 #define ATT_SP (ATT_SPAN + 4) /* floats per row of the scores */
 
-__device__ __forceinline__ void att_split3(float x, unsigned &h, unsigned &m, unsigned &l) {
-    __nv_bfloat16 bh = __float2bfloat16_rn(x);
-    float r = x - __bfloat162float(bh);
-    __nv_bfloat16 bm = __float2bfloat16_rn(r);
-    float r2 = r - __bfloat162float(bm);
-    h = __bfloat16_as_ushort(bh), m = __bfloat16_as_ushort(bm);
-    l = __bfloat16_as_ushort(__float2bfloat16_rn(r2));
+__device__ __forceinline__ void att_tf32(float x, unsigned &big, unsigned &small) {
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
+    const float r = x - __uint_as_float(big);
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(r));
 }
-/* the three terms of the float pair (x, y) as bf16x2 registers, x in the low half */
-__device__ __forceinline__ void att_pair3(float x, float y, unsigned (&t)[3]) {
-    unsigned xh, xm, xl, yh, ym, yl;
-    att_split3(x, xh, xm, xl);
-    att_split3(y, yh, ym, yl);
-    t[0] = xh | yh << 16, t[1] = xm | ym << 16, t[2] = xl | yl << 16;
-}
-__device__ __forceinline__ void att_mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2,
-                                        unsigned a3, unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+__device__ __forceinline__ void att_mma8(float (&c)[4], const unsigned (&a)[4],
+                                         const unsigned (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
                  "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-/* c += A B for one k-step, A's terms a[term][4 registers], B's b[term][2]: the six products
- * lo.hi, hi.lo, mid.mid, mid.hi, hi.mid, hi.hi in this order */
-__device__ __forceinline__ void att_mma6(float (&c)[4], const unsigned (&a)[3][4],
-                                         const unsigned (&b)[3][2]) {
-    const int ta[6] = {2, 0, 1, 1, 0, 0}, tb[6] = {0, 2, 1, 0, 1, 0};
+/* the accumulators of one output tile: [big.big, small.big, big.small][k-step parity] */
+struct att_acc {
+    float c[3][2][4];
+};
+__device__ __forceinline__ void att_acc_zero(att_acc &t) {
 #pragma unroll
-    for (int i = 0; i < 6; i++)
-        att_mma(c, a[ta[i]][0], a[ta[i]][1], a[ta[i]][2], a[ta[i]][3], b[tb[i]][0], b[tb[i]][1]);
+    for (int i = 0; i < 3; i++)
+#pragma unroll
+        for (int p = 0; p < 2; p++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) t.c[i][p][e] = 0.f;
+}
+/* one k-step p of A = ab + as and B = bb + bs */
+__device__ __forceinline__ void att_step(att_acc &t, int p, const unsigned (&ab)[4],
+                                         const unsigned (&as)[4], const unsigned (&bb)[2],
+                                         const unsigned (&bs)[2]) {
+    att_mma8(t.c[1][p], as, bb);
+    att_mma8(t.c[2][p], ab, bs);
+    att_mma8(t.c[0][p], ab, bb);
+}
+__device__ __forceinline__ float att_sum(const att_acc &t, int e) {
+    return (t.c[0][0][e] + t.c[0][1][e]) + ((t.c[1][0][e] + t.c[1][1][e]) + (t.c[2][0][e] + t.c[2][1][e]));
 }
 /* A fragment terms of rows r0 + gq, r0 + gq + 8 (rows >= M: zeros) of a row-major float
- * matrix X (stride ld), columns c0 + 2q, +1 and c0 + 8 + 2q, +1 */
+ * matrix X (stride ld), columns c0 + q and c0 + q + 4 */
 __device__ __forceinline__ void att_afrag(const float *X, int ld, int M, int r0, int c0,
-                                          unsigned (&a)[3][4]) {
+                                          unsigned (&ab)[4], unsigned (&as)[4]) {
     const int lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const int r = r0 + gq + (i & 1) * 8, c = c0 + 2 * q + (i >> 1) * 8;
-        float2 v = r < M ? *(const float2 *)(X + (size_t)r * ld + c) : make_float2(0.f, 0.f);
-        unsigned t[3];
-        att_pair3(v.x, v.y, t);
-        a[0][i] = t[0], a[1][i] = t[1], a[2][i] = t[2];
+        const int r = r0 + gq + (i & 1) * 8, c = c0 + q + (i >> 1) * 4;
+        att_tf32(r < M ? X[(size_t)r * ld + c] : 0.f, ab[i], as[i]);
     }
 }
 
-/* Scores S[mi][j] = scale * q_mi . k_j of the item's M = nr G queries (Qs [nr][G][D], query
- * mi = ri G + gi) and the tile's 64 keys: warp w takes keys [8w, 8w + 8) */
+/* Scores S[mi][j] = scale * q_mi . k_j of the item's M = nr G queries (query mi = ri G + gi
+ * at Qs + mi QP) and the tile's 64 keys: warp w takes keys [8w, 8w + 8) */
 template <int D>
 __device__ __forceinline__ void att_tc_scores(const float *Ks, const float *Qs, int M, float scale,
                                               float *S) {
-    constexpr int DP = D + 4;
+    constexpr int DP = D + 4, QP = D + 4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
     const int MT = (M + 15) / 16;
+    const float *kr = Ks + (warp * 8 + gq) * DP + q; /* B[k = d][n = key] */
     for (int mt = 0; mt < MT; mt++) {
-        float c[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 2
-        for (int k0 = 0; k0 < D; k0 += 16) {
-            unsigned a[3][4], b[3][2];
-            att_afrag(Qs, D, M, mt * 16, k0, a);
-            const float *kr = Ks + (warp * 8 + gq) * DP + k0 + 2 * q; /* B[k = d][n = key] */
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                float2 v = *(const float2 *)(kr + 8 * i);
-                unsigned t[3];
-                att_pair3(v.x, v.y, t);
-                b[0][i] = t[0], b[1][i] = t[1], b[2][i] = t[2];
-            }
-            att_mma6(c, a, b);
+        att_acc t;
+        att_acc_zero(t);
+#pragma unroll 4
+        for (int k0 = 0; k0 < D; k0 += 8) {
+            unsigned ab[4], as[4], bb[2], bs[2];
+            att_afrag(Qs, QP, M, mt * 16, k0, ab, as);
+            att_tf32(kr[k0], bb[0], bs[0]);
+            att_tf32(kr[k0 + 4], bb[1], bs[1]);
+            att_step(t, (k0 >> 3) & 1, ab, as, bb, bs);
         }
         const int r = mt * 16 + gq, j = warp * 8 + 2 * q;
-        if (r < M) S[r * ATT_SP + j] = c[0] * scale, S[r * ATT_SP + j + 1] = c[1] * scale;
+        if (r < M) S[r * ATT_SP + j] = att_sum(t, 0) * scale, S[r * ATT_SP + j + 1] = att_sum(t, 1) * scale;
         if (r + 8 < M)
-            S[(r + 8) * ATT_SP + j] = c[2] * scale, S[(r + 8) * ATT_SP + j + 1] = c[3] * scale;
+            S[(r + 8) * ATT_SP + j] = att_sum(t, 2) * scale,
+                              S[(r + 8) * ATT_SP + j + 1] = att_sum(t, 3) * scale;
     }
 }
 
@@ -285,29 +284,26 @@ template <int D>
 __device__ __forceinline__ void att_tc_values(const attn_args &a, const float *Vs, const float *S,
                                               const att_row *rows, int nr, int kvh, int span,
                                               int jlo, int jhi) {
-    constexpr int DP = D + 4;
+    constexpr int DP = D + 4, KS = ATT_SPAN / 8;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
     const int G = a.G, M = nr * G, MT = (M + 15) / 16;
     for (int nt = warp; nt < D / 8; nt += ATT_THREADS / 32) {
-        unsigned b[ATT_SPAN / 16][3][2]; /* V's terms for the four k-steps */
+        unsigned bb[KS][2], bs[KS][2]; /* V's terms, B[k = key][n = dim] */
 #pragma unroll
-        for (int ks = 0; ks < ATT_SPAN / 16; ks++)
+        for (int ks = 0; ks < KS; ks++)
 #pragma unroll
             for (int i = 0; i < 2; i++) {
-                const int j = ks * 16 + 8 * i + 2 * q, d = nt * 8 + gq;
-                float x = j >= jlo && j < jhi ? Vs[j * DP + d] : 0.f;
-                float y = j + 1 >= jlo && j + 1 < jhi ? Vs[(j + 1) * DP + d] : 0.f;
-                unsigned t[3];
-                att_pair3(x, y, t);
-                b[ks][0][i] = t[0], b[ks][1][i] = t[1], b[ks][2][i] = t[2];
+                const int j = ks * 8 + q + 4 * i, d = nt * 8 + gq;
+                att_tf32(j >= jlo && j < jhi ? Vs[j * DP + d] : 0.f, bb[ks][i], bs[ks][i]);
             }
         for (int mt = 0; mt < MT; mt++) {
-            float c[4] = {0.f, 0.f, 0.f, 0.f};
+            att_acc t;
+            att_acc_zero(t);
 #pragma unroll
-            for (int ks = 0; ks < ATT_SPAN / 16; ks++) {
-                unsigned af[3][4];
-                att_afrag(S, ATT_SP, M, mt * 16, ks * 16, af);
-                att_mma6(c, af, b[ks]);
+            for (int ks = 0; ks < KS; ks++) {
+                unsigned ab[4], as[4];
+                att_afrag(S, ATT_SP, M, mt * 16, ks * 8, ab, as);
+                att_step(t, ks & 1, ab, as, bb[ks], bs[ks]);
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -318,7 +314,7 @@ __device__ __forceinline__ void att_tc_values(const attn_args &a, const float *V
                 const size_t slot =
                     ((size_t)(r.t - a.r0) * a.nh + kvh * G + mi % G) * a.spans + span;
                 float *o = a.acc + slot * D + nt * 8 + 2 * q;
-                o[0] = c[2 * h], o[1] = c[2 * h + 1];
+                o[0] = att_sum(t, 2 * h), o[1] = att_sum(t, 2 * h + 1);
             }
         }
     }
@@ -343,7 +339,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
     /* per buffer: K and V tiles [ATT_SPAN][DP] and the rows' queries [ATT_ROWS][G][D]; then
      * the scores, then weights, of items of up to ATT_COOP_ROWS rows
      * [ATT_COOP_ROWS][ATT_SPAN][G4] (the heads of a key side by side, padded to four) */
-    const int G = a.G, G4 = (G + 3) & ~3, BUF = 2 * ATT_SPAN * DP + ATT_ROWS * G * D;
+    constexpr int QP = TC ? D + 4 : D; /* floats between queries */
+    const int G = a.G, G4 = (G + 3) & ~3, BUF = 2 * ATT_SPAN * DP + ATT_ROWS * G * QP;
     float *S = sm + NB * BUF;
     __shared__ att_seq seqs[GPU_SEQS];
     __shared__ att_row rows_of[2][ATT_ROWS]; /* per buffer (one buffer: per item in turn) */
@@ -433,8 +430,12 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
         float *Qs = sm + b * BUF + 2 * ATT_SPAN * DP;
         for (int x = tid; x < geo.nr * G * D4; x += ATT_THREADS) {
             int r = x / (G * D4), c = (x % (G * D4)) * 4;
-            cp_async16(Qs + r * G * D + c,
-                       a.q + ((size_t)(geo.ua + r) * a.nh + geo.kvh * G) * D + c);
+            if (TC) /* padded: query (r, c / D) at QP floats a query */
+                cp_async16(Qs + r * G * QP + c / D * QP + c % D,
+                           a.q + ((size_t)(geo.ua + r) * a.nh + geo.kvh * G) * D + c);
+            else
+                cp_async16(Qs + r * G * D + c,
+                           a.q + ((size_t)(geo.ua + r) * a.nh + geo.kvh * G) * D + c);
         }
     };
     /* keys from ja on (and with two buffers values), the queries; with one buffer a commit,
@@ -684,8 +685,9 @@ __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
 static size_t attn_smem(int G, int D, int nb, int tc) {
     const size_t scores = tc ? (size_t)ATT_ROWS * G * ATT_SP
                              : (size_t)ATT_COOP_ROWS * ((G + 3) & ~3) * ATT_SPAN;
+    const size_t qp = tc ? D + 4 : D;
     return sizeof(float) *
-           (nb * (2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * D) + scores);
+           (nb * (2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * qp) + scores);
 }
 
 typedef void (*attn_kernel)(attn_args);
