@@ -322,7 +322,8 @@ TEST(gpu_attention_tc) {
     }
     const int widths[] = {1, 2, 3, 5, 8, 9, 16};
     int same = 0, agree = 0;
-    for (int j = 0; j < 7; j++) same += pass_equals_steps(m[1], kv[1], ids, P, widths[j], l[1], out);
+    for (int j = 0; j < 7; j++)
+        same += pass_equals_steps(m[1], kv[1], ids, P, widths[j], l[1], out);
     for (int i = 0; i < W; i++)
         agree += argmax(l[0] + (size_t)i * V, V) == argmax(l[1] + (size_t)i * V, V);
     const double err = rel_err(l[1], l[0], (size_t)V * W);
