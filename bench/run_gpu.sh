@@ -127,7 +127,7 @@ if has variants; then
         # shellcheck disable=SC2086
         echo "== $v" >>"$OUT/variants.log"
         env $(echo "$v" | tr , ' ') timeout 120 "$BIN/bench_gpu" "$M8B" --decode-only \
-            ${VARIANT_ARGS:-} 2>&1 | tee -a "$OUT/variants.log" | grep -E "decode|batch| 16: "
+            ${VARIANT_ARGS:-} 2>&1 | tee -a "$OUT/variants.log" | grep -E "decode|batch| 16: |attention |attn "
     done
 fi
 if has bound; then # measuring builds, each run beside the normal one
