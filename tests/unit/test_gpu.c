@@ -395,17 +395,17 @@ TEST(gpu_attention_many_steps) {
 /* A model with 8 query heads per kv head (bench/mkmodel, random BF16; bench/run_gpu.sh's test
  * step writes it to /tmp/dspark-g8, or DSPARK_TEST_G8 names a folder): the attention path
  * for items of one or two rows takes its heads four at a time, twice per key here, and must
- * give the same bits as the warp-per-row path of wider passes, and the CPU's values. */
+ * give the same bits as the warp-per-row path of wider passes, and the CPU's values. The
+ * tensor-core attention (DSPARK_GPU_ATT_TC=1) too: items of 8 rows are 64 queries, 4 m-tiles. */
 TEST(gpu_many_heads_per_kv) {
     if (!gpu_available()) SKIP("no CUDA build or no GPU");
     const char *dir = getenv("DSPARK_TEST_G8") ? getenv("DSPARK_TEST_G8") : "/tmp/dspark-g8";
     if (!fs_exists(dir))
         SKIP("no model with 8 query heads per kv head: bench/mkmodel /tmp/dspark-g8 --layers 2 "
              "--hidden 256 --heads 16 --kv-heads 2 --head-dim 64 --ffn 512 --vocab 1024");
-    struct model *m, *cpu;
-    REQUIRE(model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, &m) == 0);
+    struct model *cpu;
     REQUIRE(model_load(dir, &(struct model_opts){.n_threads = 2}, &cpu) == 0);
-    const struct hf_config *c = model_config(m);
+    const struct hf_config *c = model_config(cpu);
     REQUIRE(c->n_heads / c->n_kv_heads >= 8);
     enum { P = 150, W = 20 };
     const int V = c->vocab_size;
@@ -414,25 +414,37 @@ TEST(gpu_many_heads_per_kv) {
     float *one = malloc(sizeof(float) * V * W), *wide = malloc(sizeof(float) * V * W),
           *ref = malloc(sizeof(float) * V * W);
     REQUIRE(one && wide && ref);
-    struct kv_cache *a, *b, *k;
-    REQUIRE(kv_new(m, 256, &a) == 0 && kv_new(m, 256, &b) == 0 && kv_new(cpu, 256, &k) == 0);
-    CHECK(model_forward(m, a, ids, P, NULL, 0) == 0);
+    struct kv_cache *k;
+    REQUIRE(kv_new(cpu, 256, &k) == 0);
     CHECK(model_forward(cpu, k, ids, P, NULL, 0) == 0);
-    for (int i = 0; i < W; i++) {
-        CHECK(model_forward(m, a, ids + P + i, 1, one + (size_t)i * V, 0) == 0);
+    for (int i = 0; i < W; i++)
         CHECK(model_forward(cpu, k, ids + P + i, 1, ref + (size_t)i * V, 0) == 0);
+    for (int tc = 0; tc < 2; tc++) { /* the float attention, then the tensor cores' */
+        struct model *m;
+        setenv("DSPARK_GPU_ATT_TC", tc ? "1" : "0", 1);
+        int rc = model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, &m);
+        unsetenv("DSPARK_GPU_ATT_TC");
+        REQUIRE(rc == 0);
+        struct kv_cache *a, *b;
+        REQUIRE(kv_new(m, 256, &a) == 0 && kv_new(m, 256, &b) == 0);
+        CHECK(model_forward(m, a, ids, P, NULL, 0) == 0);
+        for (int i = 0; i < W; i++)
+            CHECK(model_forward(m, a, ids + P + i, 1, one + (size_t)i * V, 0) == 0);
+        static const int widths[] = {2, 3, 8, 16, W};
+        int same = 0;
+        for (int j = 0; j < 5; j++) same += pass_equals_steps(m, b, ids, P, widths[j], one, wide);
+        double e = rel_err(one, ref, (size_t)V * W);
+        printf("  %d query heads per kv head%s: passes of 2, 3, 8, 16, %d rows equal single steps "
+               "%d of 5; steps within %.1e of the CPU\n",
+               c->n_heads / c->n_kv_heads, tc ? " (attention on the tensor cores)" : "", W, same,
+               e);
+        CHECK(same == 5 && e < 1e-4);
+        kv_free(a), kv_free(b);
+        model_free(m);
     }
-    static const int widths[] = {2, 3, 8, 16, W};
-    int same = 0;
-    for (int j = 0; j < 5; j++) same += pass_equals_steps(m, b, ids, P, widths[j], one, wide);
-    double e = rel_err(one, ref, (size_t)V * W);
-    printf("  %d query heads per kv head: passes of 2, 3, 8, 16, %d rows equal single steps %d of "
-           "5; steps within %.1e of the CPU\n",
-           c->n_heads / c->n_kv_heads, W, same, e);
-    CHECK(same == 5 && e < 1e-4);
     free(one), free(wide), free(ref);
-    kv_free(a), kv_free(b), kv_free(k);
-    model_free(m), model_free(cpu);
+    kv_free(k);
+    model_free(cpu);
 }
 
 /* ---- DSpark and DFlash drafters on the GPU ---- */

@@ -199,8 +199,12 @@ __device__ __forceinline__ void attn_row(const attn_args &a, const float *Ks, co
  * added, each into its own accumulators, even and odd k-steps apart (six chains instead of
  * one), which are added in a fixed order at the end. A row's sums depend only on its own query
  * and the span's keys and values (the rows of an mma do not mix), so every pass width gives a
- * row the same bits. Queries are stored ATT_QP floats apart (padded: no bank conflicts). */
+ * row the same bits, as long as the cache holds finite values: the values' tile rows a row
+ * does not see are multiplied by its zero weights (the float path skips them). Queries are
+ * stored ATT_QP(D) floats apart (padded: no bank conflicts on the score fragments). */
 #define ATT_SP (ATT_SPAN + 4) /* floats per row of the scores */
+#define ATT_QP(D) ((D) + 4)  /* floats between the tensor-core path's queries */
+static_assert(ATT_THREADS / 32 * 8 == ATT_SPAN, "att_tc_scores: a warp per 8 keys of a span");
 
 __device__ __forceinline__ void att_tf32(float x, unsigned &big, unsigned &small) {
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
@@ -250,11 +254,11 @@ __device__ __forceinline__ void att_afrag(const float *X, int ld, int M, int r0,
 }
 
 /* Scores S[mi][j] = scale * q_mi . k_j of the item's M = nr G queries (query mi = ri G + gi
- * at Qs + mi QP) and the tile's 64 keys: warp w takes keys [8w, 8w + 8) */
+ * at Qs + mi ATT_QP(D)) and the tile's 64 keys: warp w takes keys [8w, 8w + 8) */
 template <int D>
 __device__ __forceinline__ void att_tc_scores(const float *Ks, const float *Qs, int M, float scale,
                                               float *S) {
-    constexpr int DP = D + 4, QP = D + 4;
+    constexpr int DP = D + 4, QP = ATT_QP(D);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
     const int MT = (M + 15) / 16;
     const float *kr = Ks + (warp * 8 + gq) * DP + q; /* B[k = d][n = key] */
@@ -339,7 +343,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
     /* per buffer: K and V tiles [ATT_SPAN][DP] and the rows' queries [ATT_ROWS][G][D]; then
      * the scores, then weights, of items of up to ATT_COOP_ROWS rows
      * [ATT_COOP_ROWS][ATT_SPAN][G4] (the heads of a key side by side, padded to four) */
-    constexpr int QP = TC ? D + 4 : D; /* floats between queries */
+    constexpr int QP = TC ? ATT_QP(D) : D; /* floats between queries */
     const int G = a.G, G4 = (G + 3) & ~3, BUF = 2 * ATT_SPAN * DP + ATT_ROWS * G * QP;
     float *S = sm + NB * BUF;
     __shared__ att_seq seqs[GPU_SEQS];
@@ -685,7 +689,7 @@ __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
 static size_t attn_smem(int G, int D, int nb, int tc) {
     const size_t scores = tc ? (size_t)ATT_ROWS * G * ATT_SP
                              : (size_t)ATT_COOP_ROWS * ((G + 3) & ~3) * ATT_SPAN;
-    const size_t qp = tc ? D + 4 : D;
+    const size_t qp = tc ? ATT_QP(D) : D;
     return sizeof(float) *
            (nb * (2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * qp) + scores);
 }
