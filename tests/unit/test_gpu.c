@@ -38,12 +38,23 @@ static double rel_err(const float *a, const float *b, size_t n) {
     return mb > 0 ? md / mb : md;
 }
 
-/* models/pycoder on the GPU with one setting of the environment (a DSPARK_GPU_ knob) */
-static int load_with(const char *var, const char *value, struct model **m) {
+/* the model in dir on the GPU with one setting of the environment (a DSPARK_GPU_ knob), which
+ * is then restored (a whole run may set a knob for every test) */
+static int load_dir_with(const char *dir, const char *var, const char *value, struct model **m) {
+    const char *was = getenv(var);
+    char *old = was ? strdup(was) : NULL;
     setenv(var, value, 1);
-    int rc = model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, m);
-    unsetenv(var);
+    int rc = model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, m);
+    if (old)
+        setenv(var, old, 1);
+    else
+        unsetenv(var);
+    free(old);
     return rc;
+}
+/* the same for models/pycoder */
+static int load_with(const char *var, const char *value, struct model **m) {
+    return load_dir_with("models/pycoder", var, value, m);
 }
 
 /* Whether one pass of the w rows after the first P ids, on a fresh kv holding only those P,
@@ -420,10 +431,7 @@ TEST(gpu_many_heads_per_kv) {
         CHECK(model_forward(cpu, k, ids + P + i, 1, ref + (size_t)i * V, 0) == 0);
     for (int tc = 0; tc < 2; tc++) { /* the float attention, then the tensor cores' */
         struct model *m;
-        setenv("DSPARK_GPU_ATT_TC", tc ? "1" : "0", 1);
-        int rc = model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, &m);
-        unsetenv("DSPARK_GPU_ATT_TC");
-        REQUIRE(rc == 0);
+        REQUIRE(load_dir_with(dir, "DSPARK_GPU_ATT_TC", tc ? "1" : "0", &m) == 0);
         struct kv_cache *a, *b;
         REQUIRE(kv_new(m, 256, &a) == 0 && kv_new(m, 256, &b) == 0);
         CHECK(model_forward(m, a, ids, P, NULL, 0) == 0);
