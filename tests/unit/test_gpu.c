@@ -305,49 +305,6 @@ TEST(gpu_attention_loads_ahead) {
     for (int k = 0; k < 2; k++) model_free(m[k]);
 }
 
-/* Attention on the tensor cores (DSPARK_GPU_ATT_TC=1): a pass of 1 to 16 rows gives each row
- * the bits of single steps (one arithmetic for every width), 16 sequences' steps in one pass
- * give each the bits it gets alone (many_steps, below), and the logits stay within 1e-4 of
- * the float path's with the same greedy tokens. */
-static void many_steps(struct model *m, int *same);
-TEST(gpu_attention_tc) {
-    if (!gpu_available()) SKIP("no CUDA build or no GPU");
-    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
-    struct model *m[2]; /* the float attention (whatever the environment says), the TC one */
-    REQUIRE(load_with("DSPARK_GPU_ATT_TC", "0", &m[0]) == 0);
-    REQUIRE(load_with("DSPARK_GPU_ATT_TC", "1", &m[1]) == 0);
-    enum { P = 300, W = 16 };
-    const int V = model_config(m[0])->vocab_size;
-    static int32_t ids[P + W];
-    for (int i = 0; i < P + W; i++) ids[i] = 20 + (i * 389 + 7) % 8000;
-    float *l[2], *out = malloc(sizeof(float) * V * W);
-    struct kv_cache *kv[2];
-    REQUIRE(out != NULL);
-    for (int k = 0; k < 2; k++) { /* single steps after the prompt */
-        REQUIRE((l[k] = malloc(sizeof(float) * V * W)) != NULL);
-        REQUIRE(kv_new(m[k], 512, &kv[k]) == 0);
-        CHECK(model_forward(m[k], kv[k], ids, P, NULL, 0) == 0);
-        for (int i = 0; i < W; i++)
-            CHECK(model_forward(m[k], kv[k], ids + P + i, 1, l[k] + (size_t)i * V, 0) == 0);
-    }
-    const int widths[] = {1, 2, 3, 5, 8, 9, 16};
-    int same = 0, agree = 0;
-    for (int j = 0; j < 7; j++)
-        same += pass_equals_steps(m[1], kv[1], ids, P, widths[j], l[1], out);
-    for (int i = 0; i < W; i++)
-        agree += argmax(l[0] + (size_t)i * V, V) == argmax(l[1] + (size_t)i * V, V);
-    const double err = rel_err(l[1], l[0], (size_t)V * W);
-    int alone = 0;
-    many_steps(m[1], &alone);
-    printf("  attention on the tensor cores: passes of 1..16 rows equal single steps %d of 7; "
-           "logits rel err %.2e against the float path, argmax equal on %d of %d rows; 16 "
-           "sequences' steps in one pass equal each alone %d\n",
-           same, err, agree, W, alone);
-    CHECK(same == 7 && agree == W && err < 1e-4 && alone == 16);
-    for (int k = 0; k < 2; k++) free(l[k]), kv_free(kv[k]), model_free(m[k]);
-    free(out);
-}
-
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
  * the one-buffer kernel's path for items of few rows) on m: into same, how many of NS = 16
  * sequences get the same bits batched as alone (fewer items than SMs: the two-buffer kernel). */
@@ -400,6 +357,48 @@ TEST(gpu_attention_many_steps) {
            same);
     CHECK(same == 16);
     model_free(m);
+}
+
+/* Attention on the tensor cores (DSPARK_GPU_ATT_TC=1): a pass of 1 to 16 rows gives each row
+ * the bits of single steps (one arithmetic for every width), 16 sequences' steps in one pass
+ * give each the bits it gets alone (many_steps, above), and the logits stay within 1e-4 of
+ * the float path's with the same greedy tokens. */
+TEST(gpu_attention_tc) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m[2]; /* the float attention (whatever the environment says), the TC one */
+    REQUIRE(load_with("DSPARK_GPU_ATT_TC", "0", &m[0]) == 0);
+    REQUIRE(load_with("DSPARK_GPU_ATT_TC", "1", &m[1]) == 0);
+    enum { P = 300, W = 16 };
+    const int V = model_config(m[0])->vocab_size;
+    static int32_t ids[P + W];
+    for (int i = 0; i < P + W; i++) ids[i] = 20 + (i * 389 + 7) % 8000;
+    float *l[2], *out = malloc(sizeof(float) * V * W);
+    struct kv_cache *kv[2];
+    REQUIRE(out != NULL);
+    for (int k = 0; k < 2; k++) { /* single steps after the prompt */
+        REQUIRE((l[k] = malloc(sizeof(float) * V * W)) != NULL);
+        REQUIRE(kv_new(m[k], 512, &kv[k]) == 0);
+        CHECK(model_forward(m[k], kv[k], ids, P, NULL, 0) == 0);
+        for (int i = 0; i < W; i++)
+            CHECK(model_forward(m[k], kv[k], ids + P + i, 1, l[k] + (size_t)i * V, 0) == 0);
+    }
+    const int widths[] = {1, 2, 3, 5, 8, 9, 16};
+    int same = 0, agree = 0;
+    for (int j = 0; j < 7; j++)
+        same += pass_equals_steps(m[1], kv[1], ids, P, widths[j], l[1], out);
+    for (int i = 0; i < W; i++)
+        agree += argmax(l[0] + (size_t)i * V, V) == argmax(l[1] + (size_t)i * V, V);
+    const double err = rel_err(l[1], l[0], (size_t)V * W);
+    int alone = 0;
+    many_steps(m[1], &alone);
+    printf("  attention on the tensor cores: passes of 1..16 rows equal single steps %d of 7; "
+           "logits rel err %.2e against the float path, argmax equal on %d of %d rows; 16 "
+           "sequences' steps in one pass equal each alone %d\n",
+           same, err, agree, W, alone);
+    CHECK(same == 7 && agree == W && err < 1e-4 && alone == 16);
+    for (int k = 0; k < 2; k++) free(l[k]), kv_free(kv[k]), model_free(m[k]);
+    free(out);
 }
 
 /* A model with 8 query heads per kv head (bench/mkmodel, random BF16; bench/run_gpu.sh's test

@@ -239,7 +239,8 @@ __device__ __forceinline__ void att_step(att_acc &t, int p, const unsigned (&ab)
     att_mma8(t.c[0][p], ab, bb);
 }
 __device__ __forceinline__ float att_sum(const att_acc &t, int e) {
-    return (t.c[0][0][e] + t.c[0][1][e]) + ((t.c[1][0][e] + t.c[1][1][e]) + (t.c[2][0][e] + t.c[2][1][e]));
+    return (t.c[0][0][e] + t.c[0][1][e]) +
+           ((t.c[1][0][e] + t.c[1][1][e]) + (t.c[2][0][e] + t.c[2][1][e]));
 }
 /* A fragment terms of rows r0 + gq, r0 + gq + 8 (rows >= M: zeros) of a row-major float
  * matrix X (stride ld), columns c0 + q and c0 + q + 4 */
@@ -274,10 +275,14 @@ __device__ __forceinline__ void att_tc_scores(const float *Ks, const float *Qs, 
             att_step(t, (k0 >> 3) & 1, ab, as, bb, bs);
         }
         const int r = mt * 16 + gq, j = warp * 8 + 2 * q;
-        if (r < M) S[r * ATT_SP + j] = att_sum(t, 0) * scale, S[r * ATT_SP + j + 1] = att_sum(t, 1) * scale;
-        if (r + 8 < M)
-            S[(r + 8) * ATT_SP + j] = att_sum(t, 2) * scale,
-                              S[(r + 8) * ATT_SP + j + 1] = att_sum(t, 3) * scale;
+        if (r < M) {
+            S[r * ATT_SP + j] = att_sum(t, 0) * scale;
+            S[r * ATT_SP + j + 1] = att_sum(t, 1) * scale;
+        }
+        if (r + 8 < M) {
+            S[(r + 8) * ATT_SP + j] = att_sum(t, 2) * scale;
+            S[(r + 8) * ATT_SP + j + 1] = att_sum(t, 3) * scale;
+        }
     }
 }
 
@@ -493,53 +498,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
         const int kvh = cur.kvh, span = cur.span, nr = cur.nr;
         const int P2 = nr * G; /* (row, head) pairs */
         if (!cur.ok) {
-        } else if (TC) { /* every width: scores and values on the tensor cores */
-            att_tc_scores<D>(Ks, Qs, P2, a.scale, S);
-            __syncthreads();
-            if (NB == 1 && a.early_kv) { /* keys and queries are free: the next item's load */
-                next = geom(item + gridDim.x, rb ^ 1, geo_next);
-                copy_kv(geo_next, 0, geo_next.klo, geo_next.k1, true, false);
-                copy_q(geo_next, 0);
-                cp_async_commit();
-                early = true;
-            }
-            /* softmax of the span per (row, head) pair: a warp per pair, two keys a lane;
-             * weights zero outside the row's keys (and for rows that do not see the span) */
-            for (int pr = warp; pr < P2; pr += ATT_THREADS / 32) {
-                att_row r = rows[pr / G];
-                float *sr = S + (size_t)pr * ATT_SP;
-                if (!r.j1) {
-                    sr[lane] = 0.f, sr[lane + 32] = 0.f;
-                    continue;
-                }
-                float v0 = lane >= r.j0 && lane < r.j1 ? sr[lane] : -INFINITY;
-                float v1 = lane + 32 >= r.j0 && lane + 32 < r.j1 ? sr[lane + 32] : -INFINITY;
-                float m = fmaxf(v0, v1);
-                for (int off = 16; off; off >>= 1)
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-                float e0 = v0 == -INFINITY ? 0.f : expf(v0 - m),
-                      e1 = v1 == -INFINITY ? 0.f : expf(v1 - m);
-                float l = e0 + e1;
-                for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-                sr[lane] = e0, sr[lane + 32] = e1;
-                if (lane == 0) {
-                    size_t slot =
-                        ((size_t)(r.t - a.r0) * a.nh + kvh * G + pr % G) * a.spans + span;
-                    a.ml[slot * 2] = m, a.ml[slot * 2 + 1] = l;
-                }
-            }
-            if (NB == 1) { /* the values (and not the next item's keys) */
-                if (early)
-                    cp_async_wait1();
-                else
-                    cp_async_wait0();
-            }
-            __syncthreads();
-            int jlo = ATT_SPAN, jhi = 0; /* the keys any row of the item sees */
-            for (int i = 0; i < nr; i++)
-                if (rows[i].j1) jlo = min(jlo, rows[i].j0), jhi = max(jhi, rows[i].j1);
-            att_tc_values<D>(a, Vs, S, rows, nr, kvh, span, jlo, jhi);
-        } else if (nr > ATT_COOP_ROWS) { /* a warp per row */
+        } else if (!TC && nr > ATT_COOP_ROWS) { /* a warp per row */
             if (NB == 1) {
                 cp_async_wait0();
                 __syncthreads();
@@ -554,16 +513,21 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
                                 a.ml + (slot + (size_t)g0 * a.spans) * 2);
             }
         } else {
-            /* a few rows: all threads on them; the same sums in the same order as attn_row.
-             * Scores: a thread per (row, key), four heads at a time (each key read once per
-             * four heads: shared memory bandwidth is what these items wait for) */
-            for (int x = tid; x < nr * ATT_SPAN; x += ATT_THREADS) {
-                int ri = x / ATT_SPAN, j = x % ATT_SPAN;
-                att_row r = rows[ri];
-                if (j < r.j0 || j >= r.j1) continue;
-                for (int g0 = 0; g0 < G; g0 += 4)
-                    score4<D>(Qs + (ri * G + g0) * D, Ks + j * DP, min(G - g0, 4), a.scale,
-                              S + (size_t)x * G4 + g0);
+            /* a few rows (or with TC every width): all threads on them. Scores, as
+             * S[pair][key] on the tensor cores, else a thread per (row, key), four heads at a
+             * time, the same sums in the same order as attn_row (each key read once per four
+             * heads: shared memory bandwidth is what these items wait for) */
+            if (TC) {
+                att_tc_scores<D>(Ks, Qs, P2, a.scale, S);
+            } else {
+                for (int x = tid; x < nr * ATT_SPAN; x += ATT_THREADS) {
+                    int ri = x / ATT_SPAN, j = x % ATT_SPAN;
+                    att_row r = rows[ri];
+                    if (j < r.j0 || j >= r.j1) continue;
+                    for (int g0 = 0; g0 < G; g0 += 4)
+                        score4<D>(Qs + (ri * G + g0) * D, Ks + j * DP, min(G - g0, 4), a.scale,
+                                  S + (size_t)x * G4 + g0);
+                }
             }
             __syncthreads();
             if (NB == 1 && a.early_kv) { /* keys and queries are free: the next item's load */
@@ -573,13 +537,22 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
                 cp_async_commit();
                 early = true;
             }
-            /* softmax of the span per (row, head) pair: a warp per pair, two keys a lane */
+            /* softmax of the span per (row, head) pair: a warp per pair, two keys a lane
+             * (TC: weights zero for rows that do not see the span, the values multiply them) */
             for (int pr = warp; pr < P2; pr += ATT_THREADS / 32) {
                 att_row r = rows[pr / G];
-                if (!r.j1) continue;
-                float *sr = S + (size_t)(pr / G) * ATT_SPAN * G4 + pr % G; /* key j: sr[j G4] */
-                float v0 = lane >= r.j0 && lane < r.j1 ? sr[lane * G4] : -INFINITY;
-                float v1 = lane + 32 >= r.j0 && lane + 32 < r.j1 ? sr[(lane + 32) * G4] : -INFINITY;
+                if (!r.j1) {
+                    if (TC) {
+                        float *sr = S + (size_t)pr * ATT_SP;
+                        sr[lane] = 0.f, sr[lane + 32] = 0.f;
+                    }
+                    continue;
+                }
+                const int ks = TC ? 1 : G4; /* key j: sr[j ks] */
+                float *sr = TC ? S + (size_t)pr * ATT_SP
+                               : S + (size_t)(pr / G) * ATT_SPAN * G4 + pr % G;
+                float v0 = lane >= r.j0 && lane < r.j1 ? sr[lane * ks] : -INFINITY;
+                float v1 = lane + 32 >= r.j0 && lane + 32 < r.j1 ? sr[(lane + 32) * ks] : -INFINITY;
                 float m = fmaxf(v0, v1);
                 for (int off = 16; off; off >>= 1)
                     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
@@ -587,7 +560,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
                       e1 = v1 == -INFINITY ? 0.f : expf(v1 - m);
                 float l = e0 + e1;
                 for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-                sr[lane * G4] = e0, sr[(lane + 32) * G4] = e1;
+                sr[lane * ks] = e0, sr[(lane + 32) * ks] = e1;
                 if (lane == 0) {
                     size_t slot =
                         ((size_t)(r.t - a.r0) * a.nh + kvh * G + pr % G) * a.spans + span;
@@ -601,25 +574,33 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
                     cp_async_wait0();
             }
             __syncthreads();
-            /* values: a thread per (row, dim), four heads at a time, keys in order */
-            for (int x = tid; x < nr * D; x += ATT_THREADS) {
-                int ri = x / D, d = x % D;
-                att_row r = rows[ri];
-                if (!r.j1) continue;
-                const float *e = S + (size_t)ri * ATT_SPAN * G4;
-                const size_t slot = ((size_t)(r.t - a.r0) * a.nh + kvh * G) * a.spans + span;
-                for (int g0 = 0; g0 < G; g0 += 4) {
-                    float o[4] = {0.f, 0.f, 0.f, 0.f};
+            if (TC) {
+                int jlo = ATT_SPAN, jhi = 0; /* the keys any row of the item sees */
+                for (int i = 0; i < nr; i++)
+                    if (rows[i].j1) jlo = min(jlo, rows[i].j0), jhi = max(jhi, rows[i].j1);
+                att_tc_values<D>(a, Vs, S, rows, nr, kvh, span, jlo, jhi);
+            } else {
+                /* values: a thread per (row, dim), four heads at a time, keys in order */
+                for (int x = tid; x < nr * D; x += ATT_THREADS) {
+                    int ri = x / D, d = x % D;
+                    att_row r = rows[ri];
+                    if (!r.j1) continue;
+                    const float *e = S + (size_t)ri * ATT_SPAN * G4;
+                    const size_t slot = ((size_t)(r.t - a.r0) * a.nh + kvh * G) * a.spans + span;
+                    for (int g0 = 0; g0 < G; g0 += 4) {
+                        float o[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 4
-                    for (int j = r.j0; j < r.j1; j++) {
-                        float v = Vs[j * DP + d];
-                        float4 w = *(const float4 *)(e + j * G4 + g0);
-                        o[0] = fmaf(w.x, v, o[0]), o[1] = fmaf(w.y, v, o[1]);
-                        o[2] = fmaf(w.z, v, o[2]), o[3] = fmaf(w.w, v, o[3]);
-                    }
+                        for (int j = r.j0; j < r.j1; j++) {
+                            float v = Vs[j * DP + d];
+                            float4 w = *(const float4 *)(e + j * G4 + g0);
+                            o[0] = fmaf(w.x, v, o[0]), o[1] = fmaf(w.y, v, o[1]);
+                            o[2] = fmaf(w.z, v, o[2]), o[3] = fmaf(w.w, v, o[3]);
+                        }
 #pragma unroll
-                    for (int gi = 0; gi < 4; gi++)
-                        if (g0 + gi < G) a.acc[(slot + (size_t)(g0 + gi) * a.spans) * D + d] = o[gi];
+                        for (int gi = 0; gi < 4; gi++)
+                            if (g0 + gi < G)
+                                a.acc[(slot + (size_t)(g0 + gi) * a.spans) * D + d] = o[gi];
+                    }
                 }
             }
         }
