@@ -168,17 +168,16 @@ __device__ __forceinline__ void mm_epi_gather(const mm_args &a, int g, int nitem
 /* The deferred RMSNorm's sum of squares of group g for rows [0, a.T), from their 128 new
  * values val[t * 128 + i] (0 past the matrix) complete in shared memory, into out_ss: four
  * warp sums of 32 columns (ss_chunk) added by ss_group, so the same bits whichever kernel
- * (gemv.cu, gemm.cu) computes it. The block's NW warps all call it; red: 4 a.T. */
-template <int NW>
+ * (gemv.cu, gemm.cu) computes it. The block's 8 warps all call it; red: 4 a.T. */
 __device__ __forceinline__ void mm_group_ss(const mm_args &a, int g, const float *val,
                                             double *red) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int c = warp; c < a.T * 4; c += NW) {
+    for (int c = warp; c < a.T * 4; c += 8) {
         double s = ss_chunk(val[c * 32 + lane]);
         if (lane == 0) red[c] = s;
     }
     __syncthreads();
-    for (int t = threadIdx.x; t < a.T; t += NW * 32)
+    for (int t = threadIdx.x; t < a.T; t += 256)
         a.out_ss[(size_t)(a.row0 + t) * a.n_ssg + g] = ss_group(red + 4 * t);
 }
 
@@ -238,7 +237,7 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
     }
     if (defer) { /* this group's sums of squares; the next matmul finishes the norm */
         __syncthreads();
-        mm_group_ss<8>(a, g, val, red);
+        mm_group_ss(a, g, val, red);
         return;
     }
     if (a.epi == EPI_RESID && a.norm_w) {
