@@ -95,20 +95,12 @@ static void kernel_table(struct model *m, struct kv_cache **kv, int nseq, int n)
                    "without it):\n",
                    sum, ops[i].us);
             pass = ops[i].us;
-        } else if (!strcmp(ops[i].name, "chain-diff")) {
-            if (ops[i].us < 0)
-                printf("  chain as one persistent kernel: did not run\n");
-            else
-                printf("  chain as one persistent kernel equals the kernels: %s (%.0f floats "
-                       "differ)\n",
-                       ops[i].us == 0 ? "yes" : "NO", ops[i].us);
         } else if (!strncmp(ops[i].name, "pass-", 5)) {
             printf("    %-9s %8.1f us\n", ops[i].name + 5, pass - ops[i].us);
         } else {
             printf("  %-10s %8.1f us  %7.1f MB  %6.0f GB/s\n", ops[i].name, ops[i].us,
                    ops[i].bytes / 1e6, ops[i].bytes / (ops[i].us * 1e3));
-            if (strncmp(ops[i].name, "hbm", 3) && strncmp(ops[i].name, "chain", 5))
-                sum += ops[i].us;
+            if (strncmp(ops[i].name, "hbm", 3)) sum += ops[i].us;
         }
     }
 }

@@ -354,7 +354,6 @@ struct gpu_model {
     int att_early_kv, att_pre_kv; /* attn_args.early_kv, pre_kv */
     int att_tc; /* attention scores and values on the tensor cores (DSPARK_GPU_ATT_TC) */
     int pre_kt; /* mm_args.npre at most */
-    int chain_pre; /* k_chain: k-tiles of the next phase into shared memory (lab) */
     double *ss_a, *ss_f;  /* [GPU_ROWS][n_ssg] group sums of squares behind xa and xf
                            * (NULL unless prescale) */
     int n_ssg;            /* 128-column groups of a hidden row */

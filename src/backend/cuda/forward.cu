@@ -302,7 +302,6 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->att_early_kv = env_int("DSPARK_GPU_ATT_EARLY_KV", 1);
     g->att_pre_kv = env_int("DSPARK_GPU_ATT_PRE_KV", 1);
     g->pre_kt = env_int("DSPARK_GPU_PRE_KT", 0); /* measured slower at 8, 16 */
-    g->chain_pre = env_int("DSPARK_GPU_CHAIN_PRE", 0);
     int sms = 132;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     g->sms = sms;

@@ -145,8 +145,8 @@ __device__ __forceinline__ void mm_add_pieces(const mm_args &a, int g, int2 gp, 
  * frequencies. smem: mm_fin_smem(NT) bytes, free for reuse. */
 template <int NT>
 __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[NT][4], int g,
-                                          bool whole, int slot, unsigned char *smem, int blk) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, KT = a.KT;
+                                          bool whole, int slot, unsigned char *smem) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, blk = blockIdx.x, KT = a.KT;
     const int nitems = 128 * a.T; /* (t, warp, row): m contiguous within t */
 #if DSPARK_LAB_MM == 2 /* measuring builds, results wrong: what the tail costs (docs/perf.md) */
     float keep = 0.f;     /* the products stay (a store depends on them), nothing else */
@@ -266,42 +266,16 @@ __device__ __forceinline__ unsigned long long lab_now(void) {
 }
 #endif
 
-/* the end of the k-tiles of a first piece of nk k-tiles brought into shared memory (from 2U) */
-__device__ __forceinline__ int mm_pre_end(const mm_args &a, int nk, int U) {
-    return 2 * U + max(0, min(a.npre, nk - 2 * U) / U * U);
-}
-/* thread 0: requests k-tiles [2U, pre_end) of the first piece (at (g, kb), nk k-tiles) into
- * pre, on mbarrier bar (initialised first when init) */
-__device__ __forceinline__ void mm_pre_issue(const mm_args &a, int g, int kb, int nk, int U,
-                                             void *pre, unsigned long long *bar, bool init) {
-    const unsigned bytes = (unsigned)(mm_pre_end(a, nk, U) - 2 * U) * 4096u;
-    if (init) {
-        mbar_init(bar, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    mbar_expect(bar, bytes);
-    bulk_copy(pre, a.w + ((size_t)g * a.KT + kb + 2 * U) * 8 * 32, bytes, bar);
-}
-
 /* Blocks own contiguous ranges of the flattened (strip group, k-tile) space (fixed per
  * matrix), so every block streams about the same bytes however the groups fall. A range is
  * cut at group boundaries into pieces; a piece that is a whole group goes straight to the
  * epilogue, otherwise its sums go to the partial buffer and the last piece of the group to
- * arrive adds them in block order and runs the epilogue (mm_finish).
- * One block's work on a matrix: blk its block number, smem its dynamic shared memory. wait()
- * stands between the weights requested first and the first read of the input; the
- * kernel-per-matmul form waits for the previous kernel (k_mm), the persistent one for the
- * previous phase (k_chain). pre_bar: the mbarrier of the k-tiles brought into shared memory
- * (pre_par its phase); pre_mode 0: this block requests them (a.npre of them), 1: it did so
- * already, in its previous phase (k_chain), 2: none. last_done(): called once the block's last products are done,
- * before its last piece's sums leave; k_chain requests its next phase's weights there. */
-template <int NT, typename Wait, typename Done>
-__device__ __forceinline__ void mm_run(const mm_args &a, int blk, unsigned char *smem,
-                                       unsigned long long *pre_bar_p, unsigned pre_par,
-                                       int pre_mode, Wait wait, Done last_done) {
+ * arrive adds them in block order and runs the epilogue (mm_finish). */
+template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
     constexpr int U = mm_unroll(NT), KC = mm_chunk(NT), CH = KC * NT * 32; /* uint2 per chunk */
+    extern __shared__ __align__(16) unsigned char smem[];
     uint2 *bbuf = (uint2 *)smem; /* [2][CH]: input chunks during the loop */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, blk = blockIdx.x;
     const int KT = a.KT, s_begin = mm_start(a, blk), s_end = mm_start(a, blk + 1);
 #ifdef DSPARK_LAB_STAMPS
     unsigned long long ts0 = lab_now(), ts1 = 0, ts2 = 0, ts_first = 0;
@@ -317,21 +291,28 @@ __device__ __forceinline__ void mm_run(const mm_args &a, int blk, unsigned char 
     mm_fetch<U>(ra, wp, 0, nk);
     mm_fetch<U>(rb, wp, U, nk);
     const uint4 *pre = (const uint4 *)(smem + mm_smem(NT));
-    int pre_end = pre_mode == 2 ? 2 * U : mm_pre_end(a, nk, U); /* k-tiles [2U, pre_end) */
+    __shared__ __align__(8) unsigned long long pre_bar;
+    int pre_end = 2 * U + max(0, min(a.npre, nk - 2 * U) / U * U); /* k-tiles [2U, pre_end) */
     bool pre_wait = pre_end > 2 * U;
-    if (pre_wait && pre_mode == 0 && threadIdx.x == 0)
-        mm_pre_issue(a, g, kb, nk, U, smem + mm_smem(NT), pre_bar_p, true);
+    if (pre_wait && threadIdx.x == 0) {
+        const unsigned bytes = (unsigned)(pre_end - 2 * U) * 4096u;
+        mbar_init(&pre_bar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_expect(&pre_bar, bytes);
+        bulk_copy((void *)pre, a.w + ((size_t)g * KT + kb + 2 * U) * 8 * 32, bytes, &pre_bar);
+    }
     /* batch b0's fragments: from shared memory while in [2U, pre_end) (first piece only) */
     auto fetch = [&](uint4 (&r)[U], int b0) {
         if (b0 < pre_end) {
-            if (pre_wait) mbar_wait(pre_bar_p, pre_par), pre_wait = false;
+            if (pre_wait) mbar_wait(&pre_bar, 0), pre_wait = false;
 #pragma unroll
             for (int u = 0; u < U; u++) r[u] = lds128(pre + ((b0 - 2 * U + u) * 8 + warp) * 32 + lane);
         } else {
             mm_fetch<U>(r, wp, b0, nk);
         }
     };
-    wait();
+    pdl_wait();
+    pdl_launch();
 #ifdef DSPARK_LAB_STAMPS
     ts1 = lab_now();
 #endif
@@ -392,18 +373,17 @@ __device__ __forceinline__ void mm_run(const mm_args &a, int blk, unsigned char 
         }
         cp_async_wait0();
         __syncthreads(); /* the tiles below reuse the input buffers */
-        if (nk1 <= 0) last_done();
 
 #ifdef DSPARK_LAB_STAMPS
         ts2 = lab_now();
         if (!ts_first) ts_first = ts2;
         {
-            const int e = mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem, blk);
+            const int e = mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem);
             ran += e;
             if (e && nk1 > 0) mid = 1;
         }
 #else
-        mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem, blk);
+        mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem);
 #endif
         if (nk1 <= 0) break;
         __syncthreads(); /* val and the input buffers are the same memory */
@@ -425,96 +405,6 @@ __device__ __forceinline__ void mm_run(const mm_args &a, int blk, unsigned char 
     }
 #endif
 }
-
-template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ __align__(8) unsigned long long pre_bar;
-    mm_run<NT>(
-        a, blockIdx.x, smem, &pre_bar, 0, 0,
-        [] {
-            pdl_wait();
-            pdl_launch();
-        },
-        [] {});
-}
-
-/* ---- a chain of matmuls as one persistent kernel (bench_gpu --lab: "chain") ----
- * Its blocks stay resident through n phases, ph[p] each: block b does block b's work of
- * k_mm (the same ranges, pieces and sums, so the same bits), then arrives at bar[p]; before
- * reading phase p's input it waits for bar[p - 1] to count every block. Without a kernel
- * boundary, a block requests its next phase's first weights as soon as its last products of
- * this one are done: the two register batches before its wait, and with ph[p + 1].npre the
- * next k-tiles into shared memory before its last piece's sums leave. The last block to
- * arrive at the end clears bar for the next launch. */
-__device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-template <int NT>
-__global__ void __launch_bounds__(256, 2) k_chain(const mm_args *ph, int n, unsigned *bar) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ __align__(8) unsigned long long pre_bar;
-    constexpr int U = mm_unroll(NT);
-    const unsigned blk = blockIdx.x, nblk = gridDim.x;
-    /* thread 0: the first k-tiles of block blk's first piece of phase p into shared memory;
-     * every thread: whether there are any */
-    auto pre_issue = [&](int p) {
-        const mm_args &a = ph[p];
-        if (a.npre <= 0 || blk >= (unsigned)a.nb) return false;
-        const int c0 = mm_start(a, blk), g = c0 / a.KT, kb = c0 - g * a.KT;
-        const int nk = min(mm_start(a, blk + 1), (g + 1) * a.KT) - c0;
-        if (mm_pre_end(a, nk, U) <= 2 * U) return false;
-        if (threadIdx.x == 0) {
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            mm_pre_issue(a, g, kb, nk, U, smem + mm_smem(NT), &pre_bar, false);
-        }
-        return true;
-    };
-    if (threadIdx.x == 0) {
-        mbar_init(&pre_bar, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    unsigned par = 0;
-    bool issued = pre_issue(0);
-    __shared__ __align__(16) mm_args sa; /* this phase's arguments */
-    for (int p = 0; p < n; p++) {
-        const bool mine = issued;
-        issued = false;
-        for (int i = threadIdx.x; i < (int)(sizeof sa / 4); i += 256)
-            ((unsigned *)&sa)[i] = ((const unsigned *)(ph + p))[i];
-        __syncthreads();
-        if (blk < (unsigned)sa.nb) {
-            mm_run<NT>(
-                sa, (int)blk, smem, &pre_bar, par, mine ? 1 : 2,
-                [&] {
-                    if (p == 0) {
-                        pdl_wait();
-                        return;
-                    }
-                    if (threadIdx.x == 0)
-                        while (ld_acquire(bar + p - 1) < nblk) {
-                        }
-                    __syncthreads();
-                },
-                [&] {
-                    if (p + 1 < n) issued = pre_issue(p + 1);
-                });
-        }
-        if (mine) par ^= 1;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence();
-            const unsigned old = atomicAdd(bar + p, 1u);
-            if (p == n - 1 && old == nblk - 1)
-                for (int i = 0; i < n; i++) bar[i] = 0;
-        }
-    }
-    pdl_launch();
-}
-
 
 /* ---- other weight types: one warp per output row ---- */
 
@@ -675,31 +565,16 @@ int mm_init(void) {
     return mmg_init();
 }
 
-static void mm_args_of(gpu_model *g, const mm_call *c, mm_args *a);
-
 /* one launch: a group's rows (n <= GPU_GROUP), or all rows where mmg_wanted */
 static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
     const dmat *w = c->w;
-    int KT = w->KT;
+    int KT = w->KT, grp = c->row0 / GPU_GROUP;
     if (!w->mma) {
         return launch(k_mm_rows, dim3(cdiv((size_t)w->M * 32, 256)), dim3(256), 0, g->stream, w->w,
                       w->dtype, c->xb, c->T, KT, c->row0, c->n, w->K, w->M, c->epi, c->y, c->ldy,
                       c->bias);
     }
     mm_args a;
-    mm_args_of(g, c, &a);
-    if (c->n > GPU_GROUP) return mmg_launch(g, &a);
-    int NT = xb_ntiles(c->n);
-    a.npre = min(g->pre_kt, mm_pre_max(NT));
-    return launch(mm_kernels[NT], dim3(w->nb), dim3(256), (size_t)(mm_smem(NT) + a.npre * 4096),
-                  g->stream, a);
-}
-
-/* the arguments of a BF16 matrix's launch for rows [c->row0, c->row0 + c->n) */
-static void mm_args_of(gpu_model *g, const mm_call *c, mm_args *ap) {
-    const dmat *w = c->w;
-    const int KT = w->KT, grp = c->row0 / GPU_GROUP;
-    mm_args &a = *ap;
     a.w = (const uint4 *)w->w;
     a.xb = (const uint2 *)c->xb + grp * xb_group_stride(KT);
     a.KT = KT, a.MS = w->MS, a.M = w->M;
@@ -712,7 +587,11 @@ static void mm_args_of(gpu_model *g, const mm_call *c, mm_args *ap) {
     a.norm_w = c->epi == EPI_RESID ? c->norm_w : NULL, a.norm_out = c->norm_out;
     a.H_norm = g->H, a.KT_norm = g->KT_H, a.eps = g->d.rms_eps;
     a.out_ss = a.norm_w ? c->out_ss : NULL, a.in_ss = c->in_ss, a.n_ssg = g->n_ssg;
-    a.npre = 0;
+    if (c->n > GPU_GROUP) return mmg_launch(g, &a);
+    int NT = xb_ntiles(c->n);
+    a.npre = min(g->pre_kt, mm_pre_max(NT));
+    return launch(mm_kernels[NT], dim3(w->nb), dim3(256), (size_t)(mm_smem(NT) + a.npre * 4096),
+                  g->stream, a);
 }
 
 /* one launch over all rows (gemm.cu) where that fills the GPU, otherwise a launch per group of
@@ -727,45 +606,4 @@ cudaError_t mm_launch(gpu_model *g, const mm_call *c) {
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
-}
-
-/* the chain's phases: host side. mm_chain_args fills args (n of them, device memory) for the
- * calls; mm_chain_launch runs them (grid: g->slots blocks, all resident at once: after
- * mm_chain_init said so). Rows: 1 or 16, the same for every call. */
-typedef void (*chain_kernel)(const mm_args *, int, unsigned *);
-static const chain_kernel chain_kernels[GPU_NT_MAX + 1] = {NULL, k_chain<1>, NULL, NULL, NULL,
-                                                           NULL, k_chain<6>};
-
-int mm_chain_args(gpu_model *g, const mm_call *calls, int n, mm_args *args) {
-    mm_args *h = (mm_args *)malloc(sizeof(mm_args) * n);
-    if (!h) return ERR_NOMEM;
-    for (int i = 0; i < n; i++) {
-        mm_args_of(g, &calls[i], &h[i]);
-        h[i].npre = min(g->chain_pre, mm_pre_max(xb_ntiles(calls[i].n)));
-    }
-    cudaError_t e = cudaMemcpy(args, h, sizeof(mm_args) * n, cudaMemcpyHostToDevice);
-    free(h);
-    CK(e);
-    return OK;
-}
-
-static size_t chain_smem(int NT) {
-    return mm_smem(NT) + (size_t)mm_pre_max(NT) * 4096;
-}
-
-/* whether the chain of T rows can run: its kernel exists and all g->slots blocks fit at once */
-int mm_chain_init(gpu_model *g, int T) {
-    const int NT = xb_ntiles(T);
-    if (NT > GPU_NT_MAX || !chain_kernels[NT]) return ERR_UNSUPPORTED;
-    int per = 0;
-    CK(cudaFuncSetAttribute(chain_kernels[NT], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            (int)chain_smem(NT)));
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, chain_kernels[NT], 256, chain_smem(NT)));
-    return per * g->sms >= g->slots ? OK : ERR_UNSUPPORTED;
-}
-
-cudaError_t mm_chain_launch(gpu_model *g, const mm_args *args, int n, int T, unsigned *bar) {
-    const int NT = xb_ntiles(T);
-    return launch(chain_kernels[NT], dim3(g->slots), dim3(256), chain_smem(NT), g->stream, args, n,
-                  bar);
 }

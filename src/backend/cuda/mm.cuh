@@ -266,10 +266,6 @@ __device__ __forceinline__ int mm_block_of(const mm_args &a, int i) {
     return (int)(((unsigned)(i + 1) * (unsigned)a.nb - 1) / a.total);
 }
 
-/* the lab's persistent chain of matmuls (gemv.cu; bench_gpu --lab) */
-int mm_chain_init(gpu_model *g, int T);
-int mm_chain_args(gpu_model *g, const mm_call *calls, int n, mm_args *args);
-cudaError_t mm_chain_launch(gpu_model *g, const mm_args *args, int n, int T, unsigned *bar);
 int mmg_init(void);
 int mmg_wanted(const gpu_model *g, const dmat *w, int T); /* one launch for all T rows */
 cudaError_t mmg_launch(gpu_model *g, const mm_args *a); /* a->T > GPU_GROUP rows from row 0 */

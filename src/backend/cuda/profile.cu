@@ -1,7 +1,7 @@
 /* backend/cuda/profile.cu: gpu_profile(): each kind of step work timed alone, for the
  * benchmark's per-kernel bandwidth table. An op runs over all layers in one captured graph
  * (so a matrix smaller than L2 is not re-read from cache), best of several replays. */
-#include "backend/cuda/mm.cuh"
+#include "backend/cuda/cuda.cuh"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,118 +45,21 @@ __global__ void k_read_streams(const uint4 *p, size_t n, unsigned *sink) {
 /* then whole passes (greedy ids of every row): all of it, and without each kind of a layer's
  * work in turn (LAB_*; the outputs are then meaningless), whose difference is that kind's
  * share of a real pass, overlaps and boundaries included */
-enum { OP_QKV, OP_O, OP_GU, OP_DOWN, OP_HEAD, OP_ATTN, OP_NORM, OP_READ, OP_STREAMS, OP_CHAIN,
-       OP_CHAIN_P, OP_PASS, OP_PASS_LESS, N_OPS = OP_PASS_LESS + LAB_KINDS };
+enum { OP_QKV, OP_O, OP_GU, OP_DOWN, OP_HEAD, OP_ATTN, OP_NORM, OP_READ, OP_STREAMS, OP_PASS,
+       OP_PASS_LESS, N_OPS = OP_PASS_LESS + LAB_KINDS };
 static const char *op_names[N_OPS] = {
     "qkv",       "o",         "gate_up",  "down",    "lm_head",  "attention",
-    "rmsnorm",   "hbm read",  "hbm streams", "chain", "chain-p", "pass", "pass-qkv",
-    "pass-attn", "pass-o",    "pass-gu",   "pass-down", "pass-norm"};
-
-/* The chain: the four matmuls of every layer as a pass runs them with deferred norms (q|k|v,
- * o, gate/up, down; no attention, so o's input is stale), as kernels ("chain") and as one
- * persistent kernel ("chain-p", mm_chain_launch), for what the kernel boundaries cost. */
-struct chain {
-    mm_call *calls;
-    qkv_epi *qe;
-    mm_args *args; /* device */
-    unsigned *bar; /* device, zeros */
-    int n;
-};
-
-static int chain_make(gpu_model *g, int T, chain *ch) {
-    const int L = g->d.n_layers;
-    memset(ch, 0, sizeof *ch);
-    if (L < 1 || L > 1024 || !g->prescale || 128 % g->D || (T != 1 && xb_ntiles(T) != 6))
-        return ERR_UNSUPPORTED;
-    for (int li = 0; li < L; li++)
-        if (!g->layers[li].gu.interleaved) return ERR_UNSUPPORTED;
-    if (mm_chain_init(g, T)) return ERR_UNSUPPORTED;
-    ch->n = 4 * L;
-    ch->calls = (mm_call *)calloc((size_t)ch->n, sizeof *ch->calls);
-    ch->qe = (qkv_epi *)calloc((size_t)L, sizeof *ch->qe);
-    if (!ch->calls || !ch->qe) return ERR_NOMEM;
-    for (int li = 0; li < L; li++) {
-        const dlayer *l = &g->layers[li];
-        ch->qe[li] = qkv_epi{g->dsp,          g->q, l->q_norm, l->k_norm,   g->inv_freq, g->d.n_heads,
-                            g->d.n_kv_heads, g->D, li,        g->d.rms_eps};
-        const float *next = li + 1 < L ? g->layers[li + 1].attn_norm : NULL;
-        mm_call c[4] = {
-            {&l->qkv, g->xa, T, 0, T, EPI_QKV, NULL, 0, l->bqkv, NULL, &ch->qe[li], NULL, NULL,
-             NULL, g->ss_a},
-            {&l->o, g->xo, T, 0, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL, l->ffn_norm, g->xf,
-             g->ss_f, NULL},
-            {&l->gu, g->xf, T, 0, T, EPI_SWIGLU, NULL, 0, NULL, g->xh, NULL, NULL, NULL, NULL,
-             g->ss_f},
-            {&l->down, g->xh, T, 0, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL, next, g->xa,
-             g->ss_a, NULL}};
-        memcpy(ch->calls + 4 * li, c, sizeof c);
-    }
-    CK(cudaMalloc((void **)&ch->args, sizeof(mm_args) * ch->n));
-    CK(cudaMalloc((void **)&ch->bar, sizeof(unsigned) * ch->n));
-    CK(cudaMemset(ch->bar, 0, sizeof(unsigned) * ch->n));
-    return mm_chain_args(g, ch->calls, ch->n, ch->args);
-}
-
-static void chain_free(chain *ch) {
-    free(ch->calls);
-    free(ch->qe);
-    cudaFree(ch->args);
-    cudaFree(ch->bar);
-}
-
-static cudaError_t chain_enqueue(gpu_model *g, const chain *ch, int persistent, int T) {
-    if (persistent) return mm_chain_launch(g, ch->args, ch->n, T, ch->bar);
-    for (int i = 0; i < ch->n; i++) {
-        cudaError_t e = mm_launch(g, &ch->calls[i]);
-        if (e != cudaSuccess) return e;
-    }
-    return cudaSuccess;
-}
-
-/* the floats of x (the residual rows) that differ between the chain as kernels and as one
- * persistent kernel, each from the same x, xa and ss_a; -1 when either fails */
-static long chain_diff(gpu_model *g, const chain *ch, int T) {
-    const size_t nx = sizeof(float) * T * g->H;
-    const size_t na = sizeof(uint2) * (GPU_ROWS / GPU_GROUP) * xb_group_stride(g->KT_H);
-    const size_t ns = sizeof(double) * GPU_ROWS * g->n_ssg;
-    void *save = NULL;
-    float *out[2] = {(float *)malloc(nx), (float *)malloc(nx)};
-    long diff = -1;
-    if (out[0] && out[1] && cudaMalloc(&save, nx + na + ns) == cudaSuccess &&
-        cudaMemcpy(save, g->x, nx, cudaMemcpyDeviceToDevice) == cudaSuccess &&
-        cudaMemcpy((char *)save + nx, g->xa, na, cudaMemcpyDeviceToDevice) == cudaSuccess &&
-        cudaMemcpy((char *)save + nx + na, g->ss_a, ns, cudaMemcpyDeviceToDevice) == cudaSuccess) {
-        diff = 0;
-        for (int p = 0; p < 2 && diff >= 0; p++) {
-            if (cudaMemcpy(g->x, save, nx, cudaMemcpyDeviceToDevice) != cudaSuccess ||
-                cudaMemcpy(g->xa, (char *)save + nx, na, cudaMemcpyDeviceToDevice) ||
-                cudaMemcpy(g->ss_a, (char *)save + nx + na, ns, cudaMemcpyDeviceToDevice) ||
-                chain_enqueue(g, ch, p, T) != cudaSuccess || cudaStreamSynchronize(g->stream) ||
-                cudaMemcpy(out[p], g->x, nx, cudaMemcpyDeviceToHost))
-                diff = -1;
-        }
-        for (size_t i = 0; diff >= 0 && i < nx / 4; i++)
-            diff += memcmp(&out[0][i], &out[1][i], 4) != 0;
-    }
-    cudaGetLastError();
-    cudaFree(save);
-    free(out[0]);
-    free(out[1]);
-    return diff;
-}
+    "rmsnorm",   "hbm read",  "hbm streams", "pass", "pass-qkv", "pass-attn",
+    "pass-o",    "pass-gu",   "pass-down", "pass-norm"};
 
 static double mat_bytes(const dmat *m) {
     return m->mma ? (double)m->MS * m->KT * 512
                   : (double)m->M * m->K * dtype_size((enum dtype)m->dtype);
 }
 
-static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes, const chain *ch) {
+static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
     int L = g->d.n_layers;
     *bytes = 0;
-    if (op == OP_CHAIN || op == OP_CHAIN_P) {
-        for (int i = 0; i < ch->n; i++) *bytes += mat_bytes(ch->calls[i].w);
-        return chain_enqueue(g, ch, op == OP_CHAIN_P, n);
-    }
     for (int li = 0; li < (op == OP_HEAD || op >= OP_READ ? 1 : L); li++) {
         const dlayer *l = &g->layers[li];
         mm_call c = {NULL, NULL, n, 0, n, EPI_STORE, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
@@ -245,15 +148,12 @@ extern "C" int gpu_profile(gpu_model *g, gpu_kv **kv, int nseq, int pos0, int n,
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     int k = 0;
-    chain ch;
-    const int chain_ok = chain_make(g, n, &ch) == OK;
     for (int op = 0; op < N_OPS && k < max; op++) {
         double bytes;
-        if ((op == OP_CHAIN || op == OP_CHAIN_P) && !chain_ok) continue;
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         CK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
-        cudaError_t e = op_enqueue(g, op, n, &bytes, &ch);
+        cudaError_t e = op_enqueue(g, op, n, &bytes);
         CK(cudaStreamEndCapture(g->stream, &graph));
         CK(e);
         CK(cudaGraphInstantiate(&exec, graph, 0));
@@ -289,13 +189,6 @@ extern "C" int gpu_profile(gpu_model *g, gpu_kv **kv, int nseq, int pos0, int n,
         out[k].bytes = bytes;
         k++;
     }
-    if (chain_ok && k < max) { /* "chain-diff": differing floats, in us; -1: did not run */
-        snprintf(out[k].name, sizeof out[k].name, "chain-diff");
-        out[k].us = (double)chain_diff(g, &ch, n);
-        out[k].bytes = 0;
-        k++;
-    }
-    chain_free(&ch);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     CK(cudaGetLastError());
