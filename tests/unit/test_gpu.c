@@ -359,62 +359,20 @@ TEST(gpu_attention_many_steps) {
     model_free(m);
 }
 
-/* Attention on the tensor cores (DSPARK_GPU_ATT_TC=1): a pass of 1 to 16 rows gives each row
- * the bits of single steps (one arithmetic for every width), 16 sequences' steps in one pass
- * give each the bits it gets alone (many_steps, above), and the logits stay within 1e-4 of
- * the float path's with the same greedy tokens. */
-TEST(gpu_attention_tc) {
-    if (!gpu_available()) SKIP("no CUDA build or no GPU");
-    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
-    struct model *m[2]; /* the float attention (whatever the environment says), the TC one */
-    REQUIRE(load_with("DSPARK_GPU_ATT_TC", "0", &m[0]) == 0);
-    REQUIRE(load_with("DSPARK_GPU_ATT_TC", "1", &m[1]) == 0);
-    enum { P = 300, W = 16 };
-    const int V = model_config(m[0])->vocab_size;
-    static int32_t ids[P + W];
-    for (int i = 0; i < P + W; i++) ids[i] = 20 + (i * 389 + 7) % 8000;
-    float *l[2], *out = malloc(sizeof(float) * V * W);
-    struct kv_cache *kv[2];
-    REQUIRE(out != NULL);
-    for (int k = 0; k < 2; k++) { /* single steps after the prompt */
-        REQUIRE((l[k] = malloc(sizeof(float) * V * W)) != NULL);
-        REQUIRE(kv_new(m[k], 512, &kv[k]) == 0);
-        CHECK(model_forward(m[k], kv[k], ids, P, NULL, 0) == 0);
-        for (int i = 0; i < W; i++)
-            CHECK(model_forward(m[k], kv[k], ids + P + i, 1, l[k] + (size_t)i * V, 0) == 0);
-    }
-    const int widths[] = {1, 2, 3, 5, 8, 9, 16};
-    int same = 0, agree = 0;
-    for (int j = 0; j < 7; j++)
-        same += pass_equals_steps(m[1], kv[1], ids, P, widths[j], l[1], out);
-    for (int i = 0; i < W; i++)
-        agree += argmax(l[0] + (size_t)i * V, V) == argmax(l[1] + (size_t)i * V, V);
-    const double err = rel_err(l[1], l[0], (size_t)V * W);
-    int alone = 0;
-    many_steps(m[1], &alone);
-    printf("  attention on the tensor cores: passes of 1..16 rows equal single steps %d of 7; "
-           "logits rel err %.2e against the float path, argmax equal on %d of %d rows; 16 "
-           "sequences' steps in one pass equal each alone %d\n",
-           same, err, agree, W, alone);
-    CHECK(same == 7 && agree == W && err < 1e-4 && alone == 16);
-    for (int k = 0; k < 2; k++) free(l[k]), kv_free(kv[k]), model_free(m[k]);
-    free(out);
-}
-
 /* A model with 8 query heads per kv head (bench/mkmodel, random BF16; bench/run_gpu.sh's test
  * step writes it to /tmp/dspark-g8, or DSPARK_TEST_G8 names a folder): the attention path
  * for items of one or two rows takes its heads four at a time, twice per key here, and must
- * give the same bits as the warp-per-row path of wider passes, and the CPU's values. The
- * tensor-core attention (DSPARK_GPU_ATT_TC=1) too: items of 8 rows are 64 queries, 4 m-tiles. */
+ * give the same bits as the warp-per-row path of wider passes, and the CPU's values. */
 TEST(gpu_many_heads_per_kv) {
     if (!gpu_available()) SKIP("no CUDA build or no GPU");
     const char *dir = getenv("DSPARK_TEST_G8") ? getenv("DSPARK_TEST_G8") : "/tmp/dspark-g8";
     if (!fs_exists(dir))
         SKIP("no model with 8 query heads per kv head: bench/mkmodel /tmp/dspark-g8 --layers 2 "
              "--hidden 256 --heads 16 --kv-heads 2 --head-dim 64 --ffn 512 --vocab 1024");
-    struct model *cpu;
+    struct model *m, *cpu;
+    REQUIRE(model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, &m) == 0);
     REQUIRE(model_load(dir, &(struct model_opts){.n_threads = 2}, &cpu) == 0);
-    const struct hf_config *c = model_config(cpu);
+    const struct hf_config *c = model_config(m);
     REQUIRE(c->n_heads / c->n_kv_heads >= 8);
     enum { P = 150, W = 20 };
     const int V = c->vocab_size;
@@ -423,34 +381,25 @@ TEST(gpu_many_heads_per_kv) {
     float *one = malloc(sizeof(float) * V * W), *wide = malloc(sizeof(float) * V * W),
           *ref = malloc(sizeof(float) * V * W);
     REQUIRE(one && wide && ref);
-    struct kv_cache *k;
-    REQUIRE(kv_new(cpu, 256, &k) == 0);
+    struct kv_cache *a, *b, *k;
+    REQUIRE(kv_new(m, 256, &a) == 0 && kv_new(m, 256, &b) == 0 && kv_new(cpu, 256, &k) == 0);
+    CHECK(model_forward(m, a, ids, P, NULL, 0) == 0);
     CHECK(model_forward(cpu, k, ids, P, NULL, 0) == 0);
-    for (int i = 0; i < W; i++)
+    for (int i = 0; i < W; i++) {
+        CHECK(model_forward(m, a, ids + P + i, 1, one + (size_t)i * V, 0) == 0);
         CHECK(model_forward(cpu, k, ids + P + i, 1, ref + (size_t)i * V, 0) == 0);
-    for (int tc = 0; tc < 2; tc++) { /* the float attention, then the tensor cores' */
-        struct model *m;
-        REQUIRE(load_dir_with(dir, "DSPARK_GPU_ATT_TC", tc ? "1" : "0", &m) == 0);
-        struct kv_cache *a, *b;
-        REQUIRE(kv_new(m, 256, &a) == 0 && kv_new(m, 256, &b) == 0);
-        CHECK(model_forward(m, a, ids, P, NULL, 0) == 0);
-        for (int i = 0; i < W; i++)
-            CHECK(model_forward(m, a, ids + P + i, 1, one + (size_t)i * V, 0) == 0);
-        static const int widths[] = {2, 3, 8, 16, W};
-        int same = 0;
-        for (int j = 0; j < 5; j++) same += pass_equals_steps(m, b, ids, P, widths[j], one, wide);
-        double e = rel_err(one, ref, (size_t)V * W);
-        printf("  %d query heads per kv head%s: passes of 2, 3, 8, 16, %d rows equal single steps "
-               "%d of 5; steps within %.1e of the CPU\n",
-               c->n_heads / c->n_kv_heads, tc ? " (attention on the tensor cores)" : "", W, same,
-               e);
-        CHECK(same == 5 && e < 1e-4);
-        kv_free(a), kv_free(b);
-        model_free(m);
     }
+    static const int widths[] = {2, 3, 8, 16, W};
+    int same = 0;
+    for (int j = 0; j < 5; j++) same += pass_equals_steps(m, b, ids, P, widths[j], one, wide);
+    double e = rel_err(one, ref, (size_t)V * W);
+    printf("  %d query heads per kv head: passes of 2, 3, 8, 16, %d rows equal single steps %d of "
+           "5; steps within %.1e of the CPU\n",
+           c->n_heads / c->n_kv_heads, W, same, e);
+    CHECK(same == 5 && e < 1e-4);
     free(one), free(wide), free(ref);
-    kv_free(k);
-    model_free(cpu);
+    kv_free(a), kv_free(b), kv_free(k);
+    model_free(m), model_free(cpu);
 }
 
 /* ---- DSpark and DFlash drafters on the GPU ---- */
@@ -1136,7 +1085,6 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_attention_buffers")) RUN(gpu_attention_buffers);
     if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
     if (wanted(argc, argv, "gpu_attention_many_steps")) RUN(gpu_attention_many_steps);
-    if (wanted(argc, argv, "gpu_attention_tc")) RUN(gpu_attention_tc);
     if (wanted(argc, argv, "gpu_many_heads_per_kv")) RUN(gpu_many_heads_per_kv);
     if (wanted(argc, argv, "gpu_block_golden")) RUN(gpu_block_golden);
     if (wanted(argc, argv, "gpu_block_pycoder")) RUN(gpu_block_pycoder);

@@ -193,142 +193,6 @@ __device__ __forceinline__ void attn_row(const attn_args &a, const float *Ks, co
     }
 }
 
-/* ---- tensor-core arithmetic (DSPARK_GPU_ATT_TC) ----
- * Scores and values as m16n8k8 TF32 products with float sums: each float operand is split into
- * big + small TF32 terms (22 bits), and the products big.big, small.big and big.small are
- * added, each into its own accumulators, even and odd k-steps apart (six chains instead of
- * one), which are added in a fixed order at the end. A row's sums depend only on its own query
- * and the span's keys and values (the rows of an mma do not mix), so every pass width gives a
- * row the same bits, as long as the cache holds finite values: the values' tile rows a row
- * does not see are multiplied by its zero weights (the float path skips them). Queries are
- * stored ATT_QP(D) floats apart (padded: no bank conflicts on the score fragments). */
-#define ATT_SP (ATT_SPAN + 4) /* floats per row of the scores */
-#define ATT_QP(D) ((D) + 4)  /* floats between the tensor-core path's queries */
-static_assert(ATT_THREADS / 32 * 8 == ATT_SPAN, "att_tc_scores: a warp per 8 keys of a span");
-
-__device__ __forceinline__ void att_tf32(float x, unsigned &big, unsigned &small) {
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
-    const float r = x - __uint_as_float(big);
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(r));
-}
-__device__ __forceinline__ void att_mma8(float (&c)[4], const unsigned (&a)[4],
-                                         const unsigned (&b)[2]) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-/* the accumulators of one output tile: [big.big, small.big, big.small][k-step parity] */
-struct att_acc {
-    float c[3][2][4];
-};
-__device__ __forceinline__ void att_acc_zero(att_acc &t) {
-#pragma unroll
-    for (int i = 0; i < 3; i++)
-#pragma unroll
-        for (int p = 0; p < 2; p++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) t.c[i][p][e] = 0.f;
-}
-/* one k-step p of A = ab + as and B = bb + bs */
-__device__ __forceinline__ void att_step(att_acc &t, int p, const unsigned (&ab)[4],
-                                         const unsigned (&as)[4], const unsigned (&bb)[2],
-                                         const unsigned (&bs)[2]) {
-    att_mma8(t.c[1][p], as, bb);
-    att_mma8(t.c[2][p], ab, bs);
-    att_mma8(t.c[0][p], ab, bb);
-}
-__device__ __forceinline__ float att_sum(const att_acc &t, int e) {
-    return (t.c[0][0][e] + t.c[0][1][e]) +
-           ((t.c[1][0][e] + t.c[1][1][e]) + (t.c[2][0][e] + t.c[2][1][e]));
-}
-/* A fragment terms of rows r0 + gq, r0 + gq + 8 (rows >= M: zeros) of a row-major float
- * matrix X (stride ld), columns c0 + q and c0 + q + 4 */
-__device__ __forceinline__ void att_afrag(const float *X, int ld, int M, int r0, int c0,
-                                          unsigned (&ab)[4], unsigned (&as)[4]) {
-    const int lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int r = r0 + gq + (i & 1) * 8, c = c0 + q + (i >> 1) * 4;
-        att_tf32(r < M ? X[(size_t)r * ld + c] : 0.f, ab[i], as[i]);
-    }
-}
-
-/* Scores S[mi][j] = scale * q_mi . k_j of the item's M = nr G queries (query mi = ri G + gi
- * at Qs + mi ATT_QP(D)) and the tile's 64 keys: warp w takes keys [8w, 8w + 8) */
-template <int D>
-__device__ __forceinline__ void att_tc_scores(const float *Ks, const float *Qs, int M, float scale,
-                                              float *S) {
-    constexpr int DP = D + 4, QP = ATT_QP(D);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
-    const int MT = (M + 15) / 16;
-    const float *kr = Ks + (warp * 8 + gq) * DP + q; /* B[k = d][n = key] */
-    for (int mt = 0; mt < MT; mt++) {
-        att_acc t;
-        att_acc_zero(t);
-#pragma unroll 4
-        for (int k0 = 0; k0 < D; k0 += 8) {
-            unsigned ab[4], as[4], bb[2], bs[2];
-            att_afrag(Qs, QP, M, mt * 16, k0, ab, as);
-            att_tf32(kr[k0], bb[0], bs[0]);
-            att_tf32(kr[k0 + 4], bb[1], bs[1]);
-            att_step(t, (k0 >> 3) & 1, ab, as, bb, bs);
-        }
-        const int r = mt * 16 + gq, j = warp * 8 + 2 * q;
-        if (r < M) {
-            S[r * ATT_SP + j] = att_sum(t, 0) * scale;
-            S[r * ATT_SP + j + 1] = att_sum(t, 1) * scale;
-        }
-        if (r + 8 < M) {
-            S[(r + 8) * ATT_SP + j] = att_sum(t, 2) * scale;
-            S[(r + 8) * ATT_SP + j + 1] = att_sum(t, 3) * scale;
-        }
-    }
-}
-
-/* Values O[mi][d] = sum over keys j of P[mi][j] v_j[d] (P: the softmax weights in S, zero
- * outside each row's keys; keys outside [jlo, jhi) read as zero, their tile rows may be stale)
- * into the item's partials: warp w takes dims [8 n, 8 n + 8) for n = w, w + 8, ... */
-template <int D>
-__device__ __forceinline__ void att_tc_values(const attn_args &a, const float *Vs, const float *S,
-                                              const att_row *rows, int nr, int kvh, int span,
-                                              int jlo, int jhi) {
-    constexpr int DP = D + 4, KS = ATT_SPAN / 8;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, q = lane & 3;
-    const int G = a.G, M = nr * G, MT = (M + 15) / 16;
-    for (int nt = warp; nt < D / 8; nt += ATT_THREADS / 32) {
-        unsigned bb[KS][2], bs[KS][2]; /* V's terms, B[k = key][n = dim] */
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++)
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                const int j = ks * 8 + q + 4 * i, d = nt * 8 + gq;
-                att_tf32(j >= jlo && j < jhi ? Vs[j * DP + d] : 0.f, bb[ks][i], bs[ks][i]);
-            }
-        for (int mt = 0; mt < MT; mt++) {
-            att_acc t;
-            att_acc_zero(t);
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-                unsigned ab[4], as[4];
-                att_afrag(S, ATT_SP, M, mt * 16, ks * 8, ab, as);
-                att_step(t, ks & 1, ab, as, bb[ks], bs[ks]);
-            }
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int mi = mt * 16 + gq + 8 * h;
-                if (mi >= M) continue;
-                const att_row r = rows[mi / G];
-                if (!r.j1) continue;
-                const size_t slot =
-                    ((size_t)(r.t - a.r0) * a.nh + kvh * G + mi % G) * a.spans + span;
-                float *o = a.acc + slot * D + nt * 8 + 2 * q;
-                o[0] = att_sum(t, 2 * h), o[1] = att_sum(t, 2 * h + 1);
-            }
-        }
-    }
-}
-
 /* what a block needs of its work item once the item's tiles are in shared memory */
 struct att_item {
     int ok; /* 0: no row of the item sees the span (nothing loaded) */
@@ -341,15 +205,13 @@ struct att_item {
  * once the scores are done the next item's keys and queries load during this item's softmax
  * and values. With pre_kv a block requests its first item's keys and values of positions
  * before the pass (rows no kernel of the pass writes) before its wait on the previous kernel. */
-template <int D, int NB, int TC>
-__global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
+template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
     constexpr int DP = D + 4, D4 = D / 4;
     extern __shared__ __align__(16) float sm[];
     /* per buffer: K and V tiles [ATT_SPAN][DP] and the rows' queries [ATT_ROWS][G][D]; then
      * the scores, then weights, of items of up to ATT_COOP_ROWS rows
      * [ATT_COOP_ROWS][ATT_SPAN][G4] (the heads of a key side by side, padded to four) */
-    constexpr int QP = TC ? ATT_QP(D) : D; /* floats between queries */
-    const int G = a.G, G4 = (G + 3) & ~3, BUF = 2 * ATT_SPAN * DP + ATT_ROWS * G * QP;
+    const int G = a.G, G4 = (G + 3) & ~3, BUF = 2 * ATT_SPAN * DP + ATT_ROWS * G * D;
     float *S = sm + NB * BUF;
     __shared__ att_seq seqs[GPU_SEQS];
     __shared__ att_row rows_of[2][ATT_ROWS]; /* per buffer (one buffer: per item in turn) */
@@ -439,12 +301,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
         float *Qs = sm + b * BUF + 2 * ATT_SPAN * DP;
         for (int x = tid; x < geo.nr * G * D4; x += ATT_THREADS) {
             int r = x / (G * D4), c = (x % (G * D4)) * 4;
-            if (TC) /* padded: query (r, c / D) at QP floats a query */
-                cp_async16(Qs + r * G * QP + c / D * QP + c % D,
-                           a.q + ((size_t)(geo.ua + r) * a.nh + geo.kvh * G) * D + c);
-            else
-                cp_async16(Qs + r * G * D + c,
-                           a.q + ((size_t)(geo.ua + r) * a.nh + geo.kvh * G) * D + c);
+            cp_async16(Qs + r * G * D + c,
+                       a.q + ((size_t)(geo.ua + r) * a.nh + geo.kvh * G) * D + c);
         }
     };
     /* keys from ja on (and with two buffers values), the queries; with one buffer a commit,
@@ -498,7 +356,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
         const int kvh = cur.kvh, span = cur.span, nr = cur.nr;
         const int P2 = nr * G; /* (row, head) pairs */
         if (!cur.ok) {
-        } else if (!TC && nr > ATT_COOP_ROWS) { /* a warp per row */
+        } else if (nr > ATT_COOP_ROWS) { /* a warp per row */
             if (NB == 1) {
                 cp_async_wait0();
                 __syncthreads();
@@ -513,21 +371,16 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
                                 a.ml + (slot + (size_t)g0 * a.spans) * 2);
             }
         } else {
-            /* a few rows (or with TC every width): all threads on them. Scores, as
-             * S[pair][key] on the tensor cores, else a thread per (row, key), four heads at a
-             * time, the same sums in the same order as attn_row (each key read once per four
-             * heads: shared memory bandwidth is what these items wait for) */
-            if (TC) {
-                att_tc_scores<D>(Ks, Qs, P2, a.scale, S);
-            } else {
-                for (int x = tid; x < nr * ATT_SPAN; x += ATT_THREADS) {
-                    int ri = x / ATT_SPAN, j = x % ATT_SPAN;
-                    att_row r = rows[ri];
-                    if (j < r.j0 || j >= r.j1) continue;
-                    for (int g0 = 0; g0 < G; g0 += 4)
-                        score4<D>(Qs + (ri * G + g0) * D, Ks + j * DP, min(G - g0, 4), a.scale,
-                                  S + (size_t)x * G4 + g0);
-                }
+            /* a few rows: all threads on them; the same sums in the same order as attn_row.
+             * Scores: a thread per (row, key), four heads at a time (each key read once per
+             * four heads: shared memory bandwidth is what these items wait for) */
+            for (int x = tid; x < nr * ATT_SPAN; x += ATT_THREADS) {
+                int ri = x / ATT_SPAN, j = x % ATT_SPAN;
+                att_row r = rows[ri];
+                if (j < r.j0 || j >= r.j1) continue;
+                for (int g0 = 0; g0 < G; g0 += 4)
+                    score4<D>(Qs + (ri * G + g0) * D, Ks + j * DP, min(G - g0, 4), a.scale,
+                              S + (size_t)x * G4 + g0);
             }
             __syncthreads();
             if (NB == 1 && a.early_kv) { /* keys and queries are free: the next item's load */
@@ -537,22 +390,13 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
                 cp_async_commit();
                 early = true;
             }
-            /* softmax of the span per (row, head) pair: a warp per pair, two keys a lane
-             * (TC: weights zero for rows that do not see the span, the values multiply them) */
+            /* softmax of the span per (row, head) pair: a warp per pair, two keys a lane */
             for (int pr = warp; pr < P2; pr += ATT_THREADS / 32) {
                 att_row r = rows[pr / G];
-                if (!r.j1) {
-                    if (TC) {
-                        float *sr = S + (size_t)pr * ATT_SP;
-                        sr[lane] = 0.f, sr[lane + 32] = 0.f;
-                    }
-                    continue;
-                }
-                const int ks = TC ? 1 : G4; /* key j: sr[j ks] */
-                float *sr = TC ? S + (size_t)pr * ATT_SP
-                               : S + (size_t)(pr / G) * ATT_SPAN * G4 + pr % G;
-                float v0 = lane >= r.j0 && lane < r.j1 ? sr[lane * ks] : -INFINITY;
-                float v1 = lane + 32 >= r.j0 && lane + 32 < r.j1 ? sr[(lane + 32) * ks] : -INFINITY;
+                if (!r.j1) continue;
+                float *sr = S + (size_t)(pr / G) * ATT_SPAN * G4 + pr % G; /* key j: sr[j G4] */
+                float v0 = lane >= r.j0 && lane < r.j1 ? sr[lane * G4] : -INFINITY;
+                float v1 = lane + 32 >= r.j0 && lane + 32 < r.j1 ? sr[(lane + 32) * G4] : -INFINITY;
                 float m = fmaxf(v0, v1);
                 for (int off = 16; off; off >>= 1)
                     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
@@ -560,7 +404,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
                       e1 = v1 == -INFINITY ? 0.f : expf(v1 - m);
                 float l = e0 + e1;
                 for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-                sr[lane * ks] = e0, sr[(lane + 32) * ks] = e1;
+                sr[lane * G4] = e0, sr[(lane + 32) * G4] = e1;
                 if (lane == 0) {
                     size_t slot =
                         ((size_t)(r.t - a.r0) * a.nh + kvh * G + pr % G) * a.spans + span;
@@ -574,33 +418,25 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
                     cp_async_wait0();
             }
             __syncthreads();
-            if (TC) {
-                int jlo = ATT_SPAN, jhi = 0; /* the keys any row of the item sees */
-                for (int i = 0; i < nr; i++)
-                    if (rows[i].j1) jlo = min(jlo, rows[i].j0), jhi = max(jhi, rows[i].j1);
-                att_tc_values<D>(a, Vs, S, rows, nr, kvh, span, jlo, jhi);
-            } else {
-                /* values: a thread per (row, dim), four heads at a time, keys in order */
-                for (int x = tid; x < nr * D; x += ATT_THREADS) {
-                    int ri = x / D, d = x % D;
-                    att_row r = rows[ri];
-                    if (!r.j1) continue;
-                    const float *e = S + (size_t)ri * ATT_SPAN * G4;
-                    const size_t slot = ((size_t)(r.t - a.r0) * a.nh + kvh * G) * a.spans + span;
-                    for (int g0 = 0; g0 < G; g0 += 4) {
-                        float o[4] = {0.f, 0.f, 0.f, 0.f};
+            /* values: a thread per (row, dim), four heads at a time, keys in order */
+            for (int x = tid; x < nr * D; x += ATT_THREADS) {
+                int ri = x / D, d = x % D;
+                att_row r = rows[ri];
+                if (!r.j1) continue;
+                const float *e = S + (size_t)ri * ATT_SPAN * G4;
+                const size_t slot = ((size_t)(r.t - a.r0) * a.nh + kvh * G) * a.spans + span;
+                for (int g0 = 0; g0 < G; g0 += 4) {
+                    float o[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 4
-                        for (int j = r.j0; j < r.j1; j++) {
-                            float v = Vs[j * DP + d];
-                            float4 w = *(const float4 *)(e + j * G4 + g0);
-                            o[0] = fmaf(w.x, v, o[0]), o[1] = fmaf(w.y, v, o[1]);
-                            o[2] = fmaf(w.z, v, o[2]), o[3] = fmaf(w.w, v, o[3]);
-                        }
-#pragma unroll
-                        for (int gi = 0; gi < 4; gi++)
-                            if (g0 + gi < G)
-                                a.acc[(slot + (size_t)(g0 + gi) * a.spans) * D + d] = o[gi];
+                    for (int j = r.j0; j < r.j1; j++) {
+                        float v = Vs[j * DP + d];
+                        float4 w = *(const float4 *)(e + j * G4 + g0);
+                        o[0] = fmaf(w.x, v, o[0]), o[1] = fmaf(w.y, v, o[1]);
+                        o[2] = fmaf(w.z, v, o[2]), o[3] = fmaf(w.w, v, o[3]);
                     }
+#pragma unroll
+                    for (int gi = 0; gi < 4; gi++)
+                        if (g0 + gi < G) a.acc[(slot + (size_t)(g0 + gi) * a.spans) * D + d] = o[gi];
                 }
             }
         }
@@ -665,25 +501,18 @@ __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
     }
 }
 
-/* per buffer the K and V tiles and the queries, then the scores: of up to ATT_COOP_ROWS rows,
- * or with the tensor cores (tc) of every query of an item */
-static size_t attn_smem(int G, int D, int nb, int tc) {
-    const size_t scores = tc ? (size_t)ATT_ROWS * G * ATT_SP
-                             : (size_t)ATT_COOP_ROWS * ((G + 3) & ~3) * ATT_SPAN;
-    const size_t qp = tc ? ATT_QP(D) : D;
-    return sizeof(float) *
-           (nb * (2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * qp) + scores);
+static size_t attn_smem(int G, int D, int nb) {
+    return sizeof(float) * (nb * (2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * D) +
+                            (size_t)ATT_COOP_ROWS * ((G + 3) & ~3) * ATT_SPAN);
 }
 
 typedef void (*attn_kernel)(attn_args);
-#define K16(n, tc)  k_attn<16 * (n), 1, tc>, k_attn<16 * (n), 2, tc>
-#define K16S(n, tc) k_attn<16 * (n), 1, tc>, NULL /* two buffers of a wider head hardly fit */
-#define KTAB(tc)                                                                                   \
-    {{NULL, NULL},    {K16(1, tc)},   {K16(2, tc)},   {K16(3, tc)},   {K16(4, tc)},                \
-     {K16(5, tc)},    {K16(6, tc)},   {K16(7, tc)},   {K16(8, tc)},   {K16S(9, tc)},               \
-     {K16S(10, tc)},  {K16S(11, tc)}, {K16S(12, tc)}, {K16S(13, tc)}, {K16S(14, tc)},              \
-     {K16S(15, tc)},  {K16S(16, tc)}}
-static const attn_kernel attn_kernels[2][17][2] = {KTAB(0), KTAB(1)};
+#define K16(n)  k_attn<16 * (n), 1>, k_attn<16 * (n), 2>
+#define K16S(n) k_attn<16 * (n), 1>, NULL /* two buffers of a wider head hardly ever fit */
+static const attn_kernel attn_kernels[17][2] = {
+    {NULL, NULL}, {K16(1)},   {K16(2)},   {K16(3)},   {K16(4)},   {K16(5)},
+    {K16(6)},     {K16(7)},   {K16(8)},   {K16S(9)},  {K16S(10)}, {K16S(11)},
+    {K16S(12)},   {K16S(13)}, {K16S(14)}, {K16S(15)}, {K16S(16)}};
 
 /* Work items of the pass in g->hsp (as k_attn numbers them): with at most one per SM, each
  * of at most ATT_COOP_ROWS rows (decode steps), one block a SM with two buffers measured
@@ -718,9 +547,8 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
     a.early_kv = g->att_early_kv;
     a.pre_kv = g->att_pre_kv;
     const int nb = g->att_few ? 2 : 1;
-    cudaError_t e = launch(attn_kernels[g->att_tc][g->D / 16][nb - 1],
-                           dim3(g->att_few ? g->sms : g->att_grid), dim3(ATT_THREADS),
-                           attn_smem(g->G, g->D, nb, g->att_tc), g->stream, a);
+    cudaError_t e = launch(attn_kernels[g->D / 16][nb - 1], dim3(g->att_few ? g->sms : g->att_grid),
+                           dim3(ATT_THREADS), attn_smem(g->G, g->D, nb), g->stream, a);
     if (e != cudaSuccess) return e;
     return launch(k_attn_merge, dim3(n, d->n_heads), dim3(128), sizeof(float) * g->att_spans,
                   g->stream, a, g->D);
@@ -752,17 +580,17 @@ static int raise_smem(const void *k, size_t bytes) {
 /* The kernels' shared memory for the model's heads, and g->att_nb: two tile buffers where
  * they fit (and g->att_nb asked for two), else one. */
 int attn_init(gpu_model *g, int spans) {
-    const int G = g->G, D = g->D, tc = g->att_tc;
+    const int G = g->G, D = g->D;
     if (D % 16 || D > 256 || G > ATT_GMAX) return ERR_UNSUPPORTED;
-    const attn_kernel *ks = attn_kernels[tc][D / 16];
     size_t most = 227 << 10;
-    if (g->att_nb != 1 && ks[1] && attn_smem(G, D, 2, tc) <= most) {
+    if (g->att_nb != 1 && attn_kernels[D / 16][1] && attn_smem(G, D, 2) <= most) {
         g->att_nb = 2;
-        if (raise_smem((const void *)ks[1], attn_smem(G, D, 2, tc))) return ERR_UNSUPPORTED;
+        if (raise_smem((const void *)attn_kernels[D / 16][1], attn_smem(G, D, 2)))
+            return ERR_UNSUPPORTED;
     } else {
         g->att_nb = 1;
     }
-    size_t need = attn_smem(G, D, 1, tc), merge = sizeof(float) * (size_t)spans;
+    size_t need = attn_smem(G, D, 1), merge = sizeof(float) * (size_t)spans;
     if (need > most || merge > most) {
         log_error("GPU attention needs %zu KB of shared memory for head_dim %d, %d query heads per "
                   "kv head and %d positions; the GPU has %zu KB a block",
@@ -770,7 +598,7 @@ int attn_init(gpu_model *g, int spans) {
         log_hint("run on the CPU (without --gpu)");
         return ERR_UNSUPPORTED;
     }
-    if (raise_smem((const void *)ks[0], need) ||
+    if (raise_smem((const void *)attn_kernels[D / 16][0], attn_smem(G, D, 1)) ||
         raise_smem((const void *)k_attn_merge, sizeof(float) * spans))
         return ERR_UNSUPPORTED;
     return OK;

@@ -352,7 +352,6 @@ struct gpu_model {
     int use_graphs, use_pdl, slots, even_split, early_merge, sel_rows;
     int prescale;         /* layers' norms deferred into the matmuls (mm_call.out_ss) */
     int att_early_kv, att_pre_kv; /* attn_args.early_kv, pre_kv */
-    int att_tc; /* attention scores and values on the tensor cores (DSPARK_GPU_ATT_TC) */
     int pre_kt; /* mm_args.npre at most */
     double *ss_a, *ss_f;  /* [GPU_ROWS][n_ssg] group sums of squares behind xa and xf
                            * (NULL unless prescale) */

@@ -308,7 +308,6 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->att_rows = GPU_GROUP; /* att_reserve sets it with the first cache */
     g->slots = sms * env_int("DSPARK_GPU_BLOCKS_PER_SM", 2);
     g->att_nb = env_int("DSPARK_GPU_ATT_NB", 2); /* 1: never two buffers; attn_init may take 1 */
-    g->att_tc = env_int("DSPARK_GPU_ATT_TC", 0) ? 1 : 0; /* off: see docs/perf.md */
     for (int i = 0; i < GPU_MAX_LAYERS; i++) g->tap_of[i] = -1;
     gpu_pdl_on = env_int("DSPARK_GPU_PDL", 1);
     g->layers = (dlayer *)calloc((size_t)d->n_layers, sizeof *g->layers);
