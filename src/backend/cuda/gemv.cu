@@ -44,8 +44,11 @@ __host__ __device__ constexpr int mm_rows(int NT) {
 __host__ __device__ constexpr int mm_unroll(int NT) { /* k-tiles per register batch */
     return NT <= MM_U8_MAX ? 8 : NT <= MM_U4_MAX ? 4 : 2;
 }
+#ifndef MM_KC32_MAX
+#define MM_KC32_MAX 4 /* the widest n-tiles staging 32 k-tiles of input at a time (wider: 16) */
+#endif
 __host__ __device__ constexpr int mm_chunk(int NT) { /* k-tiles of input staged at a time */
-    return NT <= 2 ? 64 : NT <= 4 ? 32 : 16;
+    return NT <= 2 ? 64 : NT <= MM_KC32_MAX ? 32 : 16;
 }
 /* floats per row of a warp's 16 x 8NT tile of sums in mm_finish: from 3 n-tiles on, 2 more
  * than 8NT (an odd number of pairs), so the 16 rows a warp reads at once fall in 16 different
@@ -65,6 +68,12 @@ __host__ __device__ constexpr int mm_smem(int NT) {
                                                           : mm_fin_smem(NT)) +
             1023) /
            1024 * 1024;
+}
+/* q|k|v launches of up to 16 rows (6 n-tiles): the rows' RoPE cos and sin (qkv_epilogue's
+ * cs), computed before the wait, after the k-tiles brought in before it */
+#define MM_CS_BYTES (16 * 64 * 8)
+__host__ __device__ constexpr bool mm_cs(int NT) {
+    return NT <= 6;
 }
 /* k-tiles of weights past the two register batches that a block's first piece can bring into
  * shared memory before its wait, where two blocks still fit on an SM (108 KB each, and the
@@ -246,7 +255,8 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
 #if DSPARK_LAB_MM == 1 /* the split sums, not the epilogues */
     return false;
 #endif
-    mm_epilogue(a, g, val, nitems, inv, pre, qe);
+    mm_epilogue<mm_cs(NT)>(a, g, val, nitems, inv, pre, qe,
+                           (const float2 *)(smem + mm_smem(NT) + a.npre * 4096));
     return true;
 }
 
@@ -311,6 +321,14 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
             mm_fetch<U>(r, wp, b0, nk);
         }
     };
+    if (mm_cs(NT) && a.epi == EPI_QKV) { /* the epilogue's RoPE, off its path */
+        float2 *cs = (float2 *)(smem + mm_smem(NT) + a.npre * 4096);
+        const int half = a.qe.D / 2;
+        for (int i = threadIdx.x; i < a.T * half; i += 256) {
+            const int t = i / half, j = i - t * half;
+            rope_cs(row_pos(a.qe.sp, a.row0 + t), a.qe.inv_freq[j], &cs[i].x, &cs[i].y);
+        }
+    }
     pdl_wait();
     pdl_launch();
 #ifdef DSPARK_LAB_STAMPS
@@ -561,7 +579,7 @@ static const mm_kernel mm_kernels[GPU_NT_MAX + 1] = {
 int mm_init(void) {
     for (int nt = 1; nt <= GPU_NT_MAX; nt++)
         CK(cudaFuncSetAttribute(mm_kernels[nt], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                mm_smem(nt) + mm_pre_max(nt) * 4096));
+                                mm_smem(nt) + mm_pre_max(nt) * 4096 + MM_CS_BYTES));
     return mmg_init();
 }
 
@@ -590,8 +608,9 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
     if (c->n > GPU_GROUP) return mmg_launch(g, &a);
     int NT = xb_ntiles(c->n);
     a.npre = min(g->pre_kt, mm_pre_max(NT));
-    return launch(mm_kernels[NT], dim3(w->nb), dim3(256), (size_t)(mm_smem(NT) + a.npre * 4096),
-                  g->stream, a);
+    const int cs = c->epi == EPI_QKV && mm_cs(NT) ? MM_CS_BYTES : 0;
+    return launch(mm_kernels[NT], dim3(w->nb), dim3(256),
+                  (size_t)(mm_smem(NT) + a.npre * 4096 + cs), g->stream, a);
 }
 
 /* one launch over all rows (gemm.cu) where that fills the GPU, otherwise a launch per group of

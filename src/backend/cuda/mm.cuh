@@ -78,10 +78,21 @@ struct mm_args {
     int npre; /* k-tiles a decode block brings into shared memory before its wait (gemv.cu) */
 };
 
+/* RoPE's cos and sin at position pos for frequency f: the angle in float, as the CPU takes
+ * it, its cos and sin in double */
+__device__ __forceinline__ void rope_cs(int pos, float f, float *c, float *sn) {
+    const float ang = (float)pos * f;
+    *c = (float)cos((double)ang), *sn = (float)sin((double)ang);
+}
+
 /* The last block of a strip group has rows [128 b, 128 b + 128) of q|k|v for every row t in
  * val[t * 128 + i]: whole heads (D divides 128), normed, rotated and stored here. It is on
- * the path to the next kernel, so each warp requests what it reads before it stores. */
-__device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val, int T, int row0, int M, int g) {
+ * the path to the next kernel, so each warp requests what it reads before it stores. With
+ * CS the rows' RoPE cos and sin are in cs[t * D / 2 + i] (computed before the wait, gemv.cu),
+ * else computed here: the same values. */
+template <bool CS>
+__device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val, int T, int row0,
+                                             int M, int g, const float2 *cs) {
     const int D = e.D, half = D / 2, QD = e.nh * D, KD = e.nkv * D;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hpb = 128 / D;
     for (int task = warp; task < T * hpb; task += 8) { /* a warp per (row, head) */
@@ -100,7 +111,7 @@ __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val,
         for (int j = 0; j < 2; j++) {
             const int i = lane + 32 * j;
             const bool in = kind != 2 && i < half;
-            fr[j] = in ? e.inv_freq[i] : 0.f;
+            fr[j] = in && !CS ? e.inv_freq[i] : 0.f;
             wa[j] = in && nw ? nw[i] : 0.f;
             wb[j] = in && nw ? nw[i + half] : 0.f;
         }
@@ -124,8 +135,13 @@ __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val,
             if (i >= half) break;
             float a = x[i], b = x[i + half];
             if (nw) a = wa[j] * (a * inv), b = wb[j] * (b * inv);
-            float ang = (float)pos * fr[j];
-            float c = (float)cos((double)ang), sn = (float)sin((double)ang);
+            float c, sn;
+            if (CS) {
+                const float2 v = cs[t * half + i];
+                c = v.x, sn = v.y;
+            } else {
+                rope_cs(pos, fr[j], &c, &sn);
+            }
             float ra = a * c - b * sn, rb = b * c + a * sn;
             if (kind == 0) {
                 float *o = e.q + ((size_t)(row0 + t) * e.nh + h) * D;
@@ -187,9 +203,10 @@ __device__ __forceinline__ void mm_group_ss(const mm_args &a, int g, const float
  * each input row when its norm is deferred (a.in_ss); pre, for the residual epilogue, the
  * group's residual rows [T][128] and the next norm's weights [128]; qe: a.qe, or its copy
  * whose step parameters, norm weights and frequencies are in shared memory. */
+template <bool CS = false>
 __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val, int nitems,
                                             const float *inv, const float *pre,
-                                            const qkv_epi &qe) {
+                                            const qkv_epi &qe, const float2 *cs = nullptr) {
     __shared__ double red[256]; /* the norm's sums: per thread, or per (row, 32 columns) */
     if (a.in_ss) {
         for (int i = threadIdx.x; i < nitems; i += 256) val[i] *= inv[i >> 7];
@@ -213,7 +230,7 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
             }
             __syncthreads();
         }
-        qkv_epilogue(qe, val, a.T, a.row0, a.M, g);
+        qkv_epilogue<CS>(qe, val, a.T, a.row0, a.M, g, cs);
         return;
     }
     const bool defer = a.epi == EPI_RESID && a.norm_w && a.out_ss;
