@@ -44,11 +44,8 @@ __host__ __device__ constexpr int mm_rows(int NT) {
 __host__ __device__ constexpr int mm_unroll(int NT) { /* k-tiles per register batch */
     return NT <= MM_U8_MAX ? 8 : NT <= MM_U4_MAX ? 4 : 2;
 }
-#ifndef MM_KC32_MAX
-#define MM_KC32_MAX 4 /* the widest n-tiles staging 32 k-tiles of input at a time (wider: 16) */
-#endif
 __host__ __device__ constexpr int mm_chunk(int NT) { /* k-tiles of input staged at a time */
-    return NT <= 2 ? 64 : NT <= MM_KC32_MAX ? 32 : 16;
+    return NT <= 2 ? 64 : NT <= 4 ? 32 : 16; /* 32 up to 6 n-tiles: slower (docs/perf.md) */
 }
 /* floats per row of a warp's 16 x 8NT tile of sums in mm_finish: from 3 n-tiles on, 2 more
  * than 8NT (an odd number of pairs), so the 16 rows a warp reads at once fall in 16 different
