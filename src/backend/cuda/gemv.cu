@@ -228,10 +228,14 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
         int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
         const float *f = fin + w * 16 * S + r * S + 3 * t;
         float v = (f[0] + f[1]) + f[2];
-        if (whole)
+        if (whole && !(NT == 1 && a.pull == 1))
             val[i] = v;
         else
             a.part[((size_t)(2 * blk + slot) * GPU_GROUP + t) * 128 + (i & 127)] = v;
+    }
+    if (NT == 1 && a.pull == 1) { /* the consumer adds the pieces (mm_pull) */
+        cp_async_wait0();
+        return false;
     }
     cp_async_wait0(); /* the block's copies land before it arrives or leaves */
     if (!whole) {
@@ -272,6 +276,41 @@ __device__ __forceinline__ unsigned long long lab_now(void) {
     return t;
 }
 #endif
+
+/* DSPARK_GPU_PULL (lab), 1 row: down's input k-tiles [kb, kb + nk) (nk <= 128) staged in
+ * bbuf from gate/up's pieces' sums (a.pin, gate/up stored them unreduced): each feature's
+ * gate and up sums added in block order, scaled by 1 / rms of gate/up's input row, SwiGLU,
+ * split into three terms. The same operations in the same order as gate/up's last piece and
+ * epilogue, so the same bits. */
+__device__ __forceinline__ int pull_start(const mm_args &a, int b) { /* as mm_start */
+    if (a.pks) return (b / a.pks) * a.pKT + a.pKT * (b % a.pks) / a.pks;
+    return (int)(a.ptotal * (unsigned)b / (unsigned)a.pnb);
+}
+__device__ __forceinline__ int pull_block_of(const mm_args &a, int i) { /* as mm_block_of */
+    if (a.pks) return (i / a.pKT) * a.pks + ((i % a.pKT + 1) * a.pks - 1) / a.pKT;
+    return (int)(((unsigned)(i + 1) * (unsigned)a.pnb - 1) / a.ptotal);
+}
+__device__ __forceinline__ void mm_pull(const mm_args &a, int kb, int nk, uint2 *bbuf) {
+    __shared__ float inv;
+    for (int i = threadIdx.x; i < nk * 32; i += 256) bbuf[i] = make_uint2(0u, 0u);
+    if (threadIdx.x == 0)
+        inv = ss_inv_seq(a.pss + (size_t)a.row0 * a.n_ssg, a.n_ssg, a.H_norm, a.eps);
+    __syncthreads();
+    const size_t SL = GPU_GROUP * 128;
+    for (int k = threadIdx.x; k < nk * 16; k += 256) {
+        const int j = kb * 16 + k, gg = j >> 6, p = (j >> 4) & 3, r = j & 15;
+        if (j >= a.pM / 2) continue;
+        const int b0 = pull_block_of(a, gg * a.pKT), b1 = pull_block_of(a, (gg + 1) * a.pKT - 1);
+        const float *f = a.pin + (size_t)(2 * b0 + (pull_start(a, b0) < gg * a.pKT)) * SL;
+        float gv = __ldcg(f + 2 * p * 16 + r), uv = __ldcg(f + (2 * p + 1) * 16 + r);
+        for (int b = b0 + 1; b <= b1; b++) {
+            const float *q = a.pin + (size_t)(2 * b) * SL;
+            gv += __ldcg(q + 2 * p * 16 + r), uv += __ldcg(q + (2 * p + 1) * 16 + r);
+        }
+        gv *= inv, uv *= inv;
+        xb_put((uint16_t *)bbuf, 1, 0, 0, k, silu_mul(gv, uv));
+    }
+}
 
 /* Blocks own contiguous ranges of the flattened (strip group, k-tile) space (fixed per
  * matrix), so every block streams about the same bytes however the groups fall. A range is
@@ -339,9 +378,13 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
         for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
         const uint2 *xg = a.xb + (size_t)kb * NT * 32;
-        const int nchunks = (nk + KC - 1) / KC;
-        for (int i = threadIdx.x; i < min(KC, nk) * NT * 16; i += 256)
-            cp_async16((uint4 *)bbuf + i, (const uint4 *)xg + i);
+        const int nchunks = NT == 1 && a.pull == 2 ? 0 : (nk + KC - 1) / KC;
+        if (NT == 1 && a.pull == 2) {
+            mm_pull(a, kb, nk, bbuf);
+        } else {
+            for (int i = threadIdx.x; i < min(KC, nk) * NT * 16; i += 256)
+                cp_async16((uint4 *)bbuf + i, (const uint4 *)xg + i);
+        }
         cp_async_commit();
         cp_async_wait0();
         __syncthreads();
@@ -602,6 +645,13 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
     a.norm_w = c->epi == EPI_RESID ? c->norm_w : NULL, a.norm_out = c->norm_out;
     a.H_norm = g->H, a.KT_norm = g->KT_H, a.eps = g->d.rms_eps;
     a.out_ss = a.norm_w ? c->out_ss : NULL, a.in_ss = c->in_ss, a.n_ssg = g->n_ssg;
+    a.pull = g->pull;
+    if (g->pull == 1) a.part = g->part2;
+    if (g->pull == 2) {
+        const dmat *s = g->pull_src;
+        a.pin = g->part2, a.pss = g->pull_ss, a.pKT = s->KT, a.pks = s->ks, a.pnb = s->nb;
+        a.pM = s->M, a.ptotal = cdiv(s->MS, 8) * (unsigned)s->KT;
+    }
     if (c->n > GPU_GROUP) return mmg_launch(g, &a);
     int NT = xb_ntiles(c->n);
     a.npre = min(g->pre_kt, mm_pre_max(NT));
