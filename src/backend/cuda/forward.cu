@@ -387,7 +387,9 @@ static cudaError_t qkv_rows(gpu_model *g, int li, int T, const double *in_ss) {
 static int pull_ok(const gpu_model *g, const dlayer *l, int T) {
     return g->pull_on && g->part2 && T == 1 && g->prescale && l->gu.mma && l->gu.interleaved &&
            l->gu.ks == 0 && l->down.mma && l->down.ks > 0 &&
-           (l->down.KT + l->down.ks - 1) / l->down.ks <= 128 && g->n_ssg <= 64;
+           (l->down.KT + l->down.ks - 1) / l->down.ks <= 128 && g->n_ssg <= 64 &&
+           l->gu.nb <= (long)cdiv(l->gu.MS, 8) * l->gu.KT &&
+           (l->gu.KT - 1) / ((long)cdiv(l->gu.MS, 8) * l->gu.KT / l->gu.nb) + 2 <= 3;
 }
 
 /* Layer li over the T rows. Each RMSNorm is deferred into the matmuls around it
