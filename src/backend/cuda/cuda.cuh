@@ -326,15 +326,6 @@ struct gpu_model {
     uint16_t *xh;               /* xb of the FFN hidden (K = I) */
     float *logits;              /* [T, V] */
     float *part;                /* matmul partial sums [blocks][2][GPU_GROUP][128] */
-    float *part2;               /* gate/up's with DSPARK_GPU_PULL, else NULL */
-    int pull;                   /* DSPARK_GPU_PULL (lab, 1 row): for the next matmul launch, 1:
-                                 * gate/up stores every piece's sums into part2 and leaves the
-                                 * norm and SwiGLU to down; 2: down stages its input from those
-                                 * sums (pull_src: that gate/up, pull_ss: its input's sums of
-                                 * squares); 0 otherwise */
-    int pull_on;
-    const dmat *pull_src;
-    const double *pull_ss;
     unsigned *cnt;              /* matmul and attention arrival counters, left at 0 */
     float *att_acc;             /* [att_rows][n_heads][att_spans][D] per-span partials */
     float *att_ml;              /* [att_rows][n_heads][att_spans][2] */

@@ -260,12 +260,6 @@ static int alloc_state(gpu_model *g) {
         (rc = dev_alloc(g, (void **)&g->dsel, sizeof(int32_t) * R)) ||
         (rc = dev_alloc(g, (void **)&g->dsp, sizeof(step_params))))
         return rc;
-    if (g->pull_on) { /* gate/up's pieces' sums, apart from down's own (pull_ok) */
-        size_t p2 = 0;
-        for (int i = 0; i < d->n_layers; i++)
-            if (part_floats(&g->layers[i].gu) > p2) p2 = part_floats(&g->layers[i].gu);
-        if ((rc = dev_alloc(g, (void **)&g->part2, sizeof(float) * (p2 ? p2 : 1)))) return rc;
-    }
     g->n_ssg = (int)cdiv(g->H, 128);
     if (g->prescale && ((rc = dev_zeros(g, (void **)&g->ss_a, sizeof(double) * R * g->n_ssg)) ||
                         (rc = dev_zeros(g, (void **)&g->ss_f, sizeof(double) * R * g->n_ssg))))
@@ -308,7 +302,6 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->att_early_kv = env_int("DSPARK_GPU_ATT_EARLY_KV", 1);
     g->att_pre_kv = env_int("DSPARK_GPU_ATT_PRE_KV", 1);
     g->pre_kt = env_int("DSPARK_GPU_PRE_KT", 0); /* measured slower at 8, 16 */
-    g->pull_on = env_int("DSPARK_GPU_PULL", 0);
     int sms = 132;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     g->sms = sms;
@@ -382,16 +375,6 @@ static cudaError_t qkv_rows(gpu_model *g, int li, int T, const double *in_ss) {
     return rope_launch(g, l, li, T);
 }
 
-/* DSPARK_GPU_PULL (lab): whether layer l's gate/up and down pass their sums unreduced, down
- * adding gate/up's pieces while it stages its input (1 row; gemv.cu) */
-static int pull_ok(const gpu_model *g, const dlayer *l, int T) {
-    return g->pull_on && g->part2 && T == 1 && g->prescale && l->gu.mma && l->gu.interleaved &&
-           l->gu.ks == 0 && l->down.mma && l->down.ks > 0 &&
-           (l->down.KT + l->down.ks - 1) / l->down.ks <= 128 && g->n_ssg <= 64 &&
-           l->gu.nb <= (long)cdiv(l->gu.MS, 8) * l->gu.KT &&
-           (l->gu.KT - 1) / ((long)cdiv(l->gu.MS, 8) * l->gu.KT / l->gu.nb) + 2 <= 3;
-}
-
 /* Layer li over the T rows. Each RMSNorm is deferred into the matmuls around it
  * (g->prescale: the residual matmul writes w * x and the rows' group sums of squares, q|k|v
  * and gate/up finish the norm in their epilogues, so nothing waits for whole rows), fused
@@ -413,25 +396,18 @@ static cudaError_t layer(gpu_model *g, int li, int T) {
         E(mm_launch(g, &c));
     }
     if (!fuse && !(skip >> LAB_NORM & 1)) E(norm_launch(g, g->xf, l->ffn_norm, 0, T));
-    const int pull = pull_ok(g, l, T);
     if (!(skip >> LAB_GU & 1)) {
         mm_call c = {&l->gu, g->xf, T, 0, T, EPI_SWIGLU, NULL, 0, NULL, g->xh, NULL, NULL, NULL,
                      NULL, g->ss_f};
         if (!l->gu.interleaved) c.epi = EPI_STORE, c.y = g->gu, c.ldy = 2 * g->I, c.xb_out = NULL;
-        g->pull = pull;
-        cudaError_t e = mm_launch(g, &c);
-        g->pull = 0;
-        E(e);
+        E(mm_launch(g, &c));
         if (!l->gu.interleaved) E(swiglu_launch(g, T));
     }
     const int next = fuse && li + 1 < g->d.n_layers; /* the last layer's rows take the final norm */
     if (!(skip >> LAB_DOWN & 1)) {
         mm_call c = {&l->down, g->xh, T, 0, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
                      next ? g->layers[li + 1].attn_norm : NULL, g->xa, g->ss_a, NULL};
-        if (pull) g->pull = 2, g->pull_src = &l->gu, g->pull_ss = g->ss_f;
-        cudaError_t e = mm_launch(g, &c);
-        g->pull = 0;
-        E(e);
+        E(mm_launch(g, &c));
     }
     if (g->taps && g->tap_of[li] >= 0) E(tap_launch(g, g->tap_of[li], T));
     return cudaSuccess;

@@ -228,14 +228,10 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
         int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
         const float *f = fin + w * 16 * S + r * S + 3 * t;
         float v = (f[0] + f[1]) + f[2];
-        if (whole && !(NT == 1 && a.pull == 1))
+        if (whole)
             val[i] = v;
         else
             a.part[((size_t)(2 * blk + slot) * GPU_GROUP + t) * 128 + (i & 127)] = v;
-    }
-    if (NT == 1 && a.pull == 1) { /* the consumer adds the pieces (mm_pull) */
-        cp_async_wait0();
-        return false;
     }
     cp_async_wait0(); /* the block's copies land before it arrives or leaves */
     if (!whole) {
@@ -276,53 +272,6 @@ __device__ __forceinline__ unsigned long long lab_now(void) {
     return t;
 }
 #endif
-
-/* DSPARK_GPU_PULL (lab), 1 row: down's input k-tiles [kb, kb + nk) (nk <= 128) staged in
- * bbuf from gate/up's pieces' sums (a.pin; gate/up stored them unreduced, at most
- * PULL_PIECES a group): each group's pieces copied into raw at once (one round trip), then
- * each feature's gate and up sums added in block order, scaled by 1 / rms of gate/up's input
- * row, SwiGLU, split into three terms. The same operations in the same order as gate/up's
- * last piece and epilogue, so the same bits. */
-#define PULL_PIECES 3
-#define PULL_BYTES ((128 * 16 / 64 + 1) * PULL_PIECES * 512)
-__device__ __forceinline__ int pull_start(const mm_args &a, int b) { /* as mm_start */
-    if (a.pks) return (b / a.pks) * a.pKT + a.pKT * (b % a.pks) / a.pks;
-    return (int)(a.ptotal * (unsigned)b / (unsigned)a.pnb);
-}
-__device__ __forceinline__ int pull_block_of(const mm_args &a, int i) { /* as mm_block_of */
-    if (a.pks) return (i / a.pKT) * a.pks + ((i % a.pKT + 1) * a.pks - 1) / a.pKT;
-    return (int)(((unsigned)(i + 1) * (unsigned)a.pnb - 1) / a.ptotal);
-}
-__device__ __forceinline__ void mm_pull(const mm_args &a, int kb, int nk, uint2 *bbuf,
-                                        float *raw) {
-    __shared__ float inv;
-    const int g_lo = kb * 16 / 64, g_hi = min((kb + nk) * 16 - 1, a.pM / 2 - 1) / 64;
-    const size_t SL = GPU_GROUP * 128;
-    /* raw[(gi * PULL_PIECES + q) * 128 + i]: piece q of group g_lo + gi, row 0 */
-    for (int c = threadIdx.x; c < (g_hi - g_lo + 1) * PULL_PIECES * 32; c += 256) {
-        const int gi = c / (PULL_PIECES * 32), q = c / 32 % PULL_PIECES, gg = g_lo + gi;
-        const int b0 = pull_block_of(a, gg * a.pKT), b1 = pull_block_of(a, (gg + 1) * a.pKT - 1);
-        if (b0 + q > b1) continue;
-        const int slot = q == 0 && pull_start(a, b0) < gg * a.pKT;
-        cp_async16(raw + (size_t)(gi * PULL_PIECES + q) * 128 + (c & 31) * 4,
-                   a.pin + (size_t)(2 * (b0 + q) + slot) * SL + (c & 31) * 4);
-    }
-    cp_async_commit();
-    for (int i = threadIdx.x; i < nk * 32; i += 256) bbuf[i] = make_uint2(0u, 0u);
-    if (threadIdx.x == 0)
-        inv = ss_inv_seq(a.pss + (size_t)a.row0 * a.n_ssg, a.n_ssg, a.H_norm, a.eps);
-    cp_async_wait0();
-    __syncthreads();
-    for (int k = threadIdx.x; k < nk * 16; k += 256) {
-        const int j = kb * 16 + k, gg = j >> 6, o = (j >> 4 & 3) * 32 + (j & 15);
-        if (j >= a.pM / 2) continue;
-        const int np = pull_block_of(a, (gg + 1) * a.pKT - 1) - pull_block_of(a, gg * a.pKT) + 1;
-        const float *f = raw + (size_t)(gg - g_lo) * PULL_PIECES * 128 + o;
-        float gv = f[0], uv = f[16];
-        for (int q = 1; q < np; q++) gv += f[q * 128], uv += f[q * 128 + 16];
-        xb_put((uint16_t *)bbuf, 1, 0, 0, k, silu_mul(gv * inv, uv * inv));
-    }
-}
 
 /* Blocks own contiguous ranges of the flattened (strip group, k-tile) space (fixed per
  * matrix), so every block streams about the same bytes however the groups fall. A range is
@@ -390,13 +339,9 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
         for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
         const uint2 *xg = a.xb + (size_t)kb * NT * 32;
-        const int nchunks = NT == 1 && a.pull == 2 ? 0 : (nk + KC - 1) / KC;
-        if (NT == 1 && a.pull == 2) {
-            mm_pull(a, kb, nk, bbuf, (float *)(smem + mm_smem(NT) + a.npre * 4096));
-        } else {
-            for (int i = threadIdx.x; i < min(KC, nk) * NT * 16; i += 256)
-                cp_async16((uint4 *)bbuf + i, (const uint4 *)xg + i);
-        }
+        const int nchunks = (nk + KC - 1) / KC;
+        for (int i = threadIdx.x; i < min(KC, nk) * NT * 16; i += 256)
+            cp_async16((uint4 *)bbuf + i, (const uint4 *)xg + i);
         cp_async_commit();
         cp_async_wait0();
         __syncthreads();
@@ -631,8 +576,7 @@ static const mm_kernel mm_kernels[GPU_NT_MAX + 1] = {
 int mm_init(void) {
     for (int nt = 1; nt <= GPU_NT_MAX; nt++)
         CK(cudaFuncSetAttribute(mm_kernels[nt], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                mm_smem(nt) + mm_pre_max(nt) * 4096 +
-                                    (MM_CS_BYTES > PULL_BYTES ? MM_CS_BYTES : PULL_BYTES)));
+                                mm_smem(nt) + mm_pre_max(nt) * 4096 + MM_CS_BYTES));
     return mmg_init();
 }
 
@@ -658,17 +602,10 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
     a.norm_w = c->epi == EPI_RESID ? c->norm_w : NULL, a.norm_out = c->norm_out;
     a.H_norm = g->H, a.KT_norm = g->KT_H, a.eps = g->d.rms_eps;
     a.out_ss = a.norm_w ? c->out_ss : NULL, a.in_ss = c->in_ss, a.n_ssg = g->n_ssg;
-    a.pull = g->pull;
-    if (g->pull == 1) a.part = g->part2;
-    if (g->pull == 2) {
-        const dmat *s = g->pull_src;
-        a.pin = g->part2, a.pss = g->pull_ss, a.pKT = s->KT, a.pks = s->ks, a.pnb = s->nb;
-        a.pM = s->M, a.ptotal = cdiv(s->MS, 8) * (unsigned)s->KT;
-    }
     if (c->n > GPU_GROUP) return mmg_launch(g, &a);
     int NT = xb_ntiles(c->n);
     a.npre = min(g->pre_kt, mm_pre_max(NT));
-    const int cs = c->epi == EPI_QKV && mm_cs(NT) ? MM_CS_BYTES : g->pull == 2 ? PULL_BYTES : 0;
+    const int cs = c->epi == EPI_QKV && mm_cs(NT) ? MM_CS_BYTES : 0;
     return launch(mm_kernels[NT], dim3(w->nb), dim3(256),
                   (size_t)(mm_smem(NT) + a.npre * 4096 + cs), g->stream, a);
 }

@@ -76,11 +76,6 @@ struct mm_args {
     const double *in_ss; /* the row sums are scaled by 1 / rms of these first */
     int n_ssg;
     int npre; /* k-tiles a decode block brings into shared memory before its wait (gemv.cu) */
-    int pull; /* mm_call.pull; with 2, the source's sums and partition: */
-    const float *pin;
-    const double *pss;
-    int pKT, pks, pnb, pM;
-    unsigned ptotal;
 };
 
 /* RoPE's cos and sin at position pos for frequency f: the angle in float, as the CPU takes
