@@ -306,9 +306,13 @@ TEST(gpu_attention_loads_ahead) {
 }
 
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
- * the one-buffer kernel's path for items of few rows) on m: into same, how many of NS = 16
- * sequences get the same bits batched as alone (fewer items than SMs: the two-buffer kernel). */
-static void many_steps(struct model *m, int *same) {
+ * the one-buffer kernel's path for items of few rows) give the same bits as each sequence
+ * alone (fewer items than SMs: the two-buffer kernel). */
+TEST(gpu_attention_many_steps) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m) == 0);
     enum { NS = 16, STEPS = 3 };
     const int V = model_config(m)->vocab_size;
     int32_t ids[NS][400];
@@ -338,24 +342,15 @@ static void many_steps(struct model *m, int *same) {
             if (k == 0) CHECK(model_forward_batch(m, it, NS) == 0);
         }
     }
-    *same = 0;
+    int same = 0;
     for (int i = 0; i < NS; i++)
-        *same += !memcmp(l[0][i], l[1][i], sizeof(float) * V * w[i] * STEPS);
+        same += !memcmp(l[0][i], l[1][i], sizeof(float) * V * w[i] * STEPS);
+    printf("  %d sequences' decode steps in one pass (attention items of one or two rows): "
+           "equal to each alone %d\n",
+           NS, same);
+    CHECK(same == NS);
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < NS; i++) free(l[k][i]), kv_free(kv[k][i]);
-}
-
-TEST(gpu_attention_many_steps) {
-    if (!gpu_available()) SKIP("no CUDA build or no GPU");
-    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
-    struct model *m;
-    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m) == 0);
-    int same = 0;
-    many_steps(m, &same);
-    printf("  16 sequences' decode steps in one pass (attention items of one or two rows): "
-           "equal to each alone %d\n",
-           same);
-    CHECK(same == 16);
     model_free(m);
 }
 
