@@ -72,6 +72,10 @@ __host__ __device__ constexpr int mm_smem(int NT) {
 __host__ __device__ constexpr bool mm_cs(int NT) {
     return NT <= 6;
 }
+template <int NT> /* where that table is in a block's dynamic shared memory */
+__device__ __forceinline__ float2 *mm_cs_table(unsigned char *smem, const mm_args &a) {
+    return (float2 *)(smem + mm_smem(NT) + a.npre * 4096);
+}
 /* k-tiles of weights past the two register batches that a block's first piece can bring into
  * shared memory before its wait, where two blocks still fit on an SM (108 KB each, and the
  * kernel's static shared memory) */
@@ -252,8 +256,7 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
 #if DSPARK_LAB_MM == 1 /* the split sums, not the epilogues */
     return false;
 #endif
-    mm_epilogue<mm_cs(NT)>(a, g, val, nitems, inv, pre, qe,
-                           (const float2 *)(smem + mm_smem(NT) + a.npre * 4096));
+    mm_epilogue<mm_cs(NT)>(a, g, val, nitems, inv, pre, qe, mm_cs_table<NT>(smem, a));
     return true;
 }
 
@@ -319,7 +322,7 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
         }
     };
     if (mm_cs(NT) && a.epi == EPI_QKV) { /* the epilogue's RoPE, off its path */
-        float2 *cs = (float2 *)(smem + mm_smem(NT) + a.npre * 4096);
+        float2 *cs = mm_cs_table<NT>(smem, a);
         const int half = a.qe.D / 2;
         for (int i = threadIdx.x; i < a.T * half; i += 256) {
             const int t = i / half, j = i - t * half;
