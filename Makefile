@@ -3,6 +3,9 @@
 # CUDA=1 adds the CUDA backend (src/backend/cuda) and builds into build/cuda.
 
 ifeq ($(CUDA),1)
+ifneq ($(XB_TERMS),)
+BUILD   ?= build/cuda-t$(XB_TERMS)
+endif
 BUILD   ?= build/cuda
 endif
 BUILD   ?= build
@@ -30,6 +33,10 @@ ifeq ($(CUDA),1)
 NVCC      ?= nvcc
 CUDA_HOME ?= /usr/local/cuda
 CUDA_ARCH ?= -arch=sm_90
+# XB_TERMS=2 or 1: matmul inputs as two bf16 terms or one (other bits; src/backend/cuda/cuda.cuh)
+ifneq ($(XB_TERMS),)
+NVCC_DEFS += -DXB_TERMS=$(XB_TERMS)
+endif
 CUDA_SRC  := $(wildcard src/backend/cuda/*.cu)
 LIB_OBJ   += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
@@ -38,7 +45,7 @@ $(BUILD)/bench_gpu: bench/bench_gpu.c $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 $(CUDA_ARCH) -lineinfo -std=c++17 -Isrc -MMD -MP -Xcompiler -Wall,-Wextra,-Werror -c $< -o $@
+	$(NVCC) -O3 $(CUDA_ARCH) $(NVCC_DEFS) -lineinfo -std=c++17 -Isrc -MMD -MP -Xcompiler -Wall,-Wextra,-Werror -c $< -o $@
 endif
 
 .PHONY: all test san fuzz format check-format clean bench

@@ -13,6 +13,9 @@ int gpu_available(void) {
 const char *gpu_device_name(void) {
     return "none";
 }
+int gpu_input_terms(void) {
+    return 0;
+}
 
 int gpu_runtime_info(int *driver_version, int *runtime_version, size_t *mem_bytes) {
     *driver_version = *runtime_version = 0;

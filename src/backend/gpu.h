@@ -52,6 +52,10 @@ struct gpu_model_desc {
 
 int gpu_available(void); /* 1 when a CUDA build finds a device */
 const char *gpu_device_name(void);
+/* bf16 terms per matmul input value in this build's kernels: 3 (the default) makes every
+ * product an exact float32 product; 2 (`make CUDA=1 XB_TERMS=2`) keeps 16 significant bits,
+ * 1 rounds inputs to bf16 as PyTorch's bf16 models do. 0 without a CUDA build. */
+int gpu_input_terms(void);
 /* Versions as CUDA numbers them (1000 * major + 10 * minor) and device 0's memory, for
  * `dspark doctor`. ERR_UNSUPPORTED without a CUDA build, ERR_IO when CUDA finds no device. */
 int gpu_runtime_info(int *driver_version, int *runtime_version, size_t *mem_bytes);

@@ -40,6 +40,13 @@ static double rel_err(const float *a, const float *b, size_t n) {
 
 /* the model in dir on the GPU with one setting of the environment (a DSPARK_GPU_ knob), which
  * is then restored (a whole run may set a knob for every test) */
+/* How far the GPU's results may be from the CPU's: float32 rounding where the matmuls' inputs
+ * keep 16 or more significant bits (gpu_input_terms 3, the default, and 2); bf16 rounding of
+ * every matmul input with one term (measured up to 1e-2 on the golden models) */
+static double cpu_tol(void) {
+    return gpu_input_terms() == 1 ? 3e-2 : 1e-4;
+}
+
 static int load_dir_with(const char *dir, const char *var, const char *value, struct model **m) {
     const char *was = getenv(var);
     char *old = was ? strdup(was) : NULL;
@@ -107,7 +114,7 @@ static void golden(const char *name) {
     }
     printf("  %s on %s: prompt logits rel err %.2e, greedy %d/%d\n", name, gpu_device_name(), e,
            same, nw);
-    CHECK(e <= 1e-4 && same == nw);
+    CHECK(e <= cpu_tol() && same == nw);
     free(lg);
     kv_free(kv);
     model_free(m);
@@ -391,7 +398,7 @@ TEST(gpu_many_heads_per_kv) {
     printf("  %d query heads per kv head: passes of 2, 3, 8, 16, %d rows equal single steps %d of "
            "5; steps within %.1e of the CPU\n",
            c->n_heads / c->n_kv_heads, W, same, e);
-    CHECK(same == 5 && e < 1e-4);
+    CHECK(same == 5 && e < cpu_tol());
     free(one), free(wide), free(ref);
     kv_free(a), kv_free(b), kv_free(k);
     model_free(m), model_free(cpu);
@@ -461,8 +468,12 @@ static void block_golden(const char *name, enum gen_mode mode) {
     printf("  %s on the GPU: block hidden rel err %.2e, logits %.2e; trace %d tokens %s, %d of %d "
            "rounds identical\n",
            name, eh, el, n_want, same_ids ? "equal" : "DIFFER", same, compared);
-    CHECK(eh <= 1e-4 && el <= 1e-4 && same_ids && same == compared &&
-          compared >= r.stats.rounds - 1);
+    /* one-term inputs move the drafter's and target's results beyond the reference's float32
+     * rounding, so its trace is compared only where products are exact (gpu_exact_modes
+     * holds every mode to the plain decode on the GPU in every build) */
+    CHECK(eh <= cpu_tol() && el <= cpu_tol() &&
+          (gpu_input_terms() == 1 ||
+           (same_ids && same == compared && compared >= r.stats.rounds - 1)));
     gen_result_free(&r);
     free(hid), free(lg);
     block_state_free(st);
@@ -563,7 +574,7 @@ static void block_pycoder(const char *dir) {
            "equal on %d of %d rows; %d of %d blocks batched equal alone; saved context: %s; "
            "Markov bias rel err %.2e\n",
            dir, eh, el, same_argmax, B, batched, NS, reload ? "same bits" : "DIFFERS", eb);
-    CHECK(eh <= 1e-4 && el <= 1e-4 && batched == NS && reload && eb <= 1e-5);
+    CHECK(eh <= cpu_tol() && el <= cpu_tol() && batched == NS && reload && eb <= 1e-5);
     for (int i = 0; i < NS; i++) {
         block_state_free(sa[i]), block_state_free(sb[i]);
         free(ha[i]), free(hb[i]), free(la[i]), free(lb[i]);
@@ -686,7 +697,7 @@ TEST(gpu_multi_sequence) {
     printf("  %d sequences batched: logits equal alone %d, greedy ids %d, taps %d; GPU taps "
            "within %.1e of the CPU's\n",
            NS, same, same_ids, same_taps, tap_err);
-    CHECK(same == NS && same_ids == NS && same_taps == NS && tap_err < 1e-4);
+    CHECK(same == NS && same_ids == NS && same_taps == NS && tap_err < cpu_tol());
     for (int i = 0; i < NS; i++) {
         kv_free(a[i]), kv_free(b[i]);
         free(la[i]), free(lb[i]), free(ta[i]), free(tb[i]);
@@ -1016,7 +1027,7 @@ TEST(gpu_scratch_growth) {
     printf("  attention scratch growth: small cache equal before %s and after %s; logits at "
            "position %d within %.1e of the CPU's\n",
            same_before ? "yes" : "NO", same_after ? "yes" : "NO", L - 1, e);
-    CHECK(same_before && same_after && e < 1e-4);
+    CHECK(same_before && same_after && e < cpu_tol());
     kv_free(a), kv_free(b), kv_free(c), kv_free(k);
     free(ids), free(l1), free(l2), free(l3);
     model_free(m), model_free(cpu);

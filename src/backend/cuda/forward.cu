@@ -90,6 +90,10 @@ extern "C" int gpu_available(void) {
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+extern "C" int gpu_input_terms(void) {
+    return XB_TERMS;
+}
+
 extern "C" const char *gpu_device_name(void) {
     static char name[256];
     cudaDeviceProp p;
@@ -285,6 +289,10 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     }
     int rc = check_shape(d);
     if (rc) return rc;
+    if (XB_TERMS != 3)
+        log_info("GPU: matmul inputs as %d bf16 term%s (a build with XB_TERMS=%d): results "
+                 "differ from the CPU's float32 ones beyond rounding",
+                 XB_TERMS, XB_TERMS > 1 ? "s" : "", XB_TERMS);
     gpu_model *g = (gpu_model *)calloc(1, sizeof *g);
     if (!g) return ERR_NOMEM;
     g->d = *d;

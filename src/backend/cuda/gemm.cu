@@ -10,10 +10,11 @@
  * Exactness: a row's result is the same bits as gemv.cu gives it. Each (row, output) adds
  * the same mma.m16n8k16 products k-tile after k-tile from zero within each piece of the
  * matrix's decode partition (mm_partition, via mm_start/mm_block_of), takes the piece's
- * value as (hi + mid) + lo of its three term columns, and adds the pieces in order. The
- * warps read the input's B fragments with their columns permuted so that the three terms of
- * a row land in the same lane (n-tile 3j + s holds term s of rows 8j..8j+7): a column's result
- * does not depend on its place in the mma, and each piece is folded in registers.
+ * value as the sum of its term columns ((hi + mid) + lo, xb_terms_sum), and adds the pieces in
+ * order. The warps read the input's B fragments with their columns permuted so that the terms
+ * of a row land in the same lane (n-tile XB_TERMS j + s holds term s of rows 8j..8j+7): a
+ * column's result does not depend on its place in the mma, and each piece is folded in
+ * registers.
  *
  * Warps: 4 strip pairs x 2 row groups of 32 rows; each holds a 2-strip x 12-n-tile tile of
  * sums (96 floats) and the running sums of the pieces so far (32). */
@@ -101,22 +102,23 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
         for (int s = 0; s < MG_ST && s < nst; s++) copy_b(s);
 
     /* lane (q4 = lane / 4, lane % 4) of term s, row block j reads the B fragment word of
-     * column c = 3 (8 j + q4) + s: n-tile c / 8 of the group's layout, lane 4 (c % 8) + lane % 4 */
-    int boff[3];
+     * column c = XB_TERMS (8 j + q4) + s: n-tile c / 8 of the group's layout, lane
+     * 4 (c % 8) + lane % 4 */
+    int boff[XB_TERMS];
 #pragma unroll
-    for (int s = 0; s < 3; s++) {
-        int c = 3 * (lane >> 2) + s;
+    for (int s = 0; s < XB_TERMS; s++) {
+        int c = XB_TERMS * (lane >> 2) + s;
         boff[s] = (c >> 3) * 32 + (c & 7) * 4 + (lane & 3);
     }
     const bool active = (rg ? nr[1] : nr[0]) > 0;
-    float acc[2][4][3][4], run[2][4][4] = {};
+    float acc[2][4][XB_TERMS][4], run[2][4][4] = {};
     auto clear = [&]() { /* the sums of a new piece */
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
             for (int j = 0; j < 4; j++)
 #pragma unroll
-                for (int t = 0; t < 3; t++)
+                for (int t = 0; t < XB_TERMS; t++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) acc[i][j][t][e] = 0.f;
     };
@@ -149,8 +151,8 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
 #pragma unroll
             for (int j = 0; j < 4; j++)
 #pragma unroll
-                for (int t = 0; t < 3; t++) {
-                    const uint2 bv = b[j * 96 + boff[t]];
+                for (int t = 0; t < XB_TERMS; t++) {
+                    const uint2 bv = b[j * XB_TERMS * 32 + boff[t]];
                     mma_bf16(acc[0][j][t], a0, bv);
                     mma_bf16(acc[1][j][t], a1, bv);
                 }
@@ -162,7 +164,8 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
                 for (int j = 0; j < 4; j++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        float v = (acc[i][j][0][e] + acc[i][j][1][e]) + acc[i][j][2][e];
+                        float v = xb_terms_sum(acc[i][j][0][e], acc[i][j][XB_TERMS > 1][e],
+                                               acc[i][j][XB_TERMS > 2 ? 2 : 0][e]);
                         run[i][j][e] = first ? v : run[i][j][e] + v;
                     }
             clear();

@@ -1,8 +1,9 @@
 /* backend/cuda/gemv.cu: the matmuls of decode and verify passes (1 to GPU_GROUP rows per
  * launch). BF16 weights run on the tensor cores (mma.m16n8k16) against the three-term bf16
- * split of the float32 input (cuda.cuh), so every product is exact and each result is the
- * float32-accumulated dot product, summed in an order fixed per matrix: k-tiles in order
- * within a block's piece, then the pieces in order. Nothing depends on the number of rows.
+ * split of the float32 input (cuda.cuh; or XB_TERMS' fewer terms), so every product is exact
+ * and each result is the float32-accumulated dot product, summed in an order fixed per
+ * matrix: k-tiles in order within a block's piece, then the pieces in order. Nothing depends
+ * on the number of rows.
  *
  * Work: 8 strips of 16 output rows make a strip group, and a matrix is the flattened space
  * of (strip group, k-tile). Each block owns a contiguous range of it (mm_partition: each group
@@ -29,9 +30,9 @@
 #include <stdlib.h>
 #endif
 
-/* rows of a group whose three terms fit in NT n-tiles */
+/* rows of a group whose terms fit in NT n-tiles */
 __host__ __device__ constexpr int mm_rows(int NT) {
-    return 8 * NT / 3 < GPU_GROUP ? 8 * NT / 3 : GPU_GROUP;
+    return 8 * NT / XB_TERMS < GPU_GROUP ? 8 * NT / XB_TERMS : GPU_GROUP;
 }
 /* the widest n-tiles with 8 k-tiles per register batch (wider: 4); 1 row with 8 spills and
  * is no faster (docs/perf.md) */
@@ -70,7 +71,7 @@ __host__ __device__ constexpr int mm_smem(int NT) {
  * cs), computed before the wait, after the k-tiles brought in before it */
 #define MM_CS_BYTES (16 * 64 * 8)
 __host__ __device__ constexpr bool mm_cs(int NT) {
-    return NT <= 6;
+    return mm_rows(NT) <= 16;
 }
 template <int NT> /* where that table is in a block's dynamic shared memory */
 __device__ __forceinline__ float2 *mm_cs_table(unsigned char *smem, const mm_args &a) {
@@ -165,7 +166,7 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
     if (keep == 1234.5f) a.part[blk] = keep;
     return false;
 #endif
-    /* each warp's 16 x 8NT tile of sums; a row's value adds its three columns in order */
+    /* each warp's 16 x 8NT tile of sums; a row's value adds its term columns in order */
     constexpr int S = mm_fin_row(NT);
     float *fin = (float *)smem, *val = fin + 8 * 16 * S;
     {
@@ -230,8 +231,8 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
     __syncthreads();
     for (int i = threadIdx.x; i < nitems; i += 256) {
         int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
-        const float *f = fin + w * 16 * S + r * S + 3 * t;
-        float v = (f[0] + f[1]) + f[2];
+        const float *f = fin + w * 16 * S + r * S + XB_TERMS * t;
+        float v = xb_terms_sum(f[0], f[XB_TERMS > 1], f[XB_TERMS > 2 ? 2 : 0]);
         if (whole)
             val[i] = v;
         else
@@ -571,7 +572,8 @@ int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, 
 /* ---- launching ---- */
 
 typedef void (*mm_kernel)(mm_args);
-static const mm_kernel mm_kernels[GPU_NT_MAX + 1] = {
+static_assert(GPU_NT_MAX <= 12, "k_mm's instances");
+static const mm_kernel mm_kernels[12 + 1] = {
     NULL,    k_mm<1>, k_mm<2>, k_mm<3>,  k_mm<4>,  k_mm<5>,  k_mm<6>,
     k_mm<7>, k_mm<8>, k_mm<9>, k_mm<10>, k_mm<11>, k_mm<12>,
 };
