@@ -55,9 +55,11 @@ cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T) {
 
 /* ---- attention ----
  * Keys are cut into spans of ATT_SPAN at fixed absolute positions, and a work item is (span,
- * kv head, up to ATT_ROWS rows of one sequence): its block loads the span's K and V once and a
- * warp per row scores the keys for the kv head's G query heads and adds up the values, giving
- * that row's span partial (max, sum, weighted values). A second kernel, a block per (row,
+ * kv head, up to ATT_ROWS rows of one sequence): its block loads the span's K and V once,
+ * scores the keys for the kv head's G query heads of each row (each score one thread's chain
+ * over the head dimension in order), takes a warp per (row, head) for the softmax and adds up
+ * the values in key order, giving each row's span partial (max, sum, weighted values); how the
+ * threads share that work depends on the item's rows, never the sums. A second kernel, a block per (row,
  * head), merges each row's partials in span order into the output projection's B operand. A
  * row's spans, the order of every sum and the keys it adds depend only on its own position, so
  * its output is the same bits whatever other rows and sequences share the pass. A fixed grid
@@ -95,11 +97,18 @@ struct att_row {
     int t, j0, j1;
 };
 
-/* out[gi] = scale * (q_gi . k) for the ng <= 4 queries q + gi * D: each a chain over d in
- * order, as attn_row computes it, the key loaded once for all of them */
+/* A tile's queries: (row, head) pair p at p * QP floats, padded so that the four pairs a
+ * tiled score load reads fall in different banks */
+__host__ __device__ constexpr int att_qp(int D) {
+    return D + 4;
+}
+
+/* out[gi] = scale * (q_gi . k) for the ng <= 4 queries q + gi * att_qp(D): each a chain over d
+ * in order, as att_scores_tiled computes it, the key loaded once for all of them */
 template <int D>
 __device__ __forceinline__ void score4(const float *q, const float *k, int ng, float scale,
                                        float *out) {
+    constexpr int QP = att_qp(D);
     float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 8
     for (int d = 0; d < D; d += 4) {
@@ -107,7 +116,7 @@ __device__ __forceinline__ void score4(const float *q, const float *k, int ng, f
 #pragma unroll
         for (int gi = 0; gi < 4; gi++) {
             if (gi < ng) {
-                float4 qq = *(const float4 *)(q + gi * D + d);
+                float4 qq = *(const float4 *)(q + gi * QP + d);
                 s[gi] = fmaf(qq.x, kk.x, s[gi]), s[gi] = fmaf(qq.y, kk.y, s[gi]);
                 s[gi] = fmaf(qq.z, kk.z, s[gi]), s[gi] = fmaf(qq.w, kk.w, s[gi]);
             }
@@ -118,78 +127,107 @@ __device__ __forceinline__ void score4(const float *q, const float *k, int ng, f
         if (gi < ng) out[gi] = s[gi] * scale;
 }
 
-/* One row's partial over keys [j0, j1) of the tile for heads g0..g0+3 (those < G), by a warp:
- * lane l scores keys l and l + 32, then adds the values of dims l + 32i in key order. */
+/* Items of more than ATT_COOP_ROWS rows: the same sums as score4 and the values loop of the
+ * few-rows path, with each shared-memory load serving more products. Scores: a warp per tile
+ * of 16 keys x 16 (row, head) pairs; lane (key slot lane % 8, pair slot lane / 8) scores keys
+ * slot + 8i (i < 2) for pairs slot + 4j (j < 4), so a round of loads reads 8 keys and 4
+ * queries, one wavefront each (rows DP and QP floats apart), for 32 products. S[(r ATT_SPAN
+ * + j) G4 + h] takes row r's score of key j for head h; keys the rows do not see are scored
+ * too (from whatever the tile holds there) and never read. */
 template <int D>
-__device__ __forceinline__ void attn_row(const attn_args &a, const float *Ks, const float *Vs,
-                                         const float *qw, int j0, int j1, int g0, float *acc_out,
-                                         float *ml_out) {
-    constexpr int DP = D + 4, DPL = (D + 31) / 32;
-    const int lane = threadIdx.x & 31, G = a.G;
-    const size_t hs = (size_t)a.spans; /* partial slots between heads */
-    float sc[4][2]; /* score() of each (head, key), the eight chains interleaved */
+__device__ __forceinline__ void att_scores_tiled(const float *Ks, const float *Qs, int nr, int G,
+                                                 float scale, float *S) {
+    constexpr int DP = D + 4, QP = att_qp(D);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, P = nr * G, G4 = (G + 3) & ~3;
+    for (int tile = warp; tile < (ATT_SPAN / 16) * ((P + 15) / 16); tile += ATT_THREADS / 32) {
+        const int ka = (tile % (ATT_SPAN / 16)) * 16 + (lane & 7);
+        const int pa = (tile / (ATT_SPAN / 16)) * 16 + (lane >> 3);
+        const float *k0 = Ks + ka * DP, *k1 = Ks + (ka + 8) * DP;
+        int qo[4];
 #pragma unroll
-    for (int gi = 0; gi < 4; gi++) sc[gi][0] = sc[gi][1] = 0.f;
-#pragma unroll 8
-    for (int d = 0; d < D; d += 4) {
-        float4 kk[2];
+        for (int j = 0; j < 4; j++) qo[j] = min(pa + 4 * j, P - 1) * QP;
+        float sc[2][4];
 #pragma unroll
-        for (int c = 0; c < 2; c++) kk[c] = *(const float4 *)(Ks + (lane + 32 * c) * DP + d);
-#pragma unroll
-        for (int gi = 0; gi < 4; gi++) {
-            if (g0 + gi >= G) break;
-            float4 qq = *(const float4 *)(qw + (g0 + gi) * D + d);
-#pragma unroll
-            for (int c = 0; c < 2; c++) {
-                float s = sc[gi][c];
-                s = fmaf(qq.x, kk[c].x, s), s = fmaf(qq.y, kk[c].y, s);
-                s = fmaf(qq.z, kk[c].z, s), s = fmaf(qq.w, kk[c].w, s);
-                sc[gi][c] = s;
-            }
-        }
-    }
-#pragma unroll
-    for (int gi = 0; gi < 4; gi++) sc[gi][0] *= a.scale, sc[gi][1] *= a.scale;
-    float o[4][DPL];
-#pragma unroll
-    for (int gi = 0; gi < 4; gi++) {
-#pragma unroll
-        for (int i = 0; i < DPL; i++) o[gi][i] = 0.f;
-        if (g0 + gi >= G) continue;
-        float v0 = lane >= j0 && lane < j1 ? sc[gi][0] : -INFINITY;
-        float v1 = lane + 32 >= j0 && lane + 32 < j1 ? sc[gi][1] : -INFINITY;
-        float m = fmaxf(v0, v1);
-        for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-        float e0 = v0 == -INFINITY ? 0.f : expf(v0 - m), e1 = v1 == -INFINITY ? 0.f : expf(v1 - m);
-        float l = e0 + e1;
-        for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-        sc[gi][0] = e0, sc[gi][1] = e1;
-        if (lane == 0) ml_out[gi * hs * 2] = m, ml_out[gi * hs * 2 + 1] = l;
-    }
-    /* values in key order */
-#pragma unroll
-    for (int c = 0; c < 2; c++) {
-        int lo = max(j0 - 32 * c, 0), hi = min(j1 - 32 * c, 32);
+        for (int j = 0; j < 4; j++) sc[0][j] = sc[1][j] = 0.f;
 #pragma unroll 4
-        for (int jj = lo; jj < hi; jj++) {
-            const float *vr = Vs + (32 * c + jj) * DP + lane;
-            float v[DPL];
+        for (int d = 0; d < D; d += 4) {
+            const float4 kk0 = *(const float4 *)(k0 + d), kk1 = *(const float4 *)(k1 + d);
 #pragma unroll
-            for (int i = 0; i < DPL; i++) v[i] = lane + 32 * i < D ? vr[32 * i] : 0.f;
-#pragma unroll
-            for (int gi = 0; gi < 4; gi++) {
-                float e = __shfl_sync(0xffffffffu, sc[gi][c], jj);
-#pragma unroll
-                for (int i = 0; i < DPL; i++) o[gi][i] = fmaf(e, v[i], o[gi][i]);
+            for (int j = 0; j < 4; j++) {
+                const float4 qq = *(const float4 *)(Qs + qo[j] + d);
+                float x = sc[0][j], y = sc[1][j];
+                x = fmaf(qq.x, kk0.x, x), x = fmaf(qq.y, kk0.y, x);
+                x = fmaf(qq.z, kk0.z, x), x = fmaf(qq.w, kk0.w, x);
+                y = fmaf(qq.x, kk1.x, y), y = fmaf(qq.y, kk1.y, y);
+                y = fmaf(qq.z, kk1.z, y), y = fmaf(qq.w, kk1.w, y);
+                sc[0][j] = x, sc[1][j] = y;
             }
         }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int p = pa + 4 * j;
+            if (p >= P) break;
+            float *o = S + ((p / G) * ATT_SPAN + ka) * G4 + p % G;
+            o[0] = sc[0][j] * scale, o[8 * G4] = sc[1][j] * scale;
+        }
     }
+}
+
+/* Values of such items: a warp per (pair of rows, 64 dims), lane d adding dims d and d + 32 of
+ * both rows for four heads at a time, keys in order. It runs over the keys either row sees;
+ * a key one row does not see has weight 0 there (the softmax wrote it), and adding 0 * v (v
+ * finite: the tile's loaded keys) to a sum that starts at +0 changes no bit, so each row's
+ * sums are those of the few-rows loop over its own keys. */
+template <int D>
+__device__ __forceinline__ void att_values_tiled(const attn_args &a, const float *Vs,
+                                                 const float *S, const att_row *rows, int nr,
+                                                 int kvh, int span) {
+    constexpr int DP = D + 4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, G = a.G, G4 = (G + 3) & ~3;
+    constexpr int DB = (D + 63) / 64;
+    for (int task = warp; task < (nr + 1) / 2 * DB; task += ATT_THREADS / 32) {
+        const int r0 = task / DB * 2, d0 = task % DB * 64 + lane, d1 = d0 + 32;
+        const att_row ra = rows[r0], rb = r0 + 1 < nr ? rows[r0 + 1] : att_row{0, 0, 0};
+        const bool ha = ra.j1 > 0, hb = rb.j1 > 0;
+        if (!ha && !hb) continue;
+        const int jlo = min(ha ? ra.j0 : ATT_SPAN, hb ? rb.j0 : ATT_SPAN);
+        const int jhi = max(ra.j1, rb.j1);
+        const float *ea = S + (size_t)r0 * ATT_SPAN * G4, *eb = ea + (hb ? ATT_SPAN * G4 : 0);
+        for (int g0 = 0; g0 < G; g0 += 4) {
+            float o[2][2][4];
 #pragma unroll
-    for (int gi = 0; gi < 4; gi++) {
-        if (g0 + gi >= G) break;
+            for (int r = 0; r < 2; r++)
 #pragma unroll
-        for (int i = 0; i < DPL; i++)
-            if (lane + 32 * i < D) acc_out[gi * hs * D + lane + 32 * i] = o[gi][i];
+                for (int i = 0; i < 4; i++) o[r][0][i] = o[r][1][i] = 0.f;
+#pragma unroll 2
+            for (int j = jlo; j < jhi; j++) {
+                const float v0 = d0 < D ? Vs[j * DP + d0] : 0.f;
+                const float v1 = d1 < D ? Vs[j * DP + d1] : 0.f;
+                const float4 wa = *(const float4 *)(ea + j * G4 + g0);
+                const float4 wb = *(const float4 *)(eb + j * G4 + g0);
+                o[0][0][0] = fmaf(wa.x, v0, o[0][0][0]), o[0][0][1] = fmaf(wa.y, v0, o[0][0][1]);
+                o[0][0][2] = fmaf(wa.z, v0, o[0][0][2]), o[0][0][3] = fmaf(wa.w, v0, o[0][0][3]);
+                o[0][1][0] = fmaf(wa.x, v1, o[0][1][0]), o[0][1][1] = fmaf(wa.y, v1, o[0][1][1]);
+                o[0][1][2] = fmaf(wa.z, v1, o[0][1][2]), o[0][1][3] = fmaf(wa.w, v1, o[0][1][3]);
+                o[1][0][0] = fmaf(wb.x, v0, o[1][0][0]), o[1][0][1] = fmaf(wb.y, v0, o[1][0][1]);
+                o[1][0][2] = fmaf(wb.z, v0, o[1][0][2]), o[1][0][3] = fmaf(wb.w, v0, o[1][0][3]);
+                o[1][1][0] = fmaf(wb.x, v1, o[1][1][0]), o[1][1][1] = fmaf(wb.y, v1, o[1][1][1]);
+                o[1][1][2] = fmaf(wb.z, v1, o[1][1][2]), o[1][1][3] = fmaf(wb.w, v1, o[1][1][3]);
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const att_row rr = r ? rb : ra;
+                if (!rr.j1) continue;
+                const size_t slot = ((size_t)(rr.t - a.r0) * a.nh + kvh * G) * a.spans + span;
+#pragma unroll
+                for (int gi = 0; gi < 4; gi++) {
+                    if (g0 + gi >= G) break;
+                    float *out = a.acc + (slot + (size_t)(g0 + gi) * a.spans) * D;
+                    if (d0 < D) out[d0] = o[r][0][gi];
+                    if (d1 < D) out[d1] = o[r][1][gi];
+                }
+            }
+        }
     }
 }
 
@@ -206,12 +244,12 @@ struct att_item {
  * and values. With pre_kv a block requests its first item's keys and values of positions
  * before the pass (rows no kernel of the pass writes) before its wait on the previous kernel. */
 template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
-    constexpr int DP = D + 4, D4 = D / 4;
+    constexpr int DP = D + 4, D4 = D / 4, QP = att_qp(D);
     extern __shared__ __align__(16) float sm[];
-    /* per buffer: K and V tiles [ATT_SPAN][DP] and the rows' queries [ATT_ROWS][G][D]; then
-     * the scores, then weights, of items of up to ATT_COOP_ROWS rows
-     * [ATT_COOP_ROWS][ATT_SPAN][G4] (the heads of a key side by side, padded to four) */
-    const int G = a.G, G4 = (G + 3) & ~3, BUF = 2 * ATT_SPAN * DP + ATT_ROWS * G * D;
+    /* per buffer: K and V tiles [ATT_SPAN][DP] and the rows' queries [ATT_ROWS][G][QP]; then
+     * the scores, then weights, of an item [ATT_ROWS][ATT_SPAN][G4] (the heads of a key side
+     * by side, padded to four) */
+    const int G = a.G, G4 = (G + 3) & ~3, BUF = 2 * ATT_SPAN * DP + ATT_ROWS * G * QP;
     float *S = sm + NB * BUF;
     __shared__ att_seq seqs[GPU_SEQS];
     __shared__ att_row rows_of[2][ATT_ROWS]; /* per buffer (one buffer: per item in turn) */
@@ -300,9 +338,9 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
         if (geo.k1 <= geo.klo) return;
         float *Qs = sm + b * BUF + 2 * ATT_SPAN * DP;
         for (int x = tid; x < geo.nr * G * D4; x += ATT_THREADS) {
-            int r = x / (G * D4), c = (x % (G * D4)) * 4;
-            cp_async16(Qs + r * G * D + c,
-                       a.q + ((size_t)(geo.ua + r) * a.nh + geo.kvh * G) * D + c);
+            const int p = x / D4, c = (x % D4) * 4; /* pair p: row p / G, head p % G */
+            cp_async16(Qs + p * QP + c, a.q + ((size_t)(geo.ua + p / G) * a.nh + geo.kvh * G +
+                                               p % G) * D + c);
         }
     };
     /* keys from ja on (and with two buffers values), the queries; with one buffer a commit,
@@ -356,31 +394,21 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
         const int kvh = cur.kvh, span = cur.span, nr = cur.nr;
         const int P2 = nr * G; /* (row, head) pairs */
         if (!cur.ok) {
-        } else if (nr > ATT_COOP_ROWS) { /* a warp per row */
-            if (NB == 1) {
-                cp_async_wait0();
-                __syncthreads();
-            }
-            for (int w = warp; w < nr; w += ATT_THREADS / 32) {
-                att_row r = rows[w];
-                if (!r.j1) continue;
-                size_t slot = ((size_t)(r.t - a.r0) * a.nh + kvh * G) * a.spans + span;
-                for (int g0 = 0; g0 < G; g0 += 4)
-                    attn_row<D>(a, Ks, Vs, Qs + w * G * D, r.j0, r.j1, g0,
-                                a.acc + (slot + (size_t)g0 * a.spans) * D,
-                                a.ml + (slot + (size_t)g0 * a.spans) * 2);
-            }
         } else {
-            /* a few rows: all threads on them; the same sums in the same order as attn_row.
-             * Scores: a thread per (row, key), four heads at a time (each key read once per
-             * four heads: shared memory bandwidth is what these items wait for) */
-            for (int x = tid; x < nr * ATT_SPAN; x += ATT_THREADS) {
-                int ri = x / ATT_SPAN, j = x % ATT_SPAN;
-                att_row r = rows[ri];
-                if (j < r.j0 || j >= r.j1) continue;
-                for (int g0 = 0; g0 < G; g0 += 4)
-                    score4<D>(Qs + (ri * G + g0) * D, Ks + j * DP, min(G - g0, 4), a.scale,
-                              S + (size_t)x * G4 + g0);
+            /* Scores: with a few rows a thread per (row, key), four heads at a time (each key
+             * read once per four heads: shared memory bandwidth is what these items wait
+             * for); with more, tiles of keys and pairs (att_scores_tiled). The same sums. */
+            if (nr > ATT_COOP_ROWS) {
+                att_scores_tiled<D>(Ks, Qs, nr, G, a.scale, S);
+            } else {
+                for (int x = tid; x < nr * ATT_SPAN; x += ATT_THREADS) {
+                    int ri = x / ATT_SPAN, j = x % ATT_SPAN;
+                    att_row r = rows[ri];
+                    if (j < r.j0 || j >= r.j1) continue;
+                    for (int g0 = 0; g0 < G; g0 += 4)
+                        score4<D>(Qs + (ri * G + g0) * QP, Ks + j * DP, min(G - g0, 4), a.scale,
+                                  S + (size_t)x * G4 + g0);
+                }
             }
             __syncthreads();
             if (NB == 1 && a.early_kv) { /* keys and queries are free: the next item's load */
@@ -418,8 +446,10 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
                     cp_async_wait0();
             }
             __syncthreads();
-            /* values: a thread per (row, dim), four heads at a time, keys in order */
-            for (int x = tid; x < nr * D; x += ATT_THREADS) {
+            /* values: with more rows att_values_tiled; with a few a thread per (row, dim),
+             * four heads at a time, keys in order */
+            if (nr > ATT_COOP_ROWS) att_values_tiled<D>(a, Vs, S, rows, nr, kvh, span);
+            for (int x = tid; x < (nr > ATT_COOP_ROWS ? 0 : nr * D); x += ATT_THREADS) {
                 int ri = x / D, d = x % D;
                 att_row r = rows[ri];
                 if (!r.j1) continue;
@@ -502,8 +532,8 @@ __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
 }
 
 static size_t attn_smem(int G, int D, int nb) {
-    return sizeof(float) * (nb * (2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * D) +
-                            (size_t)ATT_COOP_ROWS * ((G + 3) & ~3) * ATT_SPAN);
+    const size_t buf = 2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * att_qp(D);
+    return sizeof(float) * (nb * buf + (size_t)ATT_ROWS * ((G + 3) & ~3) * ATT_SPAN);
 }
 
 typedef void (*attn_kernel)(attn_args);
