@@ -114,7 +114,20 @@ static void golden(const char *name) {
     }
     printf("  %s on %s: prompt logits rel err %.2e, greedy %d/%d\n", name, gpu_device_name(), e,
            same, nw);
-    CHECK(e <= cpu_tol() && same == nw);
+    if (same < nw && gpu_input_terms() == 1) {
+        /* bf16 inputs move logits by about e: a divergence must be a tie at that scale, the
+         * reference's token within cpu_tol() of the GPU's pick (relative to the largest) */
+        const float *last = same ? lg : lg + (size_t)(np - 1) * V;
+        double top = 0;
+        for (int i = 0; i < V; i++) top = fabs(last[i]) > top ? fabs(last[i]) : top;
+        double gap = ((double)last[tok] - last[want[same]]) / (top > 0 ? top : 1);
+        printf("  first divergence at token %d: the reference's token %.2e below the GPU's "
+               "(relative to the largest logit)\n",
+               same, gap);
+        CHECK(e <= cpu_tol() && gap <= cpu_tol());
+    } else {
+        CHECK(e <= cpu_tol() && same == nw);
+    }
     free(lg);
     kv_free(kv);
     model_free(m);
