@@ -178,9 +178,14 @@ static void print_text(const struct doctor *d, int measured) {
     for (int i = 0; i < FEAT_COUNT; i++)
         printf(" %s%s", s->has[i] ? "" : "-", cpu_feature_names[i]);
     printf("   (-: missing)\n");
-    printf("build        %s CPU kernels%s, %s, %s\n", s->kernels,
+    const int terms = gpu_input_terms();
+    printf("build        %s CPU kernels%s, %s, %s%s\n", s->kernels,
            s->amx ? " + AMX-BF16 matmul" : "", s->compiler,
-           d->gpu_rc == ERR_UNSUPPORTED ? "no CUDA" : "CUDA");
+           d->gpu_rc == ERR_UNSUPPORTED ? "no CUDA" : "CUDA",
+           terms == 3   ? " (matmul inputs as three bf16 terms: exact products)"
+           : terms == 2 ? " (matmul inputs as two bf16 terms, XB_TERMS=2)"
+           : terms == 1 ? " (matmul inputs rounded to bf16, XB_TERMS=1)"
+                        : "");
     printf("memory       %.1f GiB total, %.1f GiB available; transparent hugepages: %s\n",
            s->mem_total / GIB, s->mem_avail / GIB, *s->thp ? s->thp : "not available");
     if (measured)
@@ -237,6 +242,7 @@ static int print_json(const struct doctor *d, int measured) {
     cJSON_AddBoolToObject(x, "amx", s->amx);
     cJSON_AddStringToObject(x, "compiler", s->compiler);
     cJSON_AddBoolToObject(x, "cuda", d->gpu_rc != ERR_UNSUPPORTED);
+    if (gpu_input_terms()) cJSON_AddNumberToObject(x, "cuda_input_terms", gpu_input_terms());
     x = cJSON_AddObjectToObject(o, "memory");
     cJSON_AddNumberToObject(x, "total_bytes", (double)s->mem_total);
     cJSON_AddNumberToObject(x, "available_bytes", (double)s->mem_avail);
