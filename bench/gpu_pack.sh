@@ -6,7 +6,8 @@
 # of bench_gpu that run_gpu.sh's bound and stamps steps run (results wrong or slowed, timings
 # only): LAB_BUILDS picks them (default "nw lab1 lab2"; st: block stamps; u1, w6: other
 # register batch widths, results right, for run_gpu.sh's bound step; t1, t2: matmul inputs of
-# one or two bf16 terms, other bits; nm: without the attention merge kernel, results wrong). Each adds ~2.7 MB
+# one or two bf16 terms, other bits; nm: without the attention merge kernel, results wrong;
+# fold: the merge run by the attention kernel's last span items, results right). Each adds ~2.7 MB
 # to the archive, and a device call carries 64 MiB with the tracked files (~50 MB).
 #
 #   [LAB=1 [LAB_BUILDS="nw lab1 lab2 st"]] sh bench/gpu_pack.sh [ARCHIVE]
@@ -34,7 +35,8 @@ if [ "${LAB:-0}" = 1 ]; then
         t1) v=-DXB_TERMS=1 ;;  # inputs rounded to one bf16 term (other bits)
         t2) v=-DXB_TERMS=2 ;;  # two terms
         nm) v=-DDSPARK_LAB_NOMERGE ;; # no attention merge kernel (results wrong)
-        *) echo "unknown LAB_BUILDS entry $name (nw lab1 lab2 st u1 w6 t1 t2 nm)" >&2 && exit 2 ;;
+        fold) v=-DDSPARK_ATT_FOLD ;;  # the merge in the attention kernel (results right)
+        *) echo "unknown LAB_BUILDS entry $name (nw lab1 lab2 st u1 w6 t1 t2 nm fold)" >&2 && exit 2 ;;
         esac
         make CUDA=1 BUILD="build/gpu$name" NVCC="nvcc $v" OPT="$OPT" -j2 \
             "build/gpu$name/bench_gpu"

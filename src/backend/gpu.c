@@ -16,6 +16,9 @@ const char *gpu_device_name(void) {
 int gpu_input_terms(void) {
     return 0;
 }
+int gpu_attention_fold_built(void) {
+    return 0;
+}
 
 int gpu_runtime_info(int *driver_version, int *runtime_version, size_t *mem_bytes) {
     *driver_version = *runtime_version = 0;

@@ -56,6 +56,9 @@ const char *gpu_device_name(void);
  * product an exact float32 product; 2 (`make CUDA=1 XB_TERMS=2`) keeps 16 significant bits,
  * 1 rounds inputs to bf16 as PyTorch's bf16 models do. 0 without a CUDA build. */
 int gpu_input_terms(void);
+/* 1 in a build with DSPARK_ATT_FOLD (the attention merge in the attention kernel; a measuring
+ * build, docs/perf.md), else 0 */
+int gpu_attention_fold_built(void);
 /* Versions as CUDA numbers them (1000 * major + 10 * minor) and device 0's memory, for
  * `dspark doctor`. ERR_UNSUPPORTED without a CUDA build, ERR_IO when CUDA finds no device. */
 int gpu_runtime_info(int *driver_version, int *runtime_version, size_t *mem_bytes);

@@ -325,6 +325,25 @@ TEST(gpu_attention_loads_ahead) {
     for (int k = 0; k < 2; k++) model_free(m[k]);
 }
 
+/* The attention merge run by each group's last span item gives the bits of the merge kernel
+ * (a build with DSPARK_ATT_FOLD) */
+TEST(gpu_attention_merge_fold) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!gpu_attention_fold_built()) SKIP("a build without DSPARK_ATT_FOLD");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m[2];
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m[0]) ==
+            0);
+    REQUIRE(load_with("DSPARK_GPU_ATT_FOLD", "0", &m[1]) == 0);
+    int same_seq = 0, same_batch = 0;
+    same_passes(m, &same_seq, &same_batch);
+    printf("  attention merged by the last span items equal to the merge kernel (prompt, verify, "
+           "steps): %s; 16 sequences' steps: %s\n",
+           same_seq ? "yes" : "NO", same_batch ? "yes" : "NO");
+    CHECK(same_seq && same_batch);
+    for (int k = 0; k < 2; k++) model_free(m[k]);
+}
+
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
  * the one-buffer kernel's path for items of few rows) give the same bits as each sequence
  * alone (fewer items than SMs: the two-buffer kernel). */
@@ -1103,6 +1122,7 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_gemm_exact")) RUN(gpu_gemm_exact);
     if (wanted(argc, argv, "gpu_attention_buffers")) RUN(gpu_attention_buffers);
     if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
+    if (wanted(argc, argv, "gpu_attention_merge_fold")) RUN(gpu_attention_merge_fold);
     if (wanted(argc, argv, "gpu_attention_many_steps")) RUN(gpu_attention_many_steps);
     if (wanted(argc, argv, "gpu_many_heads_per_kv")) RUN(gpu_many_heads_per_kv);
     if (wanted(argc, argv, "gpu_block_golden")) RUN(gpu_block_golden);

@@ -257,7 +257,7 @@ static int alloc_state(gpu_model *g) {
         (rc = dev_zeros(g, (void **)&g->xh, sizeof(uint2) * groups * xb_group_stride(g->KT_I))) ||
         (rc = dev_alloc(g, (void **)&g->logits, sizeof(float) * R * g->V)) ||
         (rc = dev_alloc(g, (void **)&g->part, sizeof(float) * (parts ? parts : 1))) ||
-        (rc = dev_zeros(g, (void **)&g->cnt, sizeof(unsigned) * CNT_ATT)) ||
+        (rc = dev_zeros(g, (void **)&g->cnt, sizeof(unsigned) * (CNT_FOLD + CNT_FOLD_N))) ||
         (rc = dev_alloc(g, (void **)&g->amax_v, sizeof(float) * R * ARGMAX_BLOCKS)) ||
         (rc = dev_alloc(g, (void **)&g->amax_i, sizeof(int) * R * ARGMAX_BLOCKS)) ||
         (rc = dev_alloc(g, (void **)&g->out_ids, sizeof(int32_t) * R)) ||
@@ -309,6 +309,7 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->att_wide = env_int("DSPARK_GPU_ATT_WIDE", 1);
     g->att_early_kv = env_int("DSPARK_GPU_ATT_EARLY_KV", 1);
     g->att_pre_kv = env_int("DSPARK_GPU_ATT_PRE_KV", 1);
+    g->att_fold = env_int("DSPARK_GPU_ATT_FOLD", 1);
     g->pre_kt = env_int("DSPARK_GPU_PRE_KT", 0); /* measured slower at 8, 16 */
     int sms = 132;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
