@@ -59,10 +59,11 @@ cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T) {
  * scores the keys for the kv head's G query heads of each row (each score one thread's chain
  * over the head dimension in order), takes a warp per (row, head) for the softmax and adds up
  * the values in key order, giving each row's span partial (max, sum, weighted values); how the
- * threads share that work depends on the item's rows, never the sums. A second kernel, a block per (row,
- * head), merges each row's partials in span order into the output projection's B operand. A
- * row's spans, the order of every sum and the keys it adds depend only on its own position, so
- * its output is the same bits whatever other rows and sequences share the pass. A fixed grid
+ * threads share that work depends on the item's rows, never the sums. A second kernel, a
+ * block per (row, head), merges each row's partials in span order into the output
+ * projection's B operand. A row's spans, the order of every sum and the keys it adds depend
+ * only on its own position, so its output is the same bits whatever other rows and sequences
+ * share the pass. A fixed grid
  * of blocks loops over the items, so captured graphs serve any context length. */
 
 /* DSPARK_ATT_FOLD (a build flag, off: not yet measured on a GPU, docs/perf.md): each group
@@ -296,7 +297,8 @@ __device__ __forceinline__ void att_merge_row(const attn_args &a, int D, int t, 
             float v[8];
 #pragma unroll
             for (int j = 0; j < 8; j++)
-                if (s + j <= sb) v[j] = d == x && s == sa ? v0[j] : __ldcg(ac + (size_t)(s + j) * D);
+                if (s + j <= sb)
+                    v[j] = d == x && s == sa ? v0[j] : __ldcg(ac + (size_t)(s + j) * D);
 #pragma unroll
             for (int j = 0; j < 8; j++)
                 if (s + j <= sb) o = fmaf(v[j], w[s + j - sa], o);

@@ -17,7 +17,7 @@
  * registers.
  *
  * Warps: 4 strip pairs x 2 row groups of 32 rows; each holds a 2-strip x 12-n-tile tile of
- * sums (96 floats) and the running sums of the pieces so far (32). */
+ * sums (96 floats; fewer with fewer terms) and the running sums of the pieces so far (32). */
 #include "backend/cuda/mm.cuh"
 #include "backend/cuda/ring.cuh"
 

@@ -1,9 +1,9 @@
 /* backend/cuda/gemv.cu: the matmuls of decode and verify passes (1 to GPU_GROUP rows per
  * launch). BF16 weights run on the tensor cores (mma.m16n8k16) against the three-term bf16
- * split of the float32 input (cuda.cuh; or XB_TERMS' fewer terms), so every product is exact
- * and each result is the float32-accumulated dot product, summed in an order fixed per
- * matrix: k-tiles in order within a block's piece, then the pieces in order. Nothing depends
- * on the number of rows.
+ * split of the float32 input (cuda.cuh), so every product is exact (a build with fewer terms,
+ * XB_TERMS, rounds the input first) and each result is the float32-accumulated dot product,
+ * summed in an order fixed per matrix: k-tiles in order within a block's piece, then the
+ * pieces in order. Nothing depends on the number of rows.
  *
  * Work: 8 strips of 16 output rows make a strip group, and a matrix is the flattened space
  * of (strip group, k-tile). Each block owns a contiguous range of it (mm_partition: each group
@@ -67,8 +67,8 @@ __host__ __device__ constexpr int mm_smem(int NT) {
             1023) /
            1024 * 1024;
 }
-/* q|k|v launches of up to 16 rows (6 n-tiles): the rows' RoPE cos and sin (qkv_epilogue's
- * cs), computed before the wait, after the k-tiles brought in before it */
+/* q|k|v launches of up to 16 rows (6 n-tiles of three terms): the rows' RoPE cos and sin
+ * (qkv_epilogue's cs), computed before the wait, after the k-tiles brought in before it */
 #define MM_CS_BYTES (16 * 64 * 8)
 __host__ __device__ constexpr bool mm_cs(int NT) {
     return mm_rows(NT) <= 16;
