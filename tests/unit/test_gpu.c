@@ -38,8 +38,6 @@ static double rel_err(const float *a, const float *b, size_t n) {
     return mb > 0 ? md / mb : md;
 }
 
-/* the model in dir on the GPU with one setting of the environment (a DSPARK_GPU_ knob), which
- * is then restored (a whole run may set a knob for every test) */
 /* How far the GPU's results may be from the CPU's: float32 rounding where the matmuls' inputs
  * keep 16 or more significant bits (gpu_input_terms 3, the default, and 2); bf16 rounding of
  * every matmul input with one term (measured up to 1e-2 on the golden models) */
@@ -47,6 +45,8 @@ static double cpu_tol(void) {
     return gpu_input_terms() == 1 ? 3e-2 : 1e-4;
 }
 
+/* the model in dir on the GPU with one setting of the environment (a DSPARK_GPU_ knob), which
+ * is then restored (a whole run may set a knob for every test) */
 static int load_dir_with(const char *dir, const char *var, const char *value, struct model **m) {
     const char *was = getenv(var);
     char *old = was ? strdup(was) : NULL;
@@ -302,6 +302,24 @@ static void same_passes(struct model *m[2], int *same_seq, int *same_batch) {
     for (int k = 0; k < 2; k++) free(l[k]), free(lb[k]);
 }
 
+/* same_passes of models/pycoder as loaded and with the knob var (and the knob also, unless
+ * NULL) at 0, reported as what and checked equal */
+static void same_passes_off(const char *var, const char *also, const char *what) {
+    struct model *m[2];
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m[0]) ==
+            0);
+    if (also) setenv(also, "0", 1);
+    int rc = load_with(var, "0", &m[1]);
+    if (also) unsetenv(also);
+    REQUIRE(rc == 0);
+    int same_seq = 0, same_batch = 0;
+    same_passes(m, &same_seq, &same_batch);
+    printf("  %s (prompt, verify, steps): %s; 16 sequences' steps: %s\n", what,
+           same_seq ? "yes" : "NO", same_batch ? "yes" : "NO");
+    CHECK(same_seq && same_batch);
+    for (int k = 0; k < 2; k++) model_free(m[k]);
+}
+
 /* Attention's loads ahead (the first item's earlier positions before the wait on the q|k|v
  * matmul, DSPARK_GPU_ATT_PRE_KV; the next item's keys and queries during this one's softmax
  * and values, DSPARK_GPU_ATT_EARLY_KV) move only when rows are requested: the passes of
@@ -309,20 +327,8 @@ static void same_passes(struct model *m[2], int *same_seq, int *same_batch) {
 TEST(gpu_attention_loads_ahead) {
     if (!gpu_available()) SKIP("no CUDA build or no GPU");
     if (!fs_exists("models/pycoder")) SKIP("models/ absent");
-    struct model *m[2];
-    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m[0]) ==
-            0);
-    setenv("DSPARK_GPU_ATT_EARLY_KV", "0", 1);
-    int rc = load_with("DSPARK_GPU_ATT_PRE_KV", "0", &m[1]);
-    unsetenv("DSPARK_GPU_ATT_EARLY_KV");
-    REQUIRE(rc == 0);
-    int same_seq = 0, same_batch = 0;
-    same_passes(m, &same_seq, &same_batch);
-    printf("  attention loads ahead equal to none (prompt, verify, steps): %s; 16 sequences' "
-           "steps: %s\n",
-           same_seq ? "yes" : "NO", same_batch ? "yes" : "NO");
-    CHECK(same_seq && same_batch);
-    for (int k = 0; k < 2; k++) model_free(m[k]);
+    same_passes_off("DSPARK_GPU_ATT_PRE_KV", "DSPARK_GPU_ATT_EARLY_KV",
+                    "attention loads ahead equal to none");
 }
 
 /* The attention merge run by each group's last span item gives the bits of the merge kernel
@@ -331,17 +337,8 @@ TEST(gpu_attention_merge_fold) {
     if (!gpu_available()) SKIP("no CUDA build or no GPU");
     if (!gpu_attention_fold_built()) SKIP("a build without DSPARK_ATT_FOLD");
     if (!fs_exists("models/pycoder")) SKIP("models/ absent");
-    struct model *m[2];
-    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m[0]) ==
-            0);
-    REQUIRE(load_with("DSPARK_GPU_ATT_FOLD", "0", &m[1]) == 0);
-    int same_seq = 0, same_batch = 0;
-    same_passes(m, &same_seq, &same_batch);
-    printf("  attention merged by the last span items equal to the merge kernel (prompt, verify, "
-           "steps): %s; 16 sequences' steps: %s\n",
-           same_seq ? "yes" : "NO", same_batch ? "yes" : "NO");
-    CHECK(same_seq && same_batch);
-    for (int k = 0; k < 2; k++) model_free(m[k]);
+    same_passes_off("DSPARK_GPU_ATT_FOLD", NULL,
+                    "attention merged by the last span items equal to the merge kernel");
 }
 
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
