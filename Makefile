@@ -3,9 +3,6 @@
 # CUDA=1 adds the CUDA backend (src/backend/cuda) and builds into build/cuda.
 
 ifeq ($(CUDA),1)
-ifneq ($(XB_TERMS),)
-BUILD   ?= build/cuda-t$(XB_TERMS)
-endif
 BUILD   ?= build/cuda
 endif
 BUILD   ?= build
@@ -33,10 +30,6 @@ ifeq ($(CUDA),1)
 NVCC      ?= nvcc
 CUDA_HOME ?= /usr/local/cuda
 CUDA_ARCH ?= -arch=sm_90
-# XB_TERMS=2 or 1: matmul inputs as two bf16 terms or one (other bits; src/backend/cuda/cuda.cuh)
-ifneq ($(XB_TERMS),)
-NVCC_DEFS += -DXB_TERMS=$(XB_TERMS)
-endif
 CUDA_SRC  := $(wildcard src/backend/cuda/*.cu)
 LIB_OBJ   += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++

@@ -6,7 +6,7 @@
  * run on the GPU machine:
  *   bench_gpu MODEL_DIR [--bw GBps] [--ctx N,N..] [--long N] [--cpu-check N] [--quick]
  *             [--decode-only] [--lab] [--batch B,B..] [--mixed C]
- *             [--gemm-check] [--probe W,N]
+ *             [--gemm-check] [--probe W,N] [--inputs exact|bf16]
  * --lab: decode, the verify curve and the kernel table only (for comparing variants).
  * --batch: continuous-batching decode, B sequences at the first context stepping one token
  * each per pass (model_forward_batch, greedy ids back): aggregate tokens/s against B = 1.
@@ -15,6 +15,8 @@
  * --gemm-check: prefill with one matmul launch over all rows of a pass (the default where it
  * fills the GPU) and with a launch per 32 rows (a second copy of the model loaded with
  * DSPARK_GPU_GEMM=0): their times, and whether all 256 rows' logits are the same bits.
+ * --inputs bf16: matmul inputs rounded to bf16 (DSPARK_GPU_INPUTS=bf16, the default of every
+ * model it loads; default exact).
  * Times are the median of repeated runs (minimum in brackets). */
 #include "backend/gpu.h"
 #include "base/timer.h"
@@ -262,6 +264,8 @@ int main(int argc, char **argv) {
             gemm_check = 1;
         else if (!strcmp(argv[i], "--probe") && i + 1 < argc)
             parse_list(argv[++i], probe, 2);
+        else if (!strcmp(argv[i], "--inputs") && i + 1 < argc)
+            setenv("DSPARK_GPU_INPUTS", argv[++i], 1);
     }
     double t_load = timer_now();
     struct model *m;
@@ -279,8 +283,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < maxctx + 64; i++) ids[i] = (int32_t)((i * 7919 + 13) % V);
     double wb = (double)model_weight_bytes(m), roof = wb / (bw * 1e9);
     printf("%s on %s: %.2f GB of weights per step, loaded in %.1f s; roofline %.3f ms at %.0f "
-           "GB/s (%.1f tok/s)\n",
-           argv[1], gpu_device_name(), wb / 1e9, t_load, roof * 1e3, bw, 1 / roof);
+           "GB/s (%.1f tok/s); matmul inputs %s\n",
+           argv[1], gpu_device_name(), wb / 1e9, t_load, roof * 1e3, bw, 1 / roof,
+           gpu_model_input_terms(model_gpu(m)) == 1 ? "bf16" : "exact");
 
     model_forward(m, kv, ids, 64, NULL, 0); /* warm-up */
     if (probe[0] > 0) { /* for a profiler: N passes of W rows after the first context */

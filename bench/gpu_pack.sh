@@ -5,9 +5,9 @@
 # may lack, and ../shared's golden data and prompt sets. With LAB=1 also the measuring builds
 # of bench_gpu that run_gpu.sh's bound and stamps steps run (results wrong or slowed, timings
 # only): LAB_BUILDS picks them (default "nw lab1 lab2"; st: block stamps; u1, w6: other
-# register batch widths, results right, for run_gpu.sh's bound step; t1, t2: matmul inputs of
-# one or two bf16 terms, other bits; nm: without the attention merge kernel, results wrong;
-# fold: the merge run by the attention kernel's last span items, results right). Each adds ~2.7 MB
+# register batch widths, results right, for run_gpu.sh's bound step; nm: without the
+# attention merge kernel, results wrong; fold: the merge run by the attention kernel's last
+# span items, results right). Each adds ~2.7 MB
 # to the archive, and a device call carries 64 MiB with the tracked files (~50 MB).
 #
 #   [LAB=1 [LAB_BUILDS="nw lab1 lab2 st"]] sh bench/gpu_pack.sh [ARCHIVE]
@@ -32,11 +32,9 @@ if [ "${LAB:-0}" = 1 ]; then
         st) v=-DDSPARK_LAB_STAMPS ;;
         u1) v=-DMM_U8_MAX=1 ;; # 1 row: eight k-tiles a batch
         w6) v=-DMM_U4_MAX=6 ;; # 17-32 rows: two k-tiles a batch
-        t1) v=-DXB_TERMS=1 ;;  # inputs rounded to one bf16 term (other bits)
-        t2) v=-DXB_TERMS=2 ;;  # two terms
         nm) v=-DDSPARK_LAB_NOMERGE ;; # no attention merge kernel (results wrong)
         fold) v=-DDSPARK_ATT_FOLD ;;  # the merge in the attention kernel (results right)
-        *) echo "unknown LAB_BUILDS entry $name (nw lab1 lab2 st u1 w6 t1 t2 nm fold)" >&2 && exit 2 ;;
+        *) echo "unknown LAB_BUILDS entry $name (nw lab1 lab2 st u1 w6 nm fold)" >&2 && exit 2 ;;
         esac
         make CUDA=1 BUILD="build/gpu$name" NVCC="nvcc $v" OPT="$OPT" -j2 \
             "build/gpu$name/bench_gpu"

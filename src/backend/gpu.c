@@ -16,6 +16,10 @@ const char *gpu_device_name(void) {
 int gpu_input_terms(void) {
     return 0;
 }
+int gpu_model_input_terms(const struct gpu_model *g) {
+    (void)g;
+    return 0;
+}
 int gpu_attention_fold_built(void) {
     return 0;
 }

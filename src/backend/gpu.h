@@ -48,14 +48,20 @@ struct gpu_model_desc {
      * hidden; data NULL: none. Uploaded where W2 is large enough to pay for a device round
      * trip (else gpu_markov_bias refuses and the caller uses the CPU). */
     struct gpu_weight markov_w1, markov_w2;
+    /* bf16 terms per matmul input value: 3 (exact products) or 1 (inputs rounded to bf16,
+     * faster for passes of many rows; results move from the CPU's by that rounding); 0: the
+     * default, gpu_input_terms() */
+    int input_terms;
 };
 
 int gpu_available(void); /* 1 when a CUDA build finds a device */
 const char *gpu_device_name(void);
-/* bf16 terms per matmul input value in this build's kernels: 3 (the default) makes every
- * product an exact float32 product; 2 (`make CUDA=1 XB_TERMS=2`) keeps 16 significant bits,
- * 1 rounds inputs to bf16 as PyTorch's bf16 models do. 0 without a CUDA build. */
+/* bf16 terms per matmul input value of a model (gpu_model_desc.input_terms): 3 makes every
+ * product an exact float32 product, 1 rounds inputs to bf16 as PyTorch's bf16 models do. The
+ * default for models that do not choose: 1 where DSPARK_GPU_INPUTS=bf16, else 3; 0 without
+ * a CUDA build (and for a NULL model). */
 int gpu_input_terms(void);
+int gpu_model_input_terms(const struct gpu_model *g);
 /* 1 in a build with DSPARK_ATT_FOLD (the attention merge in the attention kernel; a measuring
  * build, docs/perf.md), else 0 */
 int gpu_attention_fold_built(void);

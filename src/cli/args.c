@@ -63,3 +63,13 @@ int args_float(const char *flag, const char *v, double lo, double hi, float *out
     *out = (float)x;
     return 0;
 }
+
+int args_gpu_inputs(const char *v, int *bf16) {
+    if (!v) return -1;
+    if (strcmp(v, "exact") && strcmp(v, "bf16")) {
+        fprintf(stderr, "error: --gpu-inputs takes exact or bf16, got '%s'\n", v);
+        return -1;
+    }
+    *bf16 = !strcmp(v, "bf16");
+    return 0;
+}

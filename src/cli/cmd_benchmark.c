@@ -61,6 +61,8 @@ static void usage(FILE *f) {
         "                          index and skips the exactness check\n"
         "  --gpu                   run the target and every drafter on the GPU (a `make\n"
         "                          CUDA=1` build)\n"
+        "  --gpu-inputs exact|bf16 GPU matmul inputs: exact float32 products (default) or\n"
+        "                          rounded to bf16 (see dspark generate --help)\n"
         "  --no-chat               raw prompt text (default: a ChatML user turn when the\n"
         "                          tokenizer has <|im_start|> and <|im_end|>)\n"
         "  --widths N              first time one forward pass of widths 1..N (a verify round\n"
@@ -223,6 +225,8 @@ static int parse(int argc, char **argv, struct opts *o) {
             bad = !(o->json_path = a.value);
         } else if (!strcmp(arg, "--gpu")) {
             o->gpu = 1;
+        } else if (args_flag(&a, "--gpu-inputs")) {
+            bad = args_gpu_inputs(a.value, &o->gpu_bf16_inputs);
         } else if (!strcmp(arg, "--no-chat")) {
             o->chat = 0;
         } else {
@@ -516,7 +520,8 @@ static int load_models(struct bench *b, int threads) {
     int need[GEN_DFLASH + 1] = {0};
     for (int i = 0; i < o->n_runs; i++) need[o->runs[i].mode] = 1;
     if (tokenizer_load(o->model_dir, &b->e.tok)) return -1;
-    struct model_opts mo = {.n_threads = threads, .gpu = o->gpu};
+    struct model_opts mo = {
+        .n_threads = threads, .gpu = o->gpu, .gpu_bf16_inputs = o->gpu_bf16_inputs};
     if (model_load(o->model_dir, &mo, &b->e.target)) return -1;
     mo.pool = model_pool(b->e.target); /* one set of threads for every model */
     if (need[GEN_DRAFT] && model_load(o->drafter_dir, &mo, &b->e.draft)) return -1;
@@ -633,7 +638,10 @@ int cmd_benchmark(int argc, char **argv) {
     char cpu[256];
     bench_cpu_name(cpu, sizeof cpu);
     printf("dspark benchmark: %s, %d cores, %d threads\n", cpu, cpu_count(), threads);
-    if (o->gpu) printf("target on the GPU: %s\n", gpu_device_name());
+    if (o->gpu)
+        printf("target on the GPU: %s, matmul inputs %s\n", gpu_device_name(),
+               gpu_model_input_terms(model_gpu(b.e.target)) == 1 ? "rounded to bf16"
+                                                                 : "exact (three bf16 terms)");
     printf("model %s", o->model_dir);
     if (b.e.draft) printf(", drafter %s", o->drafter_dir);
     if (b.dspark) printf(", DSpark drafter %s", o->dspark_dir);

@@ -62,7 +62,10 @@ static void usage(FILE *f) {
                "                           read (default 1)\n"
                "  --threads N              CPU threads (default: all cores)\n"
                "  --gpu                    run the target and its drafter on the GPU (a `make\n"
-               "                           CUDA=1` build)\n");
+               "                           CUDA=1` build)\n"
+               "  --gpu-inputs exact|bf16  GPU matmul inputs: exact float32 products (default)\n"
+               "                           or rounded to bf16 as PyTorch's bf16 models do\n"
+               "                           (faster verify rounds and prompts; other bits)\n");
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -154,6 +157,8 @@ int cmd_serve(int argc, char **argv) {
             bad = args_int("--threads", a.value, 1, 1024, &o.n_threads);
         } else if (!strcmp(arg, "--gpu")) {
             o.gpu = 1;
+        } else if (args_flag(&a, "--gpu-inputs")) {
+            bad = args_gpu_inputs(a.value, &o.gpu_bf16_inputs);
         } else if (!strcmp(arg, "--no-thinking")) {
             o.thinking = 0;
         } else if (!strcmp(arg, "--no-lookup-drafts")) {

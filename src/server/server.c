@@ -63,7 +63,11 @@ int server_new(const struct server_opts *opts, struct server **out) {
     snprintf(s->model_name, sizeof s->model_name, "%s", base);
     int rc;
     struct model_opts mo = {
-        .n_threads = opts->n_threads, .show_progress = opts->show_progress, .gpu = opts->gpu};
+        .n_threads = opts->n_threads,
+        .show_progress = opts->show_progress,
+        .gpu = opts->gpu,
+        .gpu_bf16_inputs = opts->gpu_bf16_inputs,
+    };
     if ((rc = tokenizer_load(opts->model_dir, &s->eng.tok)) ||
         (rc = model_load(opts->model_dir, &mo, &s->eng.target)))
         goto fail;

@@ -11,6 +11,7 @@
 #include "base/hash.h"
 #include "base/json.h"
 #include "base/log.h"
+#include "model/model.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -141,7 +142,10 @@ int tune_cache_key(const struct tune_subject *s, char *key, size_t cap) {
     char device[256];
     uint64_t flags = 0, target = 0, drafter = 0;
     if (s->gpu) {
-        snprintf(device, sizeof device, "cuda:%s", gpu_device_name() ? gpu_device_name() : "?");
+        snprintf(device, sizeof device, "cuda:%s%s", gpu_device_name() ? gpu_device_name() : "?",
+                 gpu_model_input_terms(s->target ? model_gpu(s->target) : NULL) == 1
+                     ? ";inputs=bf16"
+                     : "");
     } else {
         char cpu[200];
         cpu_id(cpu, sizeof cpu, &flags);

@@ -88,6 +88,7 @@ struct attn_args {
     int pre_kv;   /* the first item's keys and values of earlier positions are requested
                    * before the wait on the previous kernel (DSPARK_GPU_ATT_PRE_KV) */
     float scale;
+    int terms; /* of xb_out (gpu_model.terms) */
 #if ATT_FOLD
     int fold;      /* each group's last span item merges the group's rows (no merge kernel) */
     unsigned *cnt; /* with fold: an arrival counter per group (left at 0) */
@@ -311,7 +312,7 @@ __device__ __forceinline__ void att_merge_row(const attn_args &a, int D, int t, 
             for (int j = 0; j < 8; j++)
                 if (s + j <= sb) o = fmaf(v[j], w[s + j - sa], o);
         }
-        xb_put(a.xb_out, a.T, a.KT_out, t, h * D + d, o / *Ls);
+        xb_put(a.xb_out, a.T, a.KT_out, t, h * D + d, o / *Ls, a.terms);
     }
 }
 
@@ -655,6 +656,7 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
     const gpu_model_desc *d = &g->d;
     attn_args a;
     a.q = g->q, a.sp = g->dsp, a.xb_out = g->xo, a.acc = g->att_acc, a.ml = g->att_ml;
+    a.terms = g->terms;
     a.T = T, a.r0 = row0, a.nr = n;
     a.nh = d->n_heads, a.nkv = d->n_kv_heads, a.G = g->G;
     a.KT_out = g->KT_QD, a.layer = layer, a.window = d->window, a.spans = g->att_spans;

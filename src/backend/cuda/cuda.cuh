@@ -20,10 +20,8 @@ extern "C" {
 
 #define GPU_ROWS      256 /* rows per chunk (MODEL_CHUNK_ROWS) */
 #define GPU_GROUP     32  /* rows per matmul launch; graphs are captured for 1..GPU_GROUP rows */
-#ifndef XB_TERMS
-#define XB_TERMS 3 /* bf16 terms per matmul input value (make XB_TERMS=1 or 2: below) */
-#endif
-#define GPU_NT_MAX ((XB_TERMS * GPU_GROUP + 7) / 8) /* n-tiles of a full group (12 of 3 terms) */
+#define GPU_TERMS     3   /* bf16 terms per matmul input value, at most (below) */
+#define GPU_NT_MAX    ((GPU_TERMS * GPU_GROUP + 7) / 8) /* n-tiles of a full group of 3 terms */
 #define GPU_SEQS      32  /* sequences per pass (continuous batching) */
 #define ATT_SPAN      64  /* keys per attention work item, at fixed absolute positions */
 #ifndef ATT_ROWS
@@ -44,29 +42,30 @@ extern "C" {
     } while (0)
 
 /* ---- the B operand of a matmul ("xb") ----
- * A matmul input x[T, K] (float32) is stored as three bfloat16 terms per value, hi + mid + lo,
- * whose sum is x exactly, so tensor-core products of bf16 weights with them are exact float32
- * products. A build with XB_TERMS=2 keeps hi + mid (16 significant bits, relative error below
- * 2^-16), XB_TERMS=1 the input rounded to bf16 as PyTorch's bf16 models do: fewer tensor-core
- * products and smaller inputs for passes of many rows, other bits (docs/perf.md, "Inputs of
- * fewer terms"). The rows of a chunk come in groups of GPU_GROUP; a group of n rows has
- * NT = ceil(XB_TERMS n / 8) n-tiles of 8 columns, column c = XB_TERMS r + s holding term s of
- * row r. For each 16-wide k-tile and n-tile, 32 lanes hold two 32-bit words in
- * mma.m16n8k16's B-fragment order (lane = 4 * column + (k % 8) / 2, word = k / 8 within the
- * tile, low half = even k). A row's result never depends on which column it occupies, so
- * it is the same whatever n is. */
-__host__ __device__ inline int xb_ntiles(int rows) {
-    return (XB_TERMS * rows + 7) / 8;
+ * A matmul input x[T, K] (float32) is stored as `terms` bfloat16 terms per value, a model's
+ * choice (gpu_model.terms): three, hi + mid + lo, whose sum is x exactly, so tensor-core
+ * products of bf16 weights with them are exact float32 products (the default); or one, x
+ * rounded to bf16 as PyTorch's bf16 models take their matmul inputs: a third of the
+ * tensor-core products and of the input staged for passes of many rows, other bits
+ * (docs/perf.md, "Inputs of fewer terms"). The rows of a chunk come in groups of GPU_GROUP; a
+ * group of n rows has NT = ceil(terms n / 8) n-tiles of 8 columns, column c = terms r + s
+ * holding term s of row r. For each 16-wide k-tile and n-tile, 32 lanes hold two 32-bit
+ * words in mma.m16n8k16's B-fragment order (lane = 4 * column + (k % 8) / 2, word = k / 8
+ * within the tile, low half = even k). A row's result never depends on which column it
+ * occupies, so it is the same whatever n is. Groups are GPU_NT_MAX n-tiles apart whatever
+ * the terms. */
+__host__ __device__ constexpr int xb_ntiles(int rows, int terms) {
+    return (terms * rows + 7) / 8;
 }
 /* uint2 units per group: the stride between groups of a chunk */
 __host__ __device__ inline size_t xb_group_stride(int KT) {
     return (size_t)KT * GPU_NT_MAX * 32;
 }
 
-__device__ inline size_t xb_index(int T, int KT, int t, int k, int s) { /* in bf16 units */
+__device__ inline size_t xb_index(int T, int KT, int t, int k, int s, int terms) { /* bf16 units */
     int grp = t / GPU_GROUP, r = t % GPU_GROUP;
     int rows = T - grp * GPU_GROUP < GPU_GROUP ? T - grp * GPU_GROUP : GPU_GROUP;
-    int NT = xb_ntiles(rows), c = XB_TERMS * r + s, kk = k & 15;
+    int NT = xb_ntiles(rows, terms), c = terms * r + s, kk = k & 15;
     size_t u2 = grp * xb_group_stride(KT) + ((size_t)(k >> 4) * NT + (c >> 3)) * 32 + (c & 7) * 4 +
                 ((kk & 7) >> 1);
     return (u2 * 2 + (kk >> 3)) * 2 + (kk & 1);
@@ -74,23 +73,23 @@ __device__ inline size_t xb_index(int T, int KT, int t, int k, int s) { /* in bf
 
 /* a value from its terms' products (unused terms: any), added in the order fixed for all
  * kernels: (hi + mid) + lo */
-__host__ __device__ inline float xb_terms_sum(float h, float m, float l) {
-    return XB_TERMS == 1 ? h : XB_TERMS == 2 ? h + m : (h + m) + l;
+__host__ __device__ inline float xb_terms_sum(int terms, float h, float m, float l) {
+    return terms == 1 ? h : terms == 2 ? h + m : (h + m) + l;
 }
 
-__device__ inline void xb_put(uint16_t *xb, int T, int KT, int t, int k, float x) {
+__device__ inline void xb_put(uint16_t *xb, int T, int KT, int t, int k, float x, int terms) {
     __nv_bfloat16 h = __float2bfloat16_rn(x);
     float r = x - __bfloat162float(h);
     __nv_bfloat16 m = __float2bfloat16_rn(r);
     __nv_bfloat16 l = __float2bfloat16_rn(r - __bfloat162float(m));
-    xb[xb_index(T, KT, t, k, 0)] = __bfloat16_as_ushort(h);
-    if (XB_TERMS > 1) xb[xb_index(T, KT, t, k, 1)] = __bfloat16_as_ushort(m);
-    if (XB_TERMS > 2) xb[xb_index(T, KT, t, k, 2)] = __bfloat16_as_ushort(l);
+    xb[xb_index(T, KT, t, k, 0, terms)] = __bfloat16_as_ushort(h);
+    if (terms > 1) xb[xb_index(T, KT, t, k, 1, terms)] = __bfloat16_as_ushort(m);
+    if (terms > 2) xb[xb_index(T, KT, t, k, 2, terms)] = __bfloat16_as_ushort(l);
 }
 
 /* x[t, k..k+3], k % 4 == 0: per term, two 32-bit words (pairs k, k+1 and k+2, k+3 sit in
  * adjacent lanes of the same register) */
-__device__ inline void xb_put4(uint16_t *xb, int T, int KT, int t, int k, float4 x) {
+__device__ inline void xb_put4(uint16_t *xb, int T, int KT, int t, int k, float4 x, int terms) {
     float v[4] = {x.x, x.y, x.z, x.w};
     uint32_t w[3][4];
 #pragma unroll
@@ -104,19 +103,20 @@ __device__ inline void xb_put4(uint16_t *xb, int T, int KT, int t, int k, float4
     }
     uint32_t *xw = (uint32_t *)xb;
 #pragma unroll
-    for (int s = 0; s < XB_TERMS; s++) {
-        size_t i0 = xb_index(T, KT, t, k, s) / 2;
+    for (int s = 0; s < GPU_TERMS; s++) {
+        if (s >= terms) break;
+        size_t i0 = xb_index(T, KT, t, k, s, terms) / 2;
         xw[i0] = w[s][0] | w[s][1] << 16;
         xw[i0 + 2] = w[s][2] | w[s][3] << 16;
     }
 }
 
-__device__ inline float xb_get(const uint16_t *xb, int T, int KT, int t, int k) {
-    float h = __bfloat162float(__ushort_as_bfloat16(__ldcg(xb + xb_index(T, KT, t, k, 0))));
-    if (XB_TERMS == 1) return h;
-    float m = __bfloat162float(__ushort_as_bfloat16(__ldcg(xb + xb_index(T, KT, t, k, 1))));
-    if (XB_TERMS == 2) return h + m;
-    float l = __bfloat162float(__ushort_as_bfloat16(__ldcg(xb + xb_index(T, KT, t, k, 2))));
+__device__ inline float xb_get(const uint16_t *xb, int T, int KT, int t, int k, int terms) {
+    float h = __bfloat162float(__ushort_as_bfloat16(__ldcg(xb + xb_index(T, KT, t, k, 0, terms))));
+    if (terms == 1) return h;
+    float m = __bfloat162float(__ushort_as_bfloat16(__ldcg(xb + xb_index(T, KT, t, k, 1, terms))));
+    if (terms == 2) return h + m;
+    float l = __bfloat162float(__ushort_as_bfloat16(__ldcg(xb + xb_index(T, KT, t, k, 2, terms))));
     return (h + m) + l;
 }
 
@@ -133,7 +133,7 @@ __device__ __forceinline__ float load_w(const void *p, int dt, size_t i) {
  * same bits. */
 #define NORM_V4 8
 __device__ inline void norm_row(const float *x, const float *w, int H, float eps, uint16_t *xb,
-                                int T, int KT, int t, double *red) {
+                                int T, int KT, int t, double *red, int terms) {
     const float4 *xr = (const float4 *)x;
     const int n4 = H / 4;
     float4 v[NORM_V4];
@@ -166,7 +166,7 @@ __device__ inline void norm_row(const float *x, const float *w, int H, float eps
             float4 g = w4[i], y;
             y.x = g.x * (v[j].x * inv), y.y = g.y * (v[j].y * inv);
             y.z = g.z * (v[j].z * inv), y.w = g.w * (v[j].w * inv);
-            xb_put4(xb, T, KT, t, 4 * i, y);
+            xb_put4(xb, T, KT, t, 4 * i, y, terms);
         }
     }
 }
@@ -369,6 +369,7 @@ struct gpu_model {
     int att_early_kv, att_pre_kv; /* attn_args.early_kv, pre_kv */
     int att_fold; /* 0: the attention merge as a kernel of its own (DSPARK_GPU_ATT_FOLD=0) */
     int pre_kt; /* mm_args.npre at most */
+    int terms;  /* bf16 terms per matmul input value: 3 or 1 (the xb layout above) */
     double *ss_a, *ss_f;  /* [GPU_ROWS][n_ssg] group sums of squares behind xa and xf
                            * (NULL unless prescale) */
     int n_ssg;            /* 128-column groups of a hidden row */

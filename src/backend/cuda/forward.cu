@@ -90,8 +90,14 @@ extern "C" int gpu_available(void) {
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+/* DSPARK_GPU_INPUTS: "bf16" (one term) or "exact" (three); anything else: three */
 extern "C" int gpu_input_terms(void) {
-    return XB_TERMS;
+    const char *s = getenv("DSPARK_GPU_INPUTS");
+    return s && !strcmp(s, "bf16") ? 1 : 3;
+}
+
+extern "C" int gpu_model_input_terms(const gpu_model *g) {
+    return g ? g->terms : 0;
 }
 
 extern "C" const char *gpu_device_name(void) {
@@ -289,12 +295,14 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     }
     int rc = check_shape(d);
     if (rc) return rc;
-    if (XB_TERMS != 3)
-        log_info("GPU: matmul inputs as %d bf16 term%s (a build with XB_TERMS=%d): results "
-                 "differ from the CPU's float32 ones beyond rounding",
-                 XB_TERMS, XB_TERMS > 1 ? "s" : "", XB_TERMS);
+    const int terms = d->input_terms ? d->input_terms : gpu_input_terms();
+    if (terms != 1 && terms != 3) {
+        log_error("GPU: matmul inputs of %d bf16 terms: 3 (exact) or 1 (bf16) only", terms);
+        return ERR_ARG;
+    }
     gpu_model *g = (gpu_model *)calloc(1, sizeof *g);
     if (!g) return ERR_NOMEM;
+    g->terms = terms;
     g->d = *d;
     g->d.layers = NULL;
     g->H = d->hidden, g->D = d->head_dim, g->I = d->ffn, g->V = d->vocab;

@@ -12,7 +12,7 @@
  * matrix's decode partition (mm_partition, via mm_start/mm_block_of), takes the piece's
  * value as the sum of its term columns ((hi + mid) + lo, xb_terms_sum), and adds the pieces in
  * order. The warps read the input's B fragments with their columns permuted so that the terms
- * of a row land in the same lane (n-tile XB_TERMS j + s holds term s of rows 8j..8j+7): a
+ * of a row land in the same lane (n-tile TERMS j + s holds term s of rows 8j..8j+7): a
  * column's result does not depend on its place in the mma, and each piece is folded in
  * registers.
  *
@@ -29,10 +29,20 @@
 #define MG_ST 5 /* stages in the ring */
 #endif
 #define MG_A     (MG_KS * 256)           /* uint4 of weights per stage (8 strips x 32 lanes) */
-#define MG_BK    (GPU_NT_MAX * 16)       /* uint4 of one row group's input per k-tile */
-#define MG_B     (MG_KS * MG_BK)         /* uint4 of one row group's input per stage */
-#define MG_STAGE (MG_A + 2 * MG_B)       /* uint4 per stage */
-#define MG_SMEM  (MG_ST * MG_STAGE * 16) /* bytes: 200 KB */
+/* uint4 of one row group's input per k-tile, per stage; uint4 per stage; bytes (200 KB with
+ * three terms) */
+__host__ __device__ constexpr int mg_bk(int terms) {
+    return xb_ntiles(GPU_GROUP, terms) * 16;
+}
+__host__ __device__ constexpr int mg_b(int terms) {
+    return MG_KS * mg_bk(terms);
+}
+__host__ __device__ constexpr int mg_stage(int terms) {
+    return MG_A + 2 * mg_b(terms);
+}
+__host__ __device__ constexpr int mg_smem(int terms) {
+    return MG_ST * mg_stage(terms) * 16;
+}
 
 /* the end (k-tile within group g) of the decode piece that holds k-tile kt of g */
 __device__ __forceinline__ int mg_piece_end(const mm_args &a, int g, int kt) {
@@ -40,7 +50,8 @@ __device__ __forceinline__ int mg_piece_end(const mm_args &a, int g, int kt) {
     return min(mm_start(a, b + 1), (g + 1) * a.KT) - g * a.KT;
 }
 
-__global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
+template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
+    constexpr int MG_BK = mg_bk(TERMS), MG_B = mg_b(TERMS), MG_STAGE = mg_stage(TERMS);
     extern __shared__ __align__(16) uint4 sm[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
     const int g = blockIdx.x / R, t0 = (blockIdx.x % R) * MG_ROWS, KT = a.KT;
@@ -54,7 +65,7 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
     for (int r = 0; r < 2; r++) {
         int all = min(GPU_GROUP, a.T_chunk - (grp0 + r) * GPU_GROUP); /* the group's layout */
         nr[r] = min(all, rows - r * GPU_GROUP);
-        nt[r] = all > 0 ? xb_ntiles(all) : 0;
+        nt[r] = all > 0 ? xb_ntiles(all, TERMS) : 0;
         xg[r] = (const uint4 *)(a.xb + (size_t)(t0 / GPU_GROUP + r) * xb_group_stride(KT));
     }
     const uint4 *wg = a.w + (size_t)g * KT * 256;
@@ -102,23 +113,23 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
         for (int s = 0; s < MG_ST && s < nst; s++) copy_b(s);
 
     /* lane (q4 = lane / 4, lane % 4) of term s, row block j reads the B fragment word of
-     * column c = XB_TERMS (8 j + q4) + s: n-tile c / 8 of the group's layout, lane
+     * column c = TERMS (8 j + q4) + s: n-tile c / 8 of the group's layout, lane
      * 4 (c % 8) + lane % 4 */
-    int boff[XB_TERMS];
+    int boff[TERMS];
 #pragma unroll
-    for (int s = 0; s < XB_TERMS; s++) {
-        int c = XB_TERMS * (lane >> 2) + s;
+    for (int s = 0; s < TERMS; s++) {
+        int c = TERMS * (lane >> 2) + s;
         boff[s] = (c >> 3) * 32 + (c & 7) * 4 + (lane & 3);
     }
     const bool active = (rg ? nr[1] : nr[0]) > 0;
-    float acc[2][4][XB_TERMS][4], run[2][4][4] = {};
+    float acc[2][4][TERMS][4], run[2][4][4] = {};
     auto clear = [&]() { /* the sums of a new piece */
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
             for (int j = 0; j < 4; j++)
 #pragma unroll
-                for (int t = 0; t < XB_TERMS; t++)
+                for (int t = 0; t < TERMS; t++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) acc[i][j][t][e] = 0.f;
     };
@@ -151,8 +162,8 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
 #pragma unroll
             for (int j = 0; j < 4; j++)
 #pragma unroll
-                for (int t = 0; t < XB_TERMS; t++) {
-                    const uint2 bv = b[j * XB_TERMS * 32 + boff[t]];
+                for (int t = 0; t < TERMS; t++) {
+                    const uint2 bv = b[j * TERMS * 32 + boff[t]];
                     mma_bf16(acc[0][j][t], a0, bv);
                     mma_bf16(acc[1][j][t], a1, bv);
                 }
@@ -164,8 +175,8 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
                 for (int j = 0; j < 4; j++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        float v = xb_terms_sum(acc[i][j][0][e], acc[i][j][XB_TERMS > 1][e],
-                                               acc[i][j][XB_TERMS > 2 ? 2 : 0][e]);
+                        float v = xb_terms_sum(TERMS, acc[i][j][0][e], acc[i][j][TERMS > 1][e],
+                                               acc[i][j][TERMS > 2 ? 2 : 0][e]);
                         run[i][j][e] = first ? v : run[i][j][e] + v;
                     }
             clear();
@@ -208,17 +219,19 @@ __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
     __shared__ float inv[MG_ROWS];
     float *pre = val + MG_ROWS * 128; /* [rows][128] residual rows, [128] norm weights */
     mm_epi_gather(e, g, 128 * rows, inv, pre);
-    mm_epilogue(e, g, val, 128 * rows, inv, pre, a.qe);
+    mm_epilogue<TERMS>(e, g, val, 128 * rows, inv, pre, a.qe);
 }
 
-static int mmg_ok; /* the device gives a block MG_SMEM of shared memory */
+static int mmg_ok; /* the device gives a block mg_smem(3) of shared memory */
 
 int mmg_init(void) {
     int optin = 0;
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
-    mmg_ok = optin >= MG_SMEM + 4096 &&
-             cudaFuncSetAttribute(k_mmg, cudaFuncAttributeMaxDynamicSharedMemorySize, MG_SMEM) ==
-                 cudaSuccess;
+    mmg_ok = optin >= mg_smem(3) + 4096 &&
+             cudaFuncSetAttribute(k_mmg<3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  mg_smem(3)) == cudaSuccess &&
+             cudaFuncSetAttribute(k_mmg<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  mg_smem(1)) == cudaSuccess;
     if (!mmg_ok) {
         cudaGetLastError();
         log_info("GPU: %d KB of shared memory a block; long passes run a launch per %d rows",
@@ -237,5 +250,6 @@ int mmg_wanted(const gpu_model *g, const dmat *w, int T) {
 
 cudaError_t mmg_launch(gpu_model *g, const mm_args *a) {
     int R = (int)cdiv(a->T, MG_ROWS), G = (int)cdiv(a->MS, 8);
-    return launch(k_mmg, dim3(G * R), dim3(256), MG_SMEM, g->stream, *a, R);
+    if (g->terms == 1) return launch(k_mmg<1>, dim3(G * R), dim3(256), mg_smem(1), g->stream, *a, R);
+    return launch(k_mmg<3>, dim3(G * R), dim3(256), mg_smem(3), g->stream, *a, R);
 }

@@ -1,7 +1,7 @@
 /* backend/cuda/gemv.cu: the matmuls of decode and verify passes (1 to GPU_GROUP rows per
  * launch). BF16 weights run on the tensor cores (mma.m16n8k16) against the three-term bf16
- * split of the float32 input (cuda.cuh), so every product is exact (a build with fewer terms,
- * XB_TERMS, rounds the input first) and each result is the float32-accumulated dot product,
+ * split of the float32 input (cuda.cuh), so every product is exact (a model with one term
+ * rounds the input first) and each result is the float32-accumulated dot product,
  * summed in an order fixed per matrix: k-tiles in order within a block's piece, then the
  * pieces in order. Nothing depends on the number of rows.
  *
@@ -31,8 +31,8 @@
 #endif
 
 /* rows of a group whose terms fit in NT n-tiles */
-__host__ __device__ constexpr int mm_rows(int NT) {
-    return 8 * NT / XB_TERMS < GPU_GROUP ? 8 * NT / XB_TERMS : GPU_GROUP;
+__host__ __device__ constexpr int mm_rows(int NT, int terms) {
+    return 8 * NT / terms < GPU_GROUP ? 8 * NT / terms : GPU_GROUP;
 }
 /* the widest n-tiles with 8 k-tiles per register batch (wider: 4); 1 row with 8 spills and
  * is no faster (docs/perf.md) */
@@ -57,31 +57,31 @@ __host__ __device__ constexpr int mm_fin_row(int NT) {
 /* what mm_finish keeps in shared memory: per-warp tiles, final values, and for the residual
  * epilogue the residual rows and the next norm's weights */
 #define MM_QKV_PRE 4096 /* q|k|v: the step parameters, norm weights and frequencies */
-__host__ __device__ constexpr int mm_fin_smem(int NT) {
-    return 8 * 16 * mm_fin_row(NT) * 4 + 2 * 512 * mm_rows(NT) + 512 + MM_QKV_PRE;
+__host__ __device__ constexpr int mm_fin_smem(int NT, int terms) {
+    return 8 * 16 * mm_fin_row(NT) * 4 + 2 * 512 * mm_rows(NT, terms) + 512 + MM_QKV_PRE;
 }
 /* max(two input chunks, mm_fin_smem), rounded up to 1 KB */
-__host__ __device__ constexpr int mm_smem(int NT) {
-    return ((2 * mm_chunk(NT) * NT * 256 > mm_fin_smem(NT) ? 2 * mm_chunk(NT) * NT * 256
-                                                          : mm_fin_smem(NT)) +
+__host__ __device__ constexpr int mm_smem(int NT, int terms) {
+    return ((2 * mm_chunk(NT) * NT * 256 > mm_fin_smem(NT, terms) ? 2 * mm_chunk(NT) * NT * 256
+                                                                 : mm_fin_smem(NT, terms)) +
             1023) /
            1024 * 1024;
 }
 /* q|k|v launches of up to 16 rows (6 n-tiles of three terms): the rows' RoPE cos and sin
  * (qkv_epilogue's cs), computed before the wait, after the k-tiles brought in before it */
 #define MM_CS_BYTES (16 * 64 * 8)
-__host__ __device__ constexpr bool mm_cs(int NT) {
-    return mm_rows(NT) <= 16;
+__host__ __device__ constexpr bool mm_cs(int NT, int terms) {
+    return mm_rows(NT, terms) <= 16;
 }
-template <int NT> /* where that table is in a block's dynamic shared memory */
+template <int NT, int TERMS> /* where that table is in a block's dynamic shared memory */
 __device__ __forceinline__ float2 *mm_cs_table(unsigned char *smem, const mm_args &a) {
-    return (float2 *)(smem + mm_smem(NT) + a.npre * 4096);
+    return (float2 *)(smem + mm_smem(NT, TERMS) + a.npre * 4096);
 }
 /* k-tiles of weights past the two register batches that a block's first piece can bring into
  * shared memory before its wait, where two blocks still fit on an SM (108 KB each, and the
  * kernel's static shared memory) */
-__host__ __device__ constexpr int mm_pre_max(int NT) {
-    return (108 * 1024 - mm_smem(NT)) / 4096 / mm_unroll(NT) * mm_unroll(NT);
+__host__ __device__ constexpr int mm_pre_max(int NT, int terms) {
+    return (108 * 1024 - mm_smem(NT, terms)) / 4096 / mm_unroll(NT) * mm_unroll(NT);
 }
 __device__ __forceinline__ uint4 lds128(const uint4 *p) {
     uint4 v;
@@ -154,7 +154,7 @@ __device__ __forceinline__ void mm_add_pieces(const mm_args &a, int g, int2 gp, 
  * round trip (the others' sums) before it stores; so are the input rows' group sums of
  * squares (a.in_ss) and, past 16 rows, q|k|v's step parameters, norm weights and
  * frequencies. smem: mm_fin_smem(NT) bytes, free for reuse. */
-template <int NT>
+template <int NT, int TERMS>
 __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[NT][4], int g,
                                           bool whole, int slot, unsigned char *smem) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, blk = blockIdx.x, KT = a.KT;
@@ -231,8 +231,8 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
     __syncthreads();
     for (int i = threadIdx.x; i < nitems; i += 256) {
         int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
-        const float *f = fin + w * 16 * S + r * S + XB_TERMS * t;
-        float v = xb_terms_sum(f[0], f[XB_TERMS > 1], f[XB_TERMS > 2 ? 2 : 0]);
+        const float *f = fin + w * 16 * S + r * S + TERMS * t;
+        float v = xb_terms_sum(TERMS, f[0], f[TERMS > 1], f[TERMS > 2 ? 2 : 0]);
         if (whole)
             val[i] = v;
         else
@@ -257,7 +257,8 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
 #if DSPARK_LAB_MM == 1 /* the split sums, not the epilogues */
     return false;
 #endif
-    mm_epilogue<mm_cs(NT)>(a, g, val, nitems, inv, pre, qe, mm_cs_table<NT>(smem, a));
+    mm_epilogue<TERMS, mm_cs(NT, TERMS)>(a, g, val, nitems, inv, pre, qe,
+                                         mm_cs_table<NT, TERMS>(smem, a));
     return true;
 }
 
@@ -282,7 +283,7 @@ __device__ __forceinline__ unsigned long long lab_now(void) {
  * cut at group boundaries into pieces; a piece that is a whole group goes straight to the
  * epilogue, otherwise its sums go to the partial buffer and the last piece of the group to
  * arrive adds them in block order and runs the epilogue (mm_finish). */
-template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
+template <int NT, int TERMS> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
     constexpr int U = mm_unroll(NT), KC = mm_chunk(NT), CH = KC * NT * 32; /* uint2 per chunk */
     extern __shared__ __align__(16) unsigned char smem[];
     uint2 *bbuf = (uint2 *)smem; /* [2][CH]: input chunks during the loop */
@@ -301,7 +302,7 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
      * registers and the next npre k-tiles (one run of memory) into shared memory */
     mm_fetch<U>(ra, wp, 0, nk);
     mm_fetch<U>(rb, wp, U, nk);
-    const uint4 *pre = (const uint4 *)(smem + mm_smem(NT));
+    const uint4 *pre = (const uint4 *)(smem + mm_smem(NT, TERMS));
     __shared__ __align__(8) unsigned long long pre_bar;
     int pre_end = 2 * U + max(0, min(a.npre, nk - 2 * U) / U * U); /* k-tiles [2U, pre_end) */
     bool pre_wait = pre_end > 2 * U;
@@ -322,8 +323,8 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
             mm_fetch<U>(r, wp, b0, nk);
         }
     };
-    if (mm_cs(NT) && a.epi == EPI_QKV) { /* the epilogue's RoPE, off its path */
-        float2 *cs = mm_cs_table<NT>(smem, a);
+    if (mm_cs(NT, TERMS) && a.epi == EPI_QKV) { /* the epilogue's RoPE, off its path */
+        float2 *cs = mm_cs_table<NT, TERMS>(smem, a);
         const int half = a.qe.D / 2;
         for (int i = threadIdx.x; i < a.T * half; i += 256) {
             const int t = i / half, j = i - t * half;
@@ -397,12 +398,12 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
         ts2 = lab_now();
         if (!ts_first) ts_first = ts2;
         {
-            const int e = mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem);
+            const int e = mm_finish<NT, TERMS>(a, acc, g, nk == KT, c0 != s_begin, smem);
             ran += e;
             if (e && nk1 > 0) mid = 1;
         }
 #else
-        mm_finish<NT>(a, acc, g, nk == KT, c0 != s_begin, smem);
+        mm_finish<NT, TERMS>(a, acc, g, nk == KT, c0 != s_begin, smem);
 #endif
         if (nk1 <= 0) break;
         __syncthreads(); /* val and the input buffers are the same memory */
@@ -430,7 +431,8 @@ template <int NT> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
 #define RB 8 /* rows per register block */
 
 __global__ void k_mm_rows(const void *w, int dt, const uint16_t *xb, int T_chunk, int KT, int row0,
-                          int n, int K, int M, int epi, float *y, int ldy, const float *bias) {
+                          int n, int K, int M, int epi, float *y, int ldy, const float *bias,
+                          int terms) {
     pdl_wait();
     pdl_launch();
     int m = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
@@ -445,7 +447,7 @@ __global__ void k_mm_rows(const void *w, int dt, const uint16_t *xb, int T_chunk
 #pragma unroll
             for (int r = 0; r < RB; r++)
                 if (r0 + r < n)
-                    acc[r] = fmaf(wi, xb_get(xb, T_chunk, KT, row0 + r0 + r, i), acc[r]);
+                    acc[r] = fmaf(wi, xb_get(xb, T_chunk, KT, row0 + r0 + r, i, terms), acc[r]);
         }
 #pragma unroll
         for (int r = 0; r < RB; r++) {
@@ -572,16 +574,23 @@ int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, 
 /* ---- launching ---- */
 
 typedef void (*mm_kernel)(mm_args);
-static_assert(GPU_NT_MAX <= 12, "k_mm's instances");
-static const mm_kernel mm_kernels[12 + 1] = {
-    NULL,    k_mm<1>, k_mm<2>, k_mm<3>,  k_mm<4>,  k_mm<5>,  k_mm<6>,
-    k_mm<7>, k_mm<8>, k_mm<9>, k_mm<10>, k_mm<11>, k_mm<12>,
+static_assert(GPU_NT_MAX == 12, "k_mm's instances");
+/* [terms == 1][NT]: three terms take up to 12 n-tiles for 32 rows, one term 4 */
+static const mm_kernel mm_kernels[2][12 + 1] = {
+    {NULL, k_mm<1, 3>, k_mm<2, 3>, k_mm<3, 3>, k_mm<4, 3>, k_mm<5, 3>, k_mm<6, 3>, k_mm<7, 3>,
+     k_mm<8, 3>, k_mm<9, 3>, k_mm<10, 3>, k_mm<11, 3>, k_mm<12, 3>},
+    {NULL, k_mm<1, 1>, k_mm<2, 1>, k_mm<3, 1>, k_mm<4, 1>},
 };
 
 int mm_init(void) {
-    for (int nt = 1; nt <= GPU_NT_MAX; nt++)
-        CK(cudaFuncSetAttribute(mm_kernels[nt], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                mm_smem(nt) + mm_pre_max(nt) * 4096 + MM_CS_BYTES));
+    for (int one = 0; one < 2; one++) {
+        const int terms = one ? 1 : 3;
+        for (int nt = 1; nt <= xb_ntiles(GPU_GROUP, terms); nt++)
+            CK(cudaFuncSetAttribute(mm_kernels[one][nt],
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    mm_smem(nt, terms) + mm_pre_max(nt, terms) * 4096 +
+                                        MM_CS_BYTES));
+    }
     return mmg_init();
 }
 
@@ -592,7 +601,7 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
     if (!w->mma) {
         return launch(k_mm_rows, dim3(cdiv((size_t)w->M * 32, 256)), dim3(256), 0, g->stream, w->w,
                       w->dtype, c->xb, c->T, KT, c->row0, c->n, w->K, w->M, c->epi, c->y, c->ldy,
-                      c->bias);
+                      c->bias, g->terms);
     }
     mm_args a;
     a.w = (const uint4 *)w->w;
@@ -608,11 +617,11 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
     a.H_norm = g->H, a.KT_norm = g->KT_H, a.eps = g->d.rms_eps;
     a.out_ss = a.norm_w ? c->out_ss : NULL, a.in_ss = c->in_ss, a.n_ssg = g->n_ssg;
     if (c->n > GPU_GROUP) return mmg_launch(g, &a);
-    int NT = xb_ntiles(c->n);
-    a.npre = min(g->pre_kt, mm_pre_max(NT));
-    const int cs = c->epi == EPI_QKV && mm_cs(NT) ? MM_CS_BYTES : 0;
-    return launch(mm_kernels[NT], dim3(w->nb), dim3(256),
-                  (size_t)(mm_smem(NT) + a.npre * 4096 + cs), g->stream, a);
+    const int terms = g->terms, NT = xb_ntiles(c->n, terms);
+    a.npre = min(g->pre_kt, mm_pre_max(NT, terms));
+    const int cs = c->epi == EPI_QKV && mm_cs(NT, terms) ? MM_CS_BYTES : 0;
+    return launch(mm_kernels[terms == 1][NT], dim3(w->nb), dim3(256),
+                  (size_t)(mm_smem(NT, terms) + a.npre * 4096 + cs), g->stream, a);
 }
 
 /* one launch over all rows (gemm.cu) where that fills the GPU, otherwise a launch per group of

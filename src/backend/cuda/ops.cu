@@ -36,30 +36,31 @@ cudaError_t tap_launch(gpu_model *g, int slot, int T) {
 
 __global__ void __launch_bounds__(256) k_norm_split(uint16_t *xb, int KT, const float *x, int row0,
                                                     const int32_t *sel, const float *w, int H,
-                                                    float eps) {
+                                                    float eps, int terms) {
     pdl_wait();
     pdl_launch();
     __shared__ double red[256];
     const int row = sel ? sel[blockIdx.x] : row0 + (int)blockIdx.x;
-    norm_row(x + (size_t)row * H, w, H, eps, xb, gridDim.x, KT, blockIdx.x, red);
+    norm_row(x + (size_t)row * H, w, H, eps, xb, gridDim.x, KT, blockIdx.x, red, terms);
 }
 
 /* xb row r of an n-row chunk = x[row0 + r] / rms * w */
 cudaError_t norm_launch(gpu_model *g, uint16_t *xb, const float *w, int row0, int n) {
     return launch(k_norm_split, dim3(n), dim3(256), 0, g->stream, xb, g->KT_H, g->x, row0,
-                  (const int32_t *)NULL, w, g->H, g->d.rms_eps);
+                  (const int32_t *)NULL, w, g->H, g->d.rms_eps, g->terms);
 }
 
 /* Deferred RMSNorm of the chunk's rows: block (row, 128-column group) writes w * x of its
  * columns into xb and the group's sum of squares (ss_group, as the matmul epilogues add it) */
 __global__ void __launch_bounds__(128) k_prescale(uint16_t *xb, int KT, const float *x,
-                                                  const float *w, int H, double *ss, int ng) {
+                                                  const float *w, int H, double *ss, int ng,
+                                                  int terms) {
     pdl_wait();
     pdl_launch();
     __shared__ double chunk[4];
     const int t = blockIdx.x, g = blockIdx.y, m = g * 128 + threadIdx.x;
     float v = m < H ? __ldcg(x + (size_t)t * H + m) : 0.f;
-    if (m < H) xb_put(xb, gridDim.x, KT, t, m, w[m] * v);
+    if (m < H) xb_put(xb, gridDim.x, KT, t, m, w[m] * v, terms);
     double s = ss_chunk(v);
     if ((threadIdx.x & 31) == 0) chunk[threadIdx.x >> 5] = s;
     __syncthreads();
@@ -68,28 +69,28 @@ __global__ void __launch_bounds__(128) k_prescale(uint16_t *xb, int KT, const fl
 
 cudaError_t prescale_launch(gpu_model *g, uint16_t *xb, const float *w, double *ss, int n) {
     return launch(k_prescale, dim3(n, g->n_ssg), dim3(128), 0, g->stream, xb, g->KT_H, g->x, w,
-                  g->H, ss, g->n_ssg);
+                  g->H, ss, g->n_ssg, g->terms);
 }
 
 /* xb row r of an n-row chunk = x[sel[r]] / rms * w (sel in device memory) */
 cudaError_t norm_sel_launch(gpu_model *g, uint16_t *xb, const float *w, const int32_t *sel, int n) {
     return launch(k_norm_split, dim3(n), dim3(256), 0, g->stream, xb, g->KT_H, g->x, 0, sel, w,
-                  g->H, g->d.rms_eps);
+                  g->H, g->d.rms_eps, g->terms);
 }
 
-__global__ void k_swiglu_split(uint16_t *xb, int KT, const float *gu, int I, int T) {
+__global__ void k_swiglu_split(uint16_t *xb, int KT, const float *gu, int I, int T, int terms) {
     pdl_wait();
     pdl_launch();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * I) return;
     int t = (int)(i / I), j = (int)(i % I);
     float gv = __ldcg(gu + (size_t)t * 2 * I + j), uv = __ldcg(gu + (size_t)t * 2 * I + I + j);
-    xb_put(xb, T, KT, t, j, gv / (1.0f + expf(-gv)) * uv);
+    xb_put(xb, T, KT, t, j, gv / (1.0f + expf(-gv)) * uv, terms);
 }
 
 cudaError_t swiglu_launch(gpu_model *g, int T) {
     return launch(k_swiglu_split, dim3(cdiv((size_t)T * g->I, 256)), dim3(256), 0, g->stream, g->xh,
-                  g->KT_I, g->gu, g->I, T);
+                  g->KT_I, g->gu, g->I, T, g->terms);
 }
 
 /* b beats a: larger, or equal at a smaller index; index -1 holds nothing */
@@ -148,46 +149,46 @@ cudaError_t argmax_launch(gpu_model *g, int n) {
                   g->out_ids, n);
 }
 
-/* xb rows [0, T) (K columns, KT k-tiles) = the float rows x[T, K], and back (exactly: the
- * three terms add up to the value) */
-__global__ void k_split(uint16_t *xb, const float *x, int K, int KT, int T) {
+/* xb rows [0, T) (K columns, KT k-tiles) = the float rows x[T, K], and back (exactly where
+ * three terms add up to the value; with one, rounded to bf16) */
+__global__ void k_split(uint16_t *xb, const float *x, int K, int KT, int T, int terms) {
     pdl_wait();
     pdl_launch();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * K) return;
-    xb_put(xb, T, KT, (int)(i / K), (int)(i % K), __ldcg(x + i));
+    xb_put(xb, T, KT, (int)(i / K), (int)(i % K), __ldcg(x + i), terms);
 }
 
 cudaError_t split_launch(gpu_model *g, uint16_t *xb, const float *x, int K, int KT, int T) {
     return launch(k_split, dim3(cdiv((size_t)T * K, 256)), dim3(256), 0, g->stream, xb, x, K, KT,
-                  T);
+                  T, g->terms);
 }
 
-__global__ void k_unsplit(float *x, const uint16_t *xb, int K, int KT, int T) {
+__global__ void k_unsplit(float *x, const uint16_t *xb, int K, int KT, int T, int terms) {
     pdl_wait();
     pdl_launch();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * K) return;
-    x[i] = xb_get(xb, T, KT, (int)(i / K), (int)(i % K));
+    x[i] = xb_get(xb, T, KT, (int)(i / K), (int)(i % K), terms);
 }
 
 cudaError_t unsplit_launch(gpu_model *g, float *x, const uint16_t *xb, int K, int KT, int T) {
     return launch(k_unsplit, dim3(cdiv((size_t)T * K, 256)), dim3(256), 0, g->stream, x, xb, K, KT,
-                  T);
+                  T, g->terms);
 }
 
 __global__ void k_gather(uint16_t *xb, int KT, const void *w, int dt, int r, const int32_t *ids,
-                         int n) {
+                         int n, int terms) {
     pdl_wait();
     pdl_launch();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)n * r) return;
     int t = (int)(i / r), k = (int)(i % r);
-    xb_put(xb, n, KT, t, k, load_w(w, dt, (size_t)ids[t] * r + k));
+    xb_put(xb, n, KT, t, k, load_w(w, dt, (size_t)ids[t] * r + k), terms);
 }
 
 cudaError_t gather_launch(gpu_model *g, uint16_t *xb, const void *w, int dt, int r,
                           const int32_t *ids, int n) {
     return launch(k_gather, dim3(cdiv((size_t)n * r, 256)), dim3(256), 0, g->stream, xb,
-                  (r + 15) / 16, w, dt, r, ids, n);
+                  (r + 15) / 16, w, dt, r, ids, n, g->terms);
 }
