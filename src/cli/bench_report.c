@@ -250,7 +250,11 @@ int bench_write_json(const struct bench *b, const char *path, int threads) {
     git_commit(commit, sizeof commit);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "device", cpu);
-    if (b->o.gpu) cJSON_AddStringToObject(j, "gpu", gpu_device_name());
+    if (b->o.gpu) {
+        cJSON_AddStringToObject(j, "gpu", gpu_device_name());
+        cJSON_AddStringToObject(
+            j, "gpu_inputs", gpu_model_input_terms(model_gpu(b->e.target)) == 1 ? "bf16" : "exact");
+    }
     cJSON_AddNumberToObject(j, "cores", cpu_count());
     cJSON_AddStringToObject(j, "model", o->model_dir);
     /* "drafter": the draft model's folder (null when no run used it); "drafters": every one */
