@@ -2,7 +2,8 @@
 # bench/run_gpu.sh: the CUDA backend's checks and benchmarks in one go, on the GPU machine.
 # Expects test_gpu, bench_gpu (built with `make CUDA=1`) and the shared libraries they need
 # in $BIN (default .gpu); writes logs to $OUT (default /tmp/dspark-gpu). STEPS picks what runs
-# (default all): info test sanitize pycoder spec 8b cpucheck variants torch (race, ncu, serve,
+# (default all): info test testbf16 sanitize pycoder spec 8b cpucheck variants torch (testbf16:
+# test_gpu with every model's matmul inputs rounded to bf16; race, ncu, serve,
 # ttft, bound and stamps on request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
 # mangled name, of `bench_gpu --lab`); serve runs `dspark serve --gpu` on models/pycoder in
 # each of SERVE_MODES and drives it with bench/concurrency.py (1, 4, 16, 64 concurrent clients against serialised);
@@ -27,12 +28,12 @@ set -u
 BIN=${BIN:-.gpu}
 OUT=${OUT:-/tmp/dspark-gpu}
 M8B=${M8B:-/tmp/m8b}
-STEPS=${STEPS:-"info test sanitize pycoder spec 8b cpucheck torch"}
+STEPS=${STEPS:-"info test testbf16 sanitize pycoder spec 8b cpucheck torch"}
 BENCH_ARGS=${BENCH_ARGS:-"--ctx 512,4096 --long 4096"}
 if [ -f "${PACK:-}" ]; then # binaries carried packed
     mkdir -p "$BIN" && tar -C "$BIN" -xf "$PACK"
 fi
-export LD_LIBRARY_PATH=$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH="$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$OUT"
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 # serve LOG ARGS...: starts `dspark serve --gpu ARGS` logging to LOG, sets spid, and url once
@@ -68,7 +69,7 @@ fi
 if [ ! -d ../shared/golden ] && [ -d "$BIN/golden" ]; then # the drafters' reference data
     mkdir -p ../shared && cp -r "$BIN/golden" ../shared/
 fi
-if has test || has sanitize; then # test_gpu's model with 8 query heads per kv head
+if has test || has testbf16 || has sanitize; then # test_gpu's model with 8 query heads per kv head
     [ -f /tmp/dspark-g8/model.safetensors ] || { gcc -O2 -o /tmp/mkmodel-t bench/mkmodel.c -lm &&
         /tmp/mkmodel-t /tmp/dspark-g8 --layers 2 --hidden 256 --heads 16 --kv-heads 2 \
             --head-dim 64 --ffn 512 --vocab 1024 >/dev/null; }
@@ -76,6 +77,10 @@ fi
 if has test; then
     stamp test_gpu
     timeout 180 "$BIN/test_gpu" 2>&1 | tee "$OUT/test_gpu.log"
+fi
+if has testbf16; then
+    stamp "test_gpu, matmul inputs rounded to bf16"
+    DSPARK_GPU_INPUTS=bf16 timeout 180 "$BIN/test_gpu" 2>&1 | tee "$OUT/test_gpu_bf16.log"
 fi
 if has sanitize && command -v compute-sanitizer >/dev/null; then
     stamp compute-sanitizer
@@ -108,7 +113,7 @@ if has spec; then
     if [ ! -d ../shared/bench/prompts ] && [ -d "$BIN/prompts" ]; then
         mkdir -p ../shared/bench && cp -r "$BIN/prompts" ../shared/bench/
     fi
-    timeout 330 "$BIN/dspark" benchmark --gpu --modes ${SPEC_MODES:-baseline,lookup,draft,dspark,dflash} --limit 10 \
+    timeout 330 "$BIN/dspark" benchmark --gpu --modes "${SPEC_MODES:-baseline,lookup,draft,dspark,dflash}" --limit 10 \
         --max-new-tokens 128 --trials 3 --threads 8 --widths 17 --json "$OUT/gpu-spec.json" \
         2>&1 | grep -v '^progress' | tee "$OUT/gpu-spec.log"
 fi
@@ -123,9 +128,8 @@ fi
 if has variants; then
     for v in ${VARIANTS:-DSPARK_GPU_PDL=0 DSPARK_GPU_GRAPHS=0}; do
         stamp "variant $v"
-        # shellcheck disable=SC2046
-        # shellcheck disable=SC2086
         echo "== $v" >>"$OUT/variants.log"
+        # shellcheck disable=SC2046,SC2086 # settings and arguments split on purpose
         env $(echo "$v" | tr , ' ') timeout 120 "$BIN/bench_gpu" "$M8B" --decode-only \
             ${VARIANT_ARGS:-} 2>&1 | tee -a "$OUT/variants.log" | grep -E "decode|batch| 16: |attention |attn "
     done
@@ -172,6 +176,7 @@ if has ttft; then
 fi
 if has ncu && command -v ncu >/dev/null; then # NCU_COUNT kernels matching NCU_KERNEL
     stamp ncu
+    # shellcheck disable=SC2086 # NCU_ARGS split on purpose
     timeout 300 ncu --clock-control none -k "regex:${NCU_KERNEL:-k_mm}" --kernel-name-base mangled \
         --launch-skip "${NCU_SKIP:-0}" --launch-count "${NCU_COUNT:-4}" --import-source yes \
         --section SpeedOfLight --section WarpStateStats --section Occupancy \
@@ -188,4 +193,4 @@ if has torch; then
     PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-300} python3 bench/torch_anchor.py "$M8B" \
         --ctx 512 --new 48 ${TORCH_ARGS:-} 2>&1 | grep -v Warning | tee "$OUT/torch.log"
 fi
-stamp done
+stamp "done"
