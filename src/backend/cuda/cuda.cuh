@@ -368,7 +368,9 @@ struct gpu_model {
     int prescale;         /* layers' norms deferred into the matmuls (mm_call.out_ss) */
     int att_early_kv, att_pre_kv; /* attn_args.early_kv, pre_kv */
     int att_fold; /* 0: the attention merge as a kernel of its own (DSPARK_GPU_ATT_FOLD=0) */
-    int pre_kt; /* mm_args.npre at most */
+    int pre_kt;   /* mm_args.npre at most */
+    int pre_kt_o; /* the same for the output projection, whose blocks start during attention
+                   * (DSPARK_GPU_PRE_KT_O; < 0: pre_kt) */
     int terms;  /* bf16 terms per matmul input value: 3 or 1 (the xb layout above) */
     double *ss_a, *ss_f;  /* [GPU_ROWS][n_ssg] group sums of squares behind xa and xf
                            * (NULL unless prescale) */
@@ -470,6 +472,7 @@ struct mm_call {
     uint16_t *norm_out;
     double *out_ss;      /* with norm_w: deferred, see below */
     const double *in_ss; /* the sums of squares of rows whose RMSNorm this matmul finishes */
+    int after_attn;      /* the output projection (gpu_model.pre_kt_o) */
 };
 /* Deferred RMSNorm (g->prescale): a residual matmul with norm_w and out_ss writes w * x of its
  * new rows into norm_out and each 128-column group's sum of squares (ss_group) into
