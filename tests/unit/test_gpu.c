@@ -209,7 +209,7 @@ TEST(gpu_inputs_bf16) {
     int32_t ids[400];
     for (int i = 0; i < 400; i++) ids[i] = 20 + (i * 131) % 8000;
     struct kv_cache *a, *b, *c;
-    REQUIRE(kv_new(m, 400, &a) == 0 && kv_new(m, 160, &b) == 0 && kv_new(mc, 160, &c) == 0);
+    REQUIRE(kv_new(m, 400, &a) == 0 && kv_new(m, 400, &b) == 0 && kv_new(mc, 160, &c) == 0);
     float *la = malloc(sizeof(float) * V * 300), *lb = malloc(sizeof(float) * V * W);
     float *lc = malloc(sizeof(float) * V * W);
     REQUIRE(la && lb && lc);

@@ -30,10 +30,15 @@
 #define MG_ST 5 /* stages in the ring */
 #endif
 #define MG_A     (MG_KS * 256)           /* uint4 of weights per stage (8 strips x 32 lanes) */
-/* xb groups of GPU_GROUP rows per block tile: 2 (64 rows) with three terms; 4 (128 rows,
- * each weight stage serving twice the rows) with one, whose inputs take a third of the room */
+/* xb groups of GPU_GROUP rows per block tile: 2 (64 rows). With one term, 4 (128 rows, each
+ * weight stage serving twice the rows) fit too, and were slower: 6,259 against 8,207 tok/s
+ * for a 512-token prompt on the Qwen3-8B shape, half the blocks filling 1.45 waves of SMs
+ * for q|k|v (docs/perf.md) */
+#ifndef MG_GROUPS_1
+#define MG_GROUPS_1 2
+#endif
 __host__ __device__ constexpr int mg_groups(int terms) {
-    return terms == 1 ? 4 : 2;
+    return terms == 1 ? MG_GROUPS_1 : 2;
 }
 __host__ __device__ constexpr int mg_rows(int terms) {
     return mg_groups(terms) * GPU_GROUP;
