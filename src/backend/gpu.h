@@ -62,9 +62,6 @@ const char *gpu_device_name(void);
  * a CUDA build (and for a NULL model). */
 int gpu_input_terms(void);
 int gpu_model_input_terms(const struct gpu_model *g);
-/* 1 in a build with DSPARK_ATT_FOLD (the attention merge in the attention kernel; a measuring
- * build, docs/perf.md), else 0 */
-int gpu_attention_fold_built(void);
 /* Versions as CUDA numbers them (1000 * major + 10 * minor) and device 0's memory, for
  * `dspark doctor`. ERR_UNSUPPORTED without a CUDA build, ERR_IO when CUDA finds no device. */
 int gpu_runtime_info(int *driver_version, int *runtime_version, size_t *mem_bytes);

@@ -389,16 +389,6 @@ TEST(gpu_attention_loads_ahead) {
                     "attention loads ahead equal to none");
 }
 
-/* The attention merge run by each group's last span item gives the bits of the merge kernel
- * (a build with DSPARK_ATT_FOLD) */
-TEST(gpu_attention_merge_fold) {
-    if (!gpu_available()) SKIP("no CUDA build or no GPU");
-    if (!gpu_attention_fold_built()) SKIP("a build without DSPARK_ATT_FOLD");
-    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
-    same_passes_off("DSPARK_GPU_ATT_FOLD", NULL,
-                    "attention merged by the last span items equal to the merge kernel");
-}
-
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
  * the one-buffer kernel's path for items of few rows) give the same bits as each sequence
  * alone (fewer items than SMs: the two-buffer kernel). */
@@ -1178,7 +1168,6 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_gemm_exact")) RUN(gpu_gemm_exact);
     if (wanted(argc, argv, "gpu_attention_buffers")) RUN(gpu_attention_buffers);
     if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
-    if (wanted(argc, argv, "gpu_attention_merge_fold")) RUN(gpu_attention_merge_fold);
     if (wanted(argc, argv, "gpu_attention_many_steps")) RUN(gpu_attention_many_steps);
     if (wanted(argc, argv, "gpu_many_heads_per_kv")) RUN(gpu_many_heads_per_kv);
     if (wanted(argc, argv, "gpu_block_golden")) RUN(gpu_block_golden);

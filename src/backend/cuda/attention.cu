@@ -66,15 +66,6 @@ cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T) {
  * share the pass. A fixed grid
  * of blocks loops over the items, so captured graphs serve any context length. */
 
-/* DSPARK_ATT_FOLD (a build flag, off: not yet measured on a GPU, docs/perf.md): each group
- * (unit of rows, kv head) of span items counts its arrivals, and the last item merges the
- * group's rows in the attention kernel, so the merge kernel and its boundary go. */
-#ifdef DSPARK_ATT_FOLD
-#define ATT_FOLD 1
-#else
-#define ATT_FOLD 0
-#endif
-
 struct attn_args {
     const float *q; /* [T, nh, D] */
     const step_params *sp;
@@ -89,18 +80,11 @@ struct attn_args {
                    * before the wait on the previous kernel (DSPARK_GPU_ATT_PRE_KV) */
     float scale;
     int terms; /* of xb_out (gpu_model.terms) */
-#if ATT_FOLD
-    int fold;      /* each group's last span item merges the group's rows (no merge kernel) */
-    unsigned *cnt; /* with fold: an arrival counter per group (left at 0) */
-#endif
 };
 
 /* a sequence's share of a launch: rows [a, b), spans [span0, span0 + nsp), items from it0 */
 struct att_seq {
     int a, b, span0, nsp, units, it0;
-#if ATT_FOLD
-    int g0; /* its first group (unit, kv head) */
-#endif
 };
 
 __host__ __device__ __forceinline__ int att_lo(int p, int window) {
@@ -253,9 +237,6 @@ __device__ __forceinline__ void att_values_tiled(const attn_args &a, const float
 struct att_item {
     int ok; /* 0: no row of the item sees the span (nothing loaded) */
     int kvh, span, nr;
-#if ATT_FOLD
-    int grp, nsp, ua; /* its group (rows [ua, ua + nr), kv head kvh) and the group's items */
-#endif
 };
 
 /* Where row t's partials for head h are: spans [sa, sb] from slot base */
@@ -273,7 +254,7 @@ __device__ __forceinline__ att_place att_place_of(const attn_args &a, int t, int
  * exp(m_s - M) of the largest span max M), divided by the merged sum, into the B operand, by
  * 128 threads x (on: this thread's 128 have a row to merge). w: shared memory for the row's
  * span weights, Ls: for its sum. Every thread of the block calls it (it holds one barrier):
- * k_attn_merge, and with DSPARK_ATT_FOLD the attention kernel's last span items. */
+ * k_attn_merge. */
 __device__ __forceinline__ void att_merge_row(const attn_args &a, int D, int t, int h,
                                               att_place at, int x, bool on, float *w,
                                               float *Ls) {
@@ -333,9 +314,6 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
     __shared__ att_seq seqs[GPU_SEQS];
     __shared__ att_row rows_of[2][ATT_ROWS]; /* per buffer (one buffer: per item in turn) */
     __shared__ int info[3]; /* items, first sequence, sequences */
-#if ATT_FOLD
-    __shared__ float fold_ls[2];
-#endif
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     /* the pass's parameters and the keys and values of positions before it are there before
      * the previous kernel ends: with pre_kv the first item's are requested before the wait */
@@ -363,16 +341,6 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
             if (lane >= o) inc += v;
         }
         q.it0 = inc - items;
-#if ATT_FOLD
-        { /* the sequence's first group */
-            int gin = s <= s1 ? q.units * a.nkv : 0;
-            for (int o = 1; o < 32; o <<= 1) {
-                int gv = __shfl_up_sync(0xffffffffu, gin, o);
-                if (lane >= o) gin += gv;
-            }
-            q.g0 = gin - (s <= s1 ? q.units * a.nkv : 0);
-        }
-#endif
         if (s <= s1) seqs[lane] = q;
         if (lane == 31) info[0] = inc;
         if (lane == 0) info[1] = s0, info[2] = s1 - s0 + 1;
@@ -398,9 +366,6 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
         int local = item - q.it0, kvh = local % a.nkv, rest = local / a.nkv;
         int span = q.span0 + rest % q.nsp, unit = rest / q.nsp;
         int ua = q.a + unit * ATT_ROWS, nr = min(q.b - ua, ATT_ROWS);
-#if ATT_FOLD /* the group arrives even where no row sees the span */
-        it.kvh = kvh, it.nr = nr, it.grp = q.g0 + unit * a.nkv + kvh, it.nsp = q.nsp, it.ua = ua;
-#endif
         const int last = P.noncausal ? P.pos0 + P.n - 1 : -1; /* every row's limit, or none */
         int k0 = span * ATT_SPAN,
             k1 = min(k0 + ATT_SPAN, last >= 0 ? last + 1 : P.pos0 + ua + nr - P.row0);
@@ -566,20 +531,6 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
             }
         }
         __syncthreads(); /* this buffer is refilled two items on (S, rows: the next item) */
-#if ATT_FOLD
-        if (a.fold && cur.nsp > 0 && arrive_last(a.cnt + cur.grp, (unsigned)cur.nsp)) {
-            /* the group's last item: its rows' merges, two (row, head) pairs at a time, the
-             * weights in S (free until the next item's scores) */
-            const int half = tid >> 7, np = cur.nr * G;
-            for (int p0 = 0; p0 < np; p0 += 2) {
-                const int pr = min(p0 + half, np - 1), t = cur.ua + pr / G;
-                const int h = cur.kvh * G + pr % G;
-                att_merge_row(a, D, t, h, att_place_of(a, t, h), tid & 127, p0 + half < np,
-                              S + half * a.spans, &fold_ls[half]);
-                __syncthreads(); /* the weights are rewritten */
-            }
-        }
-#endif
         if (NB == 1 && early) {
             fetch_v(geo_next);
             cp_async_commit();
@@ -639,18 +590,6 @@ void attn_choose(gpu_model *g) {
     g->att_few = g->att_nb == 2 && items <= g->sms;
 }
 
-/* Whether each group's last span item merges its rows (a DSPARK_ATT_FOLD build, unless
- * DSPARK_GPU_ATT_FOLD=0):
- * where two rows' span weights fit in the scores' shared memory and the groups of a launch
- * in the counters */
-#if ATT_FOLD
-static int attn_fold(const gpu_model *g) {
-    const int G4 = (g->G + 3) & ~3;
-    return ATT_FOLD && g->att_fold && 2 * g->att_spans <= ATT_ROWS * G4 * ATT_SPAN &&
-           (GPU_ROWS / ATT_ROWS + GPU_SEQS) * g->d.n_kv_heads <= CNT_FOLD_N;
-}
-#endif
-
 /* rows [row0, row0 + n) of a chunk of T rows (n <= g->att_rows) */
 static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
     const gpu_model_desc *d = &g->d;
@@ -662,19 +601,12 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
     a.KT_out = g->KT_QD, a.layer = layer, a.window = d->window, a.spans = g->att_spans;
     a.scale = 1.0f / sqrtf((float)g->D);
     a.early = g->early_merge;
-#if ATT_FOLD
-    a.fold = attn_fold(g);
-    a.cnt = g->cnt + CNT_FOLD;
-    const int fold = a.fold;
-#else
-    const int fold = 0;
-#endif
     a.early_kv = g->att_early_kv;
     a.pre_kv = g->att_pre_kv;
     const int nb = g->att_few ? 2 : 1;
     cudaError_t e = launch(attn_kernels[g->D / 16][nb - 1], dim3(g->att_few ? g->sms : g->att_grid),
                            dim3(ATT_THREADS), attn_smem(g->G, g->D, nb), g->stream, a);
-    if (e != cudaSuccess || fold) return e;
+    if (e != cudaSuccess) return e;
 #ifdef DSPARK_LAB_NOMERGE /* measuring build, results wrong: what the merge kernel costs */
     return e;
 #endif
@@ -730,8 +662,4 @@ int attn_init(gpu_model *g, int spans) {
         raise_smem((const void *)k_attn_merge, sizeof(float) * spans))
         return ERR_UNSUPPORTED;
     return OK;
-}
-
-extern "C" int gpu_attention_fold_built(void) {
-    return ATT_FOLD;
 }

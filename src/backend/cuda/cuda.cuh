@@ -367,10 +367,7 @@ struct gpu_model {
     int use_graphs, use_pdl, slots, even_split, early_merge, sel_rows;
     int prescale;         /* layers' norms deferred into the matmuls (mm_call.out_ss) */
     int att_early_kv, att_pre_kv; /* attn_args.early_kv, pre_kv */
-    int att_fold; /* 0: the attention merge as a kernel of its own (DSPARK_GPU_ATT_FOLD=0) */
-    int pre_kt;   /* mm_args.npre at most */
-    int pre_kt_o; /* the same for the output projection, whose blocks start during attention
-                   * (DSPARK_GPU_PRE_KT_O; < 0: pre_kt) */
+    int pre_kt; /* mm_args.npre at most */
     int terms;  /* bf16 terms per matmul input value: 3 or 1 (the xb layout above) */
     double *ss_a, *ss_f;  /* [GPU_ROWS][n_ssg] group sums of squares behind xa and xf
                            * (NULL unless prescale) */
@@ -408,9 +405,7 @@ static inline seq_params seq_of(int row0, int n, int pos0, const gpu_kv *kv, int
 #define ARGMAX_BLOCKS 32
 #define CNT_MM        0     /* matmul counters: [0, CNT_GRID) */
 #define CNT_GRID      65000 /* matmul grid counter (fused RMSNorm) */
-#define CNT_ATT       65536 /* the end of the matmul counters */
-#define CNT_FOLD      CNT_ATT /* attention merge arrivals: [CNT_FOLD, CNT_FOLD + CNT_FOLD_N) */
-#define CNT_FOLD_N    8192
+#define CNT_ATT       65536 /* the end of the counters */
 
 /* ---- launching ---- */
 extern int gpu_pdl_on; /* programmatic dependent launch for every kernel */
@@ -472,7 +467,6 @@ struct mm_call {
     uint16_t *norm_out;
     double *out_ss;      /* with norm_w: deferred, see below */
     const double *in_ss; /* the sums of squares of rows whose RMSNorm this matmul finishes */
-    int after_attn;      /* the output projection (gpu_model.pre_kt_o) */
 };
 /* Deferred RMSNorm (g->prescale): a residual matmul with norm_w and out_ss writes w * x of its
  * new rows into norm_out and each 128-column group's sum of squares (ss_group) into

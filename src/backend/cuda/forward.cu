@@ -263,7 +263,7 @@ static int alloc_state(gpu_model *g) {
         (rc = dev_zeros(g, (void **)&g->xh, sizeof(uint2) * groups * xb_group_stride(g->KT_I))) ||
         (rc = dev_alloc(g, (void **)&g->logits, sizeof(float) * R * g->V)) ||
         (rc = dev_alloc(g, (void **)&g->part, sizeof(float) * (parts ? parts : 1))) ||
-        (rc = dev_zeros(g, (void **)&g->cnt, sizeof(unsigned) * (CNT_FOLD + CNT_FOLD_N))) ||
+        (rc = dev_zeros(g, (void **)&g->cnt, sizeof(unsigned) * CNT_ATT)) ||
         (rc = dev_alloc(g, (void **)&g->amax_v, sizeof(float) * R * ARGMAX_BLOCKS)) ||
         (rc = dev_alloc(g, (void **)&g->amax_i, sizeof(int) * R * ARGMAX_BLOCKS)) ||
         (rc = dev_alloc(g, (void **)&g->out_ids, sizeof(int32_t) * R)) ||
@@ -317,9 +317,7 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->att_wide = env_int("DSPARK_GPU_ATT_WIDE", 1);
     g->att_early_kv = env_int("DSPARK_GPU_ATT_EARLY_KV", 1);
     g->att_pre_kv = env_int("DSPARK_GPU_ATT_PRE_KV", 1);
-    g->att_fold = env_int("DSPARK_GPU_ATT_FOLD", 1);
     g->pre_kt = env_int("DSPARK_GPU_PRE_KT", 0); /* measured slower at 8, 16 */
-    g->pre_kt_o = env_int("DSPARK_GPU_PRE_KT_O", -1);
     int sms = 132;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     g->sms = sms;
@@ -363,7 +361,7 @@ enum { MODE_NONE, MODE_LAST, MODE_ALL, MODE_GREEDY_LAST, MODE_GREEDY_ALL, MODE_S
 static cudaError_t mm_rows(gpu_model *g, const dmat *w, const uint16_t *xb, int T, int epi,
                            float *y, int ldy, const float *bias, uint16_t *xb_out,
                            const qkv_epi *qe, const float *norm_w, uint16_t *norm_out) {
-    mm_call c = {w, xb, T, 0, T, epi, y, ldy, bias, xb_out, qe, norm_w, norm_out, NULL, NULL, 0};
+    mm_call c = {w, xb, T, 0, T, epi, y, ldy, bias, xb_out, qe, norm_w, norm_out, NULL, NULL};
     return mm_launch(g, &c);
 }
 
@@ -382,7 +380,7 @@ static int fuses_norm(const gpu_model *g, int li, int T) {
 static cudaError_t qkv_rows(gpu_model *g, int li, int T, const double *in_ss) {
     const dlayer *l = &g->layers[li];
     mm_call c = {&l->qkv, g->xa, T, 0, T, EPI_STORE, g->qkv, g->QKV, l->bqkv, NULL, NULL, NULL,
-                 NULL, NULL, in_ss, 0};
+                 NULL, NULL, in_ss};
     if (l->qkv.mma && 128 % g->D == 0) { /* norm, RoPE and the cache append in the epilogue */
         qkv_epi qe = {g->dsp,          g->q, l->q_norm, l->k_norm,   g->inv_freq, g->d.n_heads,
                       g->d.n_kv_heads, g->D, li,        g->d.rms_eps};
@@ -410,13 +408,13 @@ static cudaError_t layer(gpu_model *g, int li, int T) {
     if (!(skip >> LAB_ATTN & 1)) E(attn_launch(g, li, T));
     if (!(skip >> LAB_O & 1)) {
         mm_call c = {&l->o,  g->xo, T, 0, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
-                     fuse ? l->ffn_norm : NULL, g->xf, g->ss_f, NULL, 1};
+                     fuse ? l->ffn_norm : NULL, g->xf, g->ss_f, NULL};
         E(mm_launch(g, &c));
     }
     if (!fuse && !(skip >> LAB_NORM & 1)) E(norm_launch(g, g->xf, l->ffn_norm, 0, T));
     if (!(skip >> LAB_GU & 1)) {
         mm_call c = {&l->gu, g->xf, T, 0, T, EPI_SWIGLU, NULL, 0, NULL, g->xh, NULL, NULL, NULL,
-                     NULL, g->ss_f, 0};
+                     NULL, g->ss_f};
         if (!l->gu.interleaved) c.epi = EPI_STORE, c.y = g->gu, c.ldy = 2 * g->I, c.xb_out = NULL;
         E(mm_launch(g, &c));
         if (!l->gu.interleaved) E(swiglu_launch(g, T));
@@ -424,7 +422,7 @@ static cudaError_t layer(gpu_model *g, int li, int T) {
     const int next = fuse && li + 1 < g->d.n_layers; /* the last layer's rows take the final norm */
     if (!(skip >> LAB_DOWN & 1)) {
         mm_call c = {&l->down, g->xh, T, 0, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
-                     next ? g->layers[li + 1].attn_norm : NULL, g->xa, g->ss_a, NULL, 0};
+                     next ? g->layers[li + 1].attn_norm : NULL, g->xa, g->ss_a, NULL};
         E(mm_launch(g, &c));
     }
     if (g->taps && g->tap_of[li] >= 0) E(tap_launch(g, g->tap_of[li], T));

@@ -618,8 +618,7 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
     a.out_ss = a.norm_w ? c->out_ss : NULL, a.in_ss = c->in_ss, a.n_ssg = g->n_ssg;
     if (c->n > GPU_GROUP) return mmg_launch(g, &a);
     const int terms = g->terms, NT = xb_ntiles(c->n, terms);
-    a.npre = min(c->after_attn && g->pre_kt_o >= 0 ? g->pre_kt_o : g->pre_kt,
-                 mm_pre_max(NT, terms));
+    a.npre = min(g->pre_kt, mm_pre_max(NT, terms));
     const int cs = c->epi == EPI_QKV && mm_cs(NT, terms) ? MM_CS_BYTES : 0;
     return launch(mm_kernels[terms == 1][NT], dim3(w->nb), dim3(256),
                   (size_t)(mm_smem(NT, terms) + a.npre * 4096 + cs), g->stream, a);
