@@ -47,6 +47,19 @@ cmp -s "$tmp/s1" "$tmp/s2" && ok "seeded sampling is reproducible" || bad "seed"
 [ $? -eq 2 ] && grep -q "unknown flag" "$tmp/e1" && ok "unknown flag" || bad "unknown flag"
 "$D" generate --prompt x --temperature abc >/dev/null 2>"$tmp/e2"
 [ $? -eq 2 ] && grep -q "temperature" "$tmp/e2" && ok "bad number" || bad "bad number"
+for cmd in generate serve benchmark; do
+    "$D" $cmd --gpu-inputs fp8 >/dev/null 2>"$tmp/e6"
+    [ $? -eq 2 ] && grep -q "gpu-inputs takes exact or bf16" "$tmp/e6" &&
+        ok "$cmd: bad --gpu-inputs" || bad "$cmd: bad --gpu-inputs"
+done
+# bf16 GPU inputs ask nothing of the CPU: it says so, and its output does not change
+"$D" generate --model $M --prompt "def add(a, b):" --max-tokens 12 --temperature 0 \
+    --gpu-inputs bf16 --json --no-progress >"$tmp/bf.json" 2>"$tmp/bf.err"
+sed 's/.*"ids":\(\[[^]]*\]\).*/\1/' "$tmp/bf.json" >"$tmp/bf.ids"
+"$D" generate --model $M --prompt "def add(a, b):" --max-tokens 12 --temperature 0 \
+    --json --no-progress 2>/dev/null | sed 's/.*"ids":\(\[[^]]*\]\).*/\1/' >"$tmp/f32.ids"
+grep -q "apply to --gpu only" "$tmp/bf.err" && cmp -s "$tmp/bf.ids" "$tmp/f32.ids" &&
+    ok "--gpu-inputs bf16 without --gpu" || bad "--gpu-inputs bf16 without --gpu"
 "$D" generate --model "$tmp/nowhere" --prompt x >/dev/null 2>"$tmp/e3"
 st=$?
 [ $st -ne 0 ] && [ $st -lt 128 ] && grep -q "error:" "$tmp/e3" && ok "missing folder" ||
