@@ -7,7 +7,7 @@
 # ttft, bound and stamps on request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
 # mangled name, of `bench_gpu --lab`); serve runs `dspark serve --gpu` on models/pycoder in
 # each of SERVE_MODES and drives it with bench/concurrency.py (1, 4, 16, 64 concurrent clients against serialised);
-# spec runs `dspark benchmark --gpu` (needs $BIN/dspark and the prompt sets in
+# spec runs `dspark benchmark --gpu $SPEC_ARGS` (needs $BIN/dspark and the prompt sets in
 # ../shared/bench/prompts, copied there from $BIN/prompts when missing, as ../shared/golden is
 # from $BIN/golden for test_gpu's drafter checks); variants reruns the 8B
 # decode (and VARIANT_ARGS, e.g. --batch 1,16) with each VARIANTS entry (VAR=value,
@@ -113,7 +113,9 @@ if has spec; then
     if [ ! -d ../shared/bench/prompts ] && [ -d "$BIN/prompts" ]; then
         mkdir -p ../shared/bench && cp -r "$BIN/prompts" ../shared/bench/
     fi
-    timeout 330 "$BIN/dspark" benchmark --gpu --modes "${SPEC_MODES:-baseline,lookup,draft,dspark,dflash}" --limit 10 \
+    # shellcheck disable=SC2086 # SPEC_ARGS (e.g. --gpu-inputs bf16) split on purpose
+    timeout 330 "$BIN/dspark" benchmark --gpu ${SPEC_ARGS:-} \
+        --modes "${SPEC_MODES:-baseline,lookup,draft,dspark,dflash}" --limit 10 \
         --max-new-tokens 128 --trials 3 --threads 8 --widths 17 --json "$OUT/gpu-spec.json" \
         2>&1 | grep -v '^progress' | tee "$OUT/gpu-spec.log"
 fi

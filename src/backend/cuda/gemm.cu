@@ -267,6 +267,7 @@ int mmg_wanted(const gpu_model *g, const dmat *w, int T) {
 
 cudaError_t mmg_launch(gpu_model *g, const mm_args *a) {
     int R = (int)cdiv(a->T, mg_rows(g->terms)), G = (int)cdiv(a->MS, 8);
-    if (g->terms == 1) return launch(k_mmg<1>, dim3(G * R), dim3(256), mg_smem(1), g->stream, *a, R);
+    if (g->terms == 1)
+        return launch(k_mmg<1>, dim3(G * R), dim3(256), mg_smem(1), g->stream, *a, R);
     return launch(k_mmg<3>, dim3(G * R), dim3(256), mg_smem(3), g->stream, *a, R);
 }
