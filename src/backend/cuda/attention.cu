@@ -526,7 +526,8 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
                     }
 #pragma unroll
                     for (int gi = 0; gi < 4; gi++)
-                        if (g0 + gi < G) a.acc[(slot + (size_t)(g0 + gi) * a.spans) * D + d] = o[gi];
+                        if (g0 + gi < G)
+                            a.acc[(slot + (size_t)(g0 + gi) * a.spans) * D + d] = o[gi];
                 }
             }
         }

@@ -435,7 +435,8 @@ int dev_alloc(gpu_model *g, void **p, size_t bytes); /* freed with the model (fo
 void drop_graphs(gpu_model *g); /* captured graphs to capture again (forward.cu) */
 /* a layer's kinds of work, for the marginal cost of each in a whole pass (profile.cu) */
 enum { LAB_QKV, LAB_ATTN, LAB_O, LAB_GU, LAB_DOWN, LAB_NORM, LAB_KINDS };
-cudaError_t pass_enqueue(gpu_model *g, int T); /* a pass of T rows, greedy ids of all (forward.cu) */
+/* a pass of T rows, greedy ids of all (forward.cu) */
+cudaError_t pass_enqueue(gpu_model *g, int T);
 enum { EPI_STORE, EPI_RESID, EPI_SWIGLU, EPI_QKV };
 
 /* What the fused q|k|v epilogue needs: per-head RMSNorm, RoPE, q out, k/v into the cache. */

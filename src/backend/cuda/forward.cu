@@ -3,8 +3,9 @@
  * row count and output mode and replayed; positions and the cache pointers are read from
  * device memory (struct step_params), so one graph serves every step of every sequence, and a
  * round is one parameter copy, one graph launch and one copy back. Longer chunks (prefill)
- * launch their kernels directly. The device caches are kv.cu's. Per layer: RMSNorm -> qkv -> norm/RoPE/append -> attention
- * -> o (+residual) -> RMSNorm -> gate/up (+SwiGLU) -> down (+residual). */
+ * launch their kernels directly. The device caches are kv.cu's. Per layer: RMSNorm -> qkv ->
+ * norm/RoPE/append -> attention -> o (+residual) -> RMSNorm -> gate/up (+SwiGLU) -> down
+ * (+residual). */
 #include "backend/cuda/cuda.cuh"
 
 #include <stddef.h>
@@ -355,7 +356,9 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
 /* What a pass brings back: nothing, the logits (or greedy ids) of its last row, of all rows,
  * or (SEL, passes longer than a graph's, with some rows nobody asked for) of the rows listed
  * in dsel. Graphs exist for the first five. */
-enum { MODE_NONE, MODE_LAST, MODE_ALL, MODE_GREEDY_LAST, MODE_GREEDY_ALL, MODE_SEL, MODE_GREEDY_SEL };
+enum {
+    MODE_NONE, MODE_LAST, MODE_ALL, MODE_GREEDY_LAST, MODE_GREEDY_ALL, MODE_SEL, MODE_GREEDY_SEL
+};
 
 /* the matmul over all T rows of a chunk */
 static cudaError_t mm_rows(gpu_model *g, const dmat *w, const uint16_t *xb, int T, int epi,

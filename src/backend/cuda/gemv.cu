@@ -219,7 +219,8 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
             } else if (c < nsp + nw) {
                 if (a.qe.q_norm) cp_async16(qn + 4 * (c - nsp), a.qe.q_norm + 4 * (c - nsp));
             } else if (c < nsp + 2 * nw) {
-                if (a.qe.k_norm) cp_async16(kn + 4 * (c - nsp - nw), a.qe.k_norm + 4 * (c - nsp - nw));
+                if (a.qe.k_norm)
+                    cp_async16(kn + 4 * (c - nsp - nw), a.qe.k_norm + 4 * (c - nsp - nw));
             } else {
                 cp_async16(fq + 4 * (c - nsp - 2 * nw), a.qe.inv_freq + 4 * (c - nsp - 2 * nw));
             }
@@ -318,7 +319,8 @@ template <int NT, int TERMS> __global__ void __launch_bounds__(256, 2) k_mm(mm_a
         if (b0 < pre_end) {
             if (pre_wait) mbar_wait(&pre_bar, 0), pre_wait = false;
 #pragma unroll
-            for (int u = 0; u < U; u++) r[u] = lds128(pre + ((b0 - 2 * U + u) * 8 + warp) * 32 + lane);
+            for (int u = 0; u < U; u++)
+                r[u] = lds128(pre + ((b0 - 2 * U + u) * 8 + warp) * 32 + lane);
         } else {
             mm_fetch<U>(r, wp, b0, nk);
         }

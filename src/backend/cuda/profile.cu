@@ -62,7 +62,8 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
     *bytes = 0;
     for (int li = 0; li < (op == OP_HEAD || op >= OP_READ ? 1 : L); li++) {
         const dlayer *l = &g->layers[li];
-        mm_call c = {NULL, NULL, n, 0, n, EPI_STORE, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+        mm_call c = {NULL, NULL, n,    0,    n,    EPI_STORE, NULL, 0,
+                     NULL, NULL, NULL, NULL, NULL, NULL,      NULL};
         qkv_epi qe = {g->dsp,          g->q, l->q_norm, l->k_norm,   g->inv_freq, g->d.n_heads,
                       g->d.n_kv_heads, g->D, li,        g->d.rms_eps};
         cudaError_t e = cudaSuccess;
