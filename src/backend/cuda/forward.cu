@@ -301,6 +301,9 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
         log_error("GPU: matmul inputs of %d bf16 terms: 3 (exact) or 1 (bf16) only", terms);
         return ERR_ARG;
     }
+    if (terms == 1 && !d->share)
+        log_info("GPU: matmul inputs rounded to bf16 (results move from the CPU's by that "
+                 "rounding; --gpu-inputs exact keeps products exact)");
     gpu_model *g = (gpu_model *)calloc(1, sizeof *g);
     if (!g) return ERR_NOMEM;
     g->terms = terms;
