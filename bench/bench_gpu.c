@@ -7,7 +7,8 @@
  *   bench_gpu MODEL_DIR [--bw GBps] [--ctx N,N..] [--long N] [--cpu-check N] [--quick]
  *             [--decode-only] [--lab] [--batch B,B..] [--mixed C]
  *             [--gemm-check] [--probe W,N] [--inputs exact|bf16]
- * --lab: decode, the verify curve and the kernel table only (for comparing variants).
+ * --lab: prefill of 512 tokens (and --long's), decode, the verify curve and the kernel table
+ * (for comparing variants).
  * --batch: continuous-batching decode, B sequences at the first context stepping one token
  * each per pass (model_forward_batch, greedy ids back): aggregate tokens/s against B = 1.
  * --mixed C (with --batch): a pass of 16 such sequences and the first C rows of a prompt.
@@ -304,7 +305,7 @@ int main(int argc, char **argv) {
     }
     int pre[2] = {512, longp};
     for (int i = 0; i < 2; i++) {
-        if (pre[i] <= 0 || decode_only) continue;
+        if (pre[i] <= 0 || (decode_only && !lab)) continue;
         double best = 1e9;
         for (int r = 0; r < (quick ? 1 : 3); r++) {
             kv_truncate(kv, 0);
