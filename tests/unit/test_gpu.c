@@ -360,24 +360,6 @@ static void same_passes(struct model *m[2], int *same_seq, int *same_batch) {
     for (int k = 0; k < 2; k++) free(l[k]), free(lb[k]);
 }
 
-/* same_passes of models/pycoder as loaded and with the knob var (and the knob also, unless
- * NULL) at 0, reported as what and checked equal */
-static void same_passes_off(const char *var, const char *also, const char *what) {
-    struct model *m[2];
-    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m[0]) ==
-            0);
-    if (also) setenv(also, "0", 1);
-    int rc = load_with(var, "0", &m[1]);
-    if (also) unsetenv(also);
-    REQUIRE(rc == 0);
-    int same_seq = 0, same_batch = 0;
-    same_passes(m, &same_seq, &same_batch);
-    printf("  %s (prompt, verify, steps): %s; 16 sequences' steps: %s\n", what,
-           same_seq ? "yes" : "NO", same_batch ? "yes" : "NO");
-    CHECK(same_seq && same_batch);
-    for (int k = 0; k < 2; k++) model_free(m[k]);
-}
-
 /* Attention's loads ahead (the first item's earlier positions before the wait on the q|k|v
  * matmul, DSPARK_GPU_ATT_PRE_KV; the next item's keys and queries during this one's softmax
  * and values, DSPARK_GPU_ATT_EARLY_KV) move only when rows are requested: the passes of
@@ -385,8 +367,20 @@ static void same_passes_off(const char *var, const char *also, const char *what)
 TEST(gpu_attention_loads_ahead) {
     if (!gpu_available()) SKIP("no CUDA build or no GPU");
     if (!fs_exists("models/pycoder")) SKIP("models/ absent");
-    same_passes_off("DSPARK_GPU_ATT_PRE_KV", "DSPARK_GPU_ATT_EARLY_KV",
-                    "attention loads ahead equal to none");
+    struct model *m[2];
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m[0]) ==
+            0);
+    setenv("DSPARK_GPU_ATT_EARLY_KV", "0", 1);
+    int rc = load_with("DSPARK_GPU_ATT_PRE_KV", "0", &m[1]);
+    unsetenv("DSPARK_GPU_ATT_EARLY_KV");
+    REQUIRE(rc == 0);
+    int same_seq = 0, same_batch = 0;
+    same_passes(m, &same_seq, &same_batch);
+    printf("  attention loads ahead equal to none (prompt, verify, steps): %s; 16 sequences' "
+           "steps: %s\n",
+           same_seq ? "yes" : "NO", same_batch ? "yes" : "NO");
+    CHECK(same_seq && same_batch);
+    for (int k = 0; k < 2; k++) model_free(m[k]);
 }
 
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:

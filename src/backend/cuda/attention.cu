@@ -239,64 +239,6 @@ struct att_item {
     int kvh, span, nr;
 };
 
-/* Where row t's partials for head h are: spans [sa, sb] from slot base */
-struct att_place {
-    int sa, sb;
-    size_t base;
-};
-__device__ __forceinline__ att_place att_place_of(const attn_args &a, int t, int h) {
-    const int p = row_lim(a.sp, t);
-    const size_t base = ((size_t)(t - a.r0) * a.nh + h) * a.spans;
-    return {att_lo(p, a.window) / ATT_SPAN, p / ATT_SPAN, base};
-}
-
-/* Row t, head h (its partials at at): the span partials merged in span order (weights
- * exp(m_s - M) of the largest span max M), divided by the merged sum, into the B operand, by
- * 128 threads x (on: this thread's 128 have a row to merge). w: shared memory for the row's
- * span weights, Ls: for its sum. Every thread of the block calls it (it holds one barrier):
- * k_attn_merge. */
-__device__ __forceinline__ void att_merge_row(const attn_args &a, int D, int t, int h,
-                                              att_place at, int x, bool on, float *w,
-                                              float *Ls) {
-    const int sa = at.sa, sb = on ? at.sb : at.sa - 1;
-    const size_t base = at.base;
-    float v0[8]; /* the first eight spans of dim x, requested with the maxima and sums */
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-        v0[j] = x < D && sa + j <= sb ? __ldcg(a.acc + (base + sa + j) * D + x) : 0.f;
-    if (on && x < 32) {
-        const float *ml = a.ml + base * 2;
-        float M = -INFINITY;
-        for (int s = sa + x; s <= sb; s += 32) M = fmaxf(M, __ldcg(ml + 2 * s));
-        for (int off = 16; off; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-        float L = 0.f;
-        for (int s = sa + x; s <= sb; s += 32) {
-            float e = expf(__ldcg(ml + 2 * s) - M);
-            w[s - sa] = e;
-            L = fmaf(__ldcg(ml + 2 * s + 1), e, L);
-        }
-        for (int off = 16; off; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
-        if (x == 0) *Ls = L;
-    }
-    __syncthreads();
-    if (!on) return;
-    for (int d = x; d < D; d += 128) {
-        const float *ac = a.acc + base * D + d;
-        float o = 0.f;
-        for (int s = sa; s <= sb; s += 8) { /* eight spans' loads at once, added in order */
-            float v[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                if (s + j <= sb)
-                    v[j] = d == x && s == sa ? v0[j] : __ldcg(ac + (size_t)(s + j) * D);
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                if (s + j <= sb) o = fmaf(v[j], w[s + j - sa], o);
-        }
-        xb_put(a.xb_out, a.T, a.KT_out, t, h * D + d, o / *Ls, a.terms);
-    }
-}
-
 /* NB tile buffers: with two, a block loads the next item's K, V and queries while it works
  * on this one (same sums; an SM then holds one block). With one, an item's keys and queries
  * land before its values, so the scores are computed while the values load, and (early_kv)
@@ -545,17 +487,52 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
     }
 }
 
-/* Block (row, head): att_merge_row, its row's place found before the wait. */
+/* Block (row, head): the row's span partials merged in span order (weights exp(m_s - M) of
+ * the largest span max M), divided by the merged sum, into the B operand. */
 __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
     extern __shared__ float w[]; /* [spans] the row's span weights */
     __shared__ float Ls;
     /* the pass's parameters are there before the previous kernel ends */
-    const int t = a.r0 + blockIdx.x, h = blockIdx.y;
-    const att_place at = att_place_of(a, t, h);
+    const int t = a.r0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    const int p = row_lim(a.sp, t), sa = att_lo(p, a.window) / ATT_SPAN, sb = p / ATT_SPAN;
+    const size_t base = ((size_t)(t - a.r0) * a.nh + h) * a.spans;
     if (a.early) pdl_launch();
     pdl_wait();
     if (!a.early) pdl_launch();
-    att_merge_row(a, D, t, h, at, threadIdx.x, true, w, &Ls);
+    float v0[8]; /* the first eight spans of dim tid, requested with the maxima and sums */
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        v0[j] = tid < D && sa + j <= sb ? __ldcg(a.acc + (base + sa + j) * D + tid) : 0.f;
+    if (tid < 32) {
+        const float *ml = a.ml + base * 2;
+        float M = -INFINITY;
+        for (int s = sa + tid; s <= sb; s += 32) M = fmaxf(M, __ldcg(ml + 2 * s));
+        for (int off = 16; off; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+        float L = 0.f;
+        for (int s = sa + tid; s <= sb; s += 32) {
+            float e = expf(__ldcg(ml + 2 * s) - M);
+            w[s - sa] = e;
+            L = fmaf(__ldcg(ml + 2 * s + 1), e, L);
+        }
+        for (int off = 16; off; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+        if (tid == 0) Ls = L;
+    }
+    __syncthreads();
+    for (int d = tid; d < D; d += 128) {
+        const float *ac = a.acc + base * D + d;
+        float o = 0.f;
+        for (int s = sa; s <= sb; s += 8) { /* eight spans' loads at once, added in order */
+            float v[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (s + j <= sb)
+                    v[j] = d == tid && s == sa ? v0[j] : __ldcg(ac + (size_t)(s + j) * D);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (s + j <= sb) o = fmaf(v[j], w[s + j - sa], o);
+        }
+        xb_put(a.xb_out, a.T, a.KT_out, t, h * D + d, o / Ls, a.terms);
+    }
 }
 
 static size_t attn_smem(int G, int D, int nb) {

@@ -1,7 +1,7 @@
 /* backend/cuda/gemm.cu: the matmuls of passes longer than GPU_GROUP rows (prompt chunks,
  * prompt chunks beside decodes). gemv.cu reads every weight once per 32 rows and does 12 mma
  * per weight fragment it loads into registers; here a block computes a tile of one strip
- * group (128 outputs) by mg_rows rows over the whole K, with weights and inputs staged
+ * group (128 outputs) by MG_ROWS rows over the whole K, with weights and inputs staged
  * through shared memory: a ring of MG_ST stages that thread 0 fills by bulk copies (each
  * stage's weights are one run of memory, and so is each row group's input), full and empty
  * mbarriers per slot instead of block barriers, so the tensor cores, not the loads, set the
@@ -16,13 +16,12 @@
  * column's result does not depend on its place in the mma, and each piece is folded in
  * registers.
  *
- * Warps: 4 strip pairs x 2 halves of the tile's rows. With three terms a half is one xb group
- * of 32 rows, and a warp holds a 2-strip x 12-n-tile tile of sums (96 floats) and the running
- * sums of the pieces so far (32); with one term a half is two groups (tiles of 128 rows), and
- * a warp holds 2 x 8 n-tiles (64 floats) and 64 running sums. */
+ * Warps: 4 strip pairs x 2 row groups of 32 rows; each holds a 2-strip x 12-n-tile tile of
+ * sums (96 floats; fewer with fewer terms) and the running sums of the pieces so far (32). */
 #include "backend/cuda/mm.cuh"
 #include "backend/cuda/ring.cuh"
 
+#define MG_ROWS  64                      /* rows per block tile (two xb groups) */
 #ifndef MG_KS
 #define MG_KS 4 /* k-tiles per stage */
 #endif
@@ -30,21 +29,8 @@
 #define MG_ST 5 /* stages in the ring */
 #endif
 #define MG_A     (MG_KS * 256)           /* uint4 of weights per stage (8 strips x 32 lanes) */
-/* xb groups of GPU_GROUP rows per block tile: 2 (64 rows). With one term, 4 (128 rows, each
- * weight stage serving twice the rows) fit too, and were slower: 6,259 against 8,207 tok/s
- * for a 512-token prompt on the Qwen3-8B shape, half the blocks filling 1.45 waves of SMs
- * for q|k|v (docs/perf.md) */
-#ifndef MG_GROUPS_1
-#define MG_GROUPS_1 2
-#endif
-__host__ __device__ constexpr int mg_groups(int terms) {
-    return terms == 1 ? MG_GROUPS_1 : 2;
-}
-__host__ __device__ constexpr int mg_rows(int terms) {
-    return mg_groups(terms) * GPU_GROUP;
-}
 /* uint4 of one row group's input per k-tile, per stage; uint4 per stage; bytes (200 KB with
- * three terms, 160 KB with one) */
+ * three terms) */
 __host__ __device__ constexpr int mg_bk(int terms) {
     return xb_ntiles(GPU_GROUP, terms) * 16;
 }
@@ -52,7 +38,7 @@ __host__ __device__ constexpr int mg_b(int terms) {
     return MG_KS * mg_bk(terms);
 }
 __host__ __device__ constexpr int mg_stage(int terms) {
-    return MG_A + mg_groups(terms) * mg_b(terms);
+    return MG_A + 2 * mg_b(terms);
 }
 __host__ __device__ constexpr int mg_smem(int terms) {
     return MG_ST * mg_stage(terms) * 16;
@@ -66,18 +52,17 @@ __device__ __forceinline__ int mg_piece_end(const mm_args &a, int g, int kt) {
 
 template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, int R) {
     constexpr int MG_BK = mg_bk(TERMS), MG_B = mg_b(TERMS), MG_STAGE = mg_stage(TERMS);
-    constexpr int GR = mg_groups(TERMS), HG = GR / 2, MG_ROWS = mg_rows(TERMS);
     extern __shared__ __align__(16) uint4 sm[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
     const int g = blockIdx.x / R, t0 = (blockIdx.x % R) * MG_ROWS, KT = a.KT;
     const int rows = min(MG_ROWS, a.T - t0);
-    const int sp = warp & 3, rg = warp >> 2; /* rg: xb groups [rg HG, rg HG + HG) of the tile */
-    /* the tile's GR xb groups: a.xb is the group of a.row0 */
+    const int sp = warp & 3, rg = warp >> 2;
+    /* the tile's two xb groups: a.xb is the group of a.row0 */
     const int grp0 = (a.row0 + t0) / GPU_GROUP;
-    int nr[GR], nt[GR];
-    const uint4 *xg[GR];
+    int nr[2], nt[2];
+    const uint4 *xg[2];
 #pragma unroll
-    for (int r = 0; r < GR; r++) {
+    for (int r = 0; r < 2; r++) {
         int all = min(GPU_GROUP, a.T_chunk - (grp0 + r) * GPU_GROUP); /* the group's layout */
         nr[r] = min(all, rows - r * GPU_GROUP);
         nt[r] = all > 0 ? xb_ntiles(all, TERMS) : 0;
@@ -96,10 +81,8 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
     __syncthreads();
     auto stage_bytes = [&](int s) {
         int n = min(MG_KS, KT - s * MG_KS);
-        unsigned b = n * 4096u;
-#pragma unroll
-        for (int r = 0; r < GR; r++) b += nr[r] > 0 ? n * nt[r] * 256u : 0u;
-        return b;
+        return (unsigned)(n * 4096 + (nr[0] > 0 ? n * nt[0] * 256 : 0) +
+                          (nr[1] > 0 ? n * nt[1] * 256 : 0));
     };
     auto copy_a = [&](int s) {
         int kt0 = s * MG_KS, n = min(MG_KS, KT - kt0);
@@ -109,7 +92,7 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
     auto copy_b = [&](int s) {
         int kt0 = s * MG_KS, n = min(MG_KS, KT - kt0);
 #pragma unroll
-        for (int r = 0; r < GR; r++) {
+        for (int r = 0; r < 2; r++) {
             if (nr[r] <= 0) continue;
             const int per = nt[r] * 16;
             uint4 *dst = sm + (s % MG_ST) * MG_STAGE + MG_A + r * MG_B;
@@ -138,13 +121,13 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
         int c = TERMS * (lane >> 2) + s;
         boff[s] = (c >> 3) * 32 + (c & 7) * 4 + (lane & 3);
     }
-    const bool active = (rg ? nr[HG] : nr[0]) > 0; /* a warp's later groups hold fewer rows */
-    float acc[2][4 * HG][TERMS][4], run[2][4 * HG][4] = {};
+    const bool active = (rg ? nr[1] : nr[0]) > 0;
+    float acc[2][4][TERMS][4], run[2][4][4] = {};
     auto clear = [&]() { /* the sums of a new piece */
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
-            for (int j = 0; j < 4 * HG; j++)
+            for (int j = 0; j < 4; j++)
 #pragma unroll
                 for (int t = 0; t < TERMS; t++)
 #pragma unroll
@@ -170,17 +153,17 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
         }
 
         const uint4 *as = sm + (s % MG_ST) * MG_STAGE;
-        const uint2 *bs = (const uint2 *)(as + MG_A + rg * HG * MG_B);
+        const uint2 *bs = (const uint2 *)(as + MG_A + rg * MG_B);
         const int kt0 = s * MG_KS, n = min(MG_KS, KT - kt0);
         auto step = [&](int kk) { /* k-tile kt0 + kk into the sums */
             const uint4 a0 = as[kk * 256 + (2 * sp) * 32 + lane];
             const uint4 a1 = as[kk * 256 + (2 * sp + 1) * 32 + lane];
             const uint2 *b = bs + kk * MG_BK * 2;
 #pragma unroll
-            for (int j = 0; j < 4 * HG; j++) /* row block j % 4 of the warp's group j / 4 */
+            for (int j = 0; j < 4; j++)
 #pragma unroll
                 for (int t = 0; t < TERMS; t++) {
-                    const uint2 bv = b[(j >> 2) * MG_B * 2 + (j & 3) * TERMS * 32 + boff[t]];
+                    const uint2 bv = b[j * TERMS * 32 + boff[t]];
                     mma_bf16(acc[0][j][t], a0, bv);
                     mma_bf16(acc[1][j][t], a1, bv);
                 }
@@ -189,7 +172,7 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
 #pragma unroll
             for (int i = 0; i < 2; i++)
 #pragma unroll
-                for (int j = 0; j < 4 * HG; j++)
+                for (int j = 0; j < 4; j++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         float v = xb_terms_sum(TERMS, acc[i][j][0][e], acc[i][j][TERMS > 1][e],
@@ -222,10 +205,10 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
-            for (int j = 0; j < 4 * HG; j++)
+            for (int j = 0; j < 4; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    int t = (rg * HG + (j >> 2)) * GPU_GROUP + 8 * (j & 3) + 2 * q + (e & 1);
+                    int t = rg * GPU_GROUP + 8 * j + 2 * q + (e & 1);
                     int o = (2 * sp + i) * 16 + q4 + 8 * (e >> 1);
                     val[t * 128 + o] = run[i][j][e];
                 }
@@ -262,11 +245,11 @@ int mmg_init(void) {
 int mmg_wanted(const gpu_model *g, const dmat *w, int T) {
     if (!mmg_ok || !w->mma || T <= GPU_GROUP || !g->gemm || w->nb <= 0) return 0;
     if (g->gemm == 2) return 1;
-    return (long)cdiv(w->MS, 8) * cdiv(T, mg_rows(g->terms)) >= (long)g->sms * 3 / 4;
+    return (long)cdiv(w->MS, 8) * cdiv(T, MG_ROWS) >= (long)g->sms * 3 / 4;
 }
 
 cudaError_t mmg_launch(gpu_model *g, const mm_args *a) {
-    int R = (int)cdiv(a->T, mg_rows(g->terms)), G = (int)cdiv(a->MS, 8);
+    int R = (int)cdiv(a->T, MG_ROWS), G = (int)cdiv(a->MS, 8);
     if (g->terms == 1)
         return launch(k_mmg<1>, dim3(G * R), dim3(256), mg_smem(1), g->stream, *a, R);
     return launch(k_mmg<3>, dim3(G * R), dim3(256), mg_smem(3), g->stream, *a, R);
