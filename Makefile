@@ -29,7 +29,8 @@ BIN      := $(BUILD)/dspark
 ifeq ($(CUDA),1)
 NVCC      ?= nvcc
 CUDA_HOME ?= /usr/local/cuda
-CUDA_ARCH ?= -arch=sm_90
+# sm_90a machine code (Hopper: the prompt kernel's wgmma) and sm_90 PTX for later GPUs
+CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
 CUDA_SRC  := $(wildcard src/backend/cuda/*.cu)
 LIB_OBJ   += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++

@@ -48,12 +48,14 @@ extern "C" {
  * rounded to bf16 as PyTorch's bf16 models take their matmul inputs: a third of the
  * tensor-core products and of the input staged for passes of many rows, other bits
  * (docs/perf.md, "Inputs of fewer terms"). The rows of a chunk come in groups of GPU_GROUP; a
- * group of n rows has NT = ceil(terms n / 8) n-tiles of 8 columns, column c = terms r + s
- * holding term s of row r. For each 16-wide k-tile and n-tile, 32 lanes hold two 32-bit
- * words in mma.m16n8k16's B-fragment order (lane = 4 * column + (k % 8) / 2, word = k / 8
- * within the tile, low half = even k). A row's result never depends on which column it
- * occupies, so it is the same whatever n is. Groups are GPU_NT_MAX n-tiles apart whatever
- * the terms. */
+ * group of n rows has NT = ceil(terms n / 8) n-tiles of 8 columns (xb_col: where n is a
+ * multiple of 8, n-tile terms j + s holds term s of rows 8j..8j+7, so that a row's terms meet
+ * in one lane of an mma's sums; otherwise column terms r + s holds term s of row r). For each
+ * 16-wide k-tile and n-tile, 256 bytes hold two 8 x 8 core matrices, k 0-7 then k 8-15, each
+ * 8 columns of 16 bytes (8 k in order): warpgroup mma (wgmma) reads them from shared memory
+ * as they are, and lane 4 c + q of an mma.m16n8k16 finds its B fragment in words 4 c + q and
+ * 32 + 4 c + q. A row's result never depends on which column it occupies, so it is the same
+ * whatever n is. Groups are GPU_NT_MAX n-tiles apart whatever the terms. */
 __host__ __device__ constexpr int xb_ntiles(int rows, int terms) {
     return (terms * rows + 7) / 8;
 }
@@ -61,14 +63,17 @@ __host__ __device__ constexpr int xb_ntiles(int rows, int terms) {
 __host__ __device__ inline size_t xb_group_stride(int KT) {
     return (size_t)KT * GPU_NT_MAX * 32;
 }
+/* the column of term s of row r in a group of `rows` rows */
+__host__ __device__ constexpr int xb_col(int rows, int r, int s, int terms) {
+    return terms > 1 && rows % 8 == 0 ? 8 * (terms * (r >> 3) + s) + (r & 7) : terms * r + s;
+}
 
 __device__ inline size_t xb_index(int T, int KT, int t, int k, int s, int terms) { /* bf16 units */
     int grp = t / GPU_GROUP, r = t % GPU_GROUP;
     int rows = T - grp * GPU_GROUP < GPU_GROUP ? T - grp * GPU_GROUP : GPU_GROUP;
-    int NT = xb_ntiles(rows, terms), c = terms * r + s, kk = k & 15;
-    size_t u2 = grp * xb_group_stride(KT) + ((size_t)(k >> 4) * NT + (c >> 3)) * 32 + (c & 7) * 4 +
-                ((kk & 7) >> 1);
-    return (u2 * 2 + (kk >> 3)) * 2 + (kk & 1);
+    int NT = xb_ntiles(rows, terms), c = xb_col(rows, r, s, terms), kk = k & 15;
+    size_t tile = grp * xb_group_stride(KT) + ((size_t)(k >> 4) * NT + (c >> 3)) * 32; /* uint2 */
+    return tile * 4 + ((kk >> 3) * 8 + (c & 7)) * 8 + (kk & 7);
 }
 
 /* a value from its terms' products (unused terms: any), added in the order fixed for all
@@ -87,8 +92,7 @@ __device__ inline void xb_put(uint16_t *xb, int T, int KT, int t, int k, float x
     if (terms > 2) xb[xb_index(T, KT, t, k, 2, terms)] = __bfloat16_as_ushort(l);
 }
 
-/* x[t, k..k+3], k % 4 == 0: per term, two 32-bit words (pairs k, k+1 and k+2, k+3 sit in
- * adjacent lanes of the same register) */
+/* x[t, k..k+3], k % 4 == 0: per term, two adjacent 32-bit words (pairs k, k+1 and k+2, k+3) */
 __device__ inline void xb_put4(uint16_t *xb, int T, int KT, int t, int k, float4 x, int terms) {
     float v[4] = {x.x, x.y, x.z, x.w};
     uint32_t w[3][4];
@@ -106,8 +110,7 @@ __device__ inline void xb_put4(uint16_t *xb, int T, int KT, int t, int k, float4
     for (int s = 0; s < GPU_TERMS; s++) {
         if (s >= terms) break;
         size_t i0 = xb_index(T, KT, t, k, s, terms) / 2;
-        xw[i0] = w[s][0] | w[s][1] << 16;
-        xw[i0 + 2] = w[s][2] | w[s][3] << 16;
+        *(uint2 *)(xw + i0) = make_uint2(w[s][0] | w[s][1] << 16, w[s][2] | w[s][3] << 16);
     }
 }
 

@@ -20,6 +20,7 @@
  * sums (96 floats; fewer with fewer terms) and the running sums of the pieces so far (32). */
 #include "backend/cuda/mm.cuh"
 #include "backend/cuda/ring.cuh"
+#include "backend/cuda/wgmma.cuh"
 
 #define MG_ROWS  64                      /* rows per block tile (two xb groups) */
 #ifndef MG_KS
@@ -59,13 +60,13 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
     const int sp = warp & 3, rg = warp >> 2;
     /* the tile's two xb groups: a.xb is the group of a.row0 */
     const int grp0 = (a.row0 + t0) / GPU_GROUP;
-    int nr[2], nt[2];
+    int nr[2], nt[2], all[2];
     const uint4 *xg[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        int all = min(GPU_GROUP, a.T_chunk - (grp0 + r) * GPU_GROUP); /* the group's layout */
-        nr[r] = min(all, rows - r * GPU_GROUP);
-        nt[r] = all > 0 ? xb_ntiles(all, TERMS) : 0;
+        all[r] = min(GPU_GROUP, a.T_chunk - (grp0 + r) * GPU_GROUP); /* the group's layout */
+        nr[r] = min(all[r], rows - r * GPU_GROUP);
+        nt[r] = all[r] > 0 ? xb_ntiles(all[r], TERMS) : 0;
         xg[r] = (const uint4 *)(a.xb + (size_t)(t0 / GPU_GROUP + r) * xb_group_stride(KT));
     }
     const uint4 *wg = a.w + (size_t)g * KT * 256;
@@ -112,95 +113,197 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
     if (tid == 0)
         for (int s = 0; s < MG_ST && s < nst; s++) copy_b(s);
 
-    /* lane (q4 = lane / 4, lane % 4) of term s, row block j reads the B fragment word of
-     * column c = TERMS (8 j + q4) + s: n-tile c / 8 of the group's layout, lane
-     * 4 (c % 8) + lane % 4 */
+    /* lane (q4 = lane / 4, lane % 4) of term s, row block j reads the B fragment words of
+     * column c = xb_col(row 8 j + q4, term s) of its row group's layout: n-tile TERMS j + c0 / 8
+     * with c0 = xb_col(q4, s), words 4 (c0 % 8) + lane % 4 and 32 more */
     int boff[TERMS];
 #pragma unroll
     for (int s = 0; s < TERMS; s++) {
-        int c = TERMS * (lane >> 2) + s;
-        boff[s] = (c >> 3) * 32 + (c & 7) * 4 + (lane & 3);
+        int c = xb_col(all[rg], lane >> 2, s, TERMS);
+        boff[s] = (c >> 3) * 64 + (c & 7) * 4 + (lane & 3);
     }
     const bool active = (rg ? nr[1] : nr[0]) > 0;
-    float acc[2][4][TERMS][4], run[2][4][4] = {};
-    auto clear = [&]() { /* the sums of a new piece */
+    float run[2][4][4] = {}; /* mma.sync: [strip of the pair][j][e]; wgmma: [row group][j][e] */
+    /* a tile whose row groups are whole (or absent) takes the warpgroups' path */
+    bool wgp = false;
+#if MG_WGMMA
+    wgp = (nr[0] <= 0 || all[0] == GPU_GROUP) && (nr[1] <= 0 || all[1] == GPU_GROUP);
+    if (wgp) {
+        /* warpgroup w (warps 4w..4w+3) takes strips 4w..4w+3, a warp its own, over both row
+         * groups: per k-tile one wgmma per row group, whose N = 8 NT columns hold term s of
+         * rows 8 j..8 j+7 in n-tile TERMS j + s (xb_col), so a lane has a row's terms */
+        constexpr int N = 8 * xb_ntiles(GPU_GROUP, TERMS);
+        const int strip = warp;
+        float d[2][N / 2];
+        auto wclear = [&]() {
 #pragma unroll
-        for (int i = 0; i < 2; i++)
+            for (int r = 0; r < 2; r++)
 #pragma unroll
-            for (int j = 0; j < 4; j++)
+                for (int i = 0; i < N / 2; i++) d[r][i] = 0.f;
+        };
+        auto wfold = [&](bool first) { /* the end of a piece: its value, added in order */
 #pragma unroll
-                for (int t = 0; t < TERMS; t++)
+            for (int r = 0; r < 2; r++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) acc[i][j][t][e] = 0.f;
-    };
-    clear();
-    int pend = mg_piece_end(a, g, 0);
-    bool first = true;
-
-    for (int s = 0; s < nst; s++) {
-        if (tid == 0 && s > 0 && s - 1 + MG_ST < nst) { /* stage s - 1's slot, refilled */
-            const int r = s - 1 + MG_ST;
-            mbar_wait(&empty[r % MG_ST], ((s - 1) / MG_ST) & 1);
-            mbar_expect(&full[r % MG_ST], stage_bytes(r));
-            copy_a(r);
-            copy_b(r);
-        }
-        mbar_wait(&full[s % MG_ST], (s / MG_ST) & 1);
-        if (!active) {
+                for (int j = 0; j < 4; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float *x = d[r] + 4 * TERMS * j + e;
+                        float v = xb_terms_sum(TERMS, x[0], x[4 * (TERMS > 1)],
+                                               x[4 * (TERMS > 2 ? 2 : 0)]);
+                        run[r][j][e] = first ? v : run[r][j][e] + v;
+                    }
+        };
+        wclear();
+        int pend = mg_piece_end(a, g, 0);
+        bool first = true;
+        for (int s = 0; s < nst; s++) {
+            if (tid == 0 && s > 0 && s - 1 + MG_ST < nst) { /* stage s - 1's slot, refilled */
+                const int r = s - 1 + MG_ST;
+                mbar_wait(&empty[r % MG_ST], ((s - 1) / MG_ST) & 1);
+                mbar_expect(&full[r % MG_ST], stage_bytes(r));
+                copy_a(r);
+                copy_b(r);
+            }
+            mbar_wait(&full[s % MG_ST], (s / MG_ST) & 1);
+            const uint4 *as = sm + (s % MG_ST) * MG_STAGE;
+            const uint4 *b0 = as + MG_A, *b1 = as + MG_A + MG_B;
+            const int kt0 = s * MG_KS, n = min(MG_KS, KT - kt0);
+            uint4 af[MG_KS]; /* held until the wgmma reading them is waited for */
+#pragma unroll
+            for (int kk = 0; kk < MG_KS; kk++)
+                af[kk] = kk < n ? as[kk * 256 + strip * 32 + lane] : make_uint4(0, 0, 0, 0);
+            auto wait = [&]() {
+                wg_commit();
+                wg_wait0();
+                wg_keep(d[0]), wg_keep(d[1]);
+            };
+            auto piece_end = [&]() {
+                wfold(first);
+                wclear();
+                first = false;
+                if (pend < KT) pend = mg_piece_end(a, g, pend);
+            };
+            if (n == MG_KS && !(pend > kt0 && pend < kt0 + MG_KS)) {
+                /* no piece ends inside the stage: its k-tiles back to back (a row group past
+                 * the tile's rows multiplies stale inputs into sums that are never stored) */
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < MG_KS; kk++) {
+                    wgmma<N>(d[0], af[kk], wg_desc(b0 + kk * MG_BK));
+                    wgmma<N>(d[1], af[kk], wg_desc(b1 + kk * MG_BK));
+                }
+                wait();
+                if (kt0 + MG_KS == pend) piece_end();
+            } else {
+                for (int kk = 0; kk < n; kk++) {
+                    wg_fence();
+                    wgmma<N>(d[0], af[kk], wg_desc(b0 + kk * MG_BK));
+                    wgmma<N>(d[1], af[kk], wg_desc(b1 + kk * MG_BK));
+                    wait();
+                    if (kt0 + kk + 1 == pend) piece_end();
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < MG_KS; kk++) wg_keep(af[kk]);
             __syncwarp();
             if (lane == 0) mbar_arrive(&empty[s % MG_ST]);
-            continue;
         }
-
-        const uint4 *as = sm + (s % MG_ST) * MG_STAGE;
-        const uint2 *bs = (const uint2 *)(as + MG_A + rg * MG_B);
-        const int kt0 = s * MG_KS, n = min(MG_KS, KT - kt0);
-        auto step = [&](int kk) { /* k-tile kt0 + kk into the sums */
-            const uint4 a0 = as[kk * 256 + (2 * sp) * 32 + lane];
-            const uint4 a1 = as[kk * 256 + (2 * sp + 1) * 32 + lane];
-            const uint2 *b = bs + kk * MG_BK * 2;
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int t = 0; t < TERMS; t++) {
-                    const uint2 bv = b[j * TERMS * 32 + boff[t]];
-                    mma_bf16(acc[0][j][t], a0, bv);
-                    mma_bf16(acc[1][j][t], a1, bv);
-                }
-        };
-        auto fold = [&]() { /* the end of a piece: its value, added in order */
+    }
+#endif
+    if (!wgp) {
+        float acc[2][4][TERMS][4];
+        auto clear = [&]() { /* the sums of a new piece */
 #pragma unroll
             for (int i = 0; i < 2; i++)
 #pragma unroll
                 for (int j = 0; j < 4; j++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        float v = xb_terms_sum(TERMS, acc[i][j][0][e], acc[i][j][TERMS > 1][e],
-                                               acc[i][j][TERMS > 2 ? 2 : 0][e]);
-                        run[i][j][e] = first ? v : run[i][j][e] + v;
-                    }
-            clear();
-            first = false;
-            if (pend < KT) pend = mg_piece_end(a, g, pend);
-        };
-        if (n == MG_KS && !(pend > kt0 && pend < kt0 + MG_KS)) {
-            /* no piece ends inside the stage: its k-tiles back to back */
+                    for (int t = 0; t < TERMS; t++)
 #pragma unroll
-            for (int kk = 0; kk < MG_KS; kk++) step(kk);
-            if (kt0 + MG_KS == pend) fold();
-        } else {
-            for (int kk = 0; kk < n; kk++) {
-                step(kk);
-                if (kt0 + kk + 1 == pend) fold();
+                        for (int e = 0; e < 4; e++) acc[i][j][t][e] = 0.f;
+        };
+        clear();
+        int pend = mg_piece_end(a, g, 0);
+        bool first = true;
+
+        for (int s = 0; s < nst; s++) {
+            if (tid == 0 && s > 0 && s - 1 + MG_ST < nst) { /* stage s - 1's slot, refilled */
+                const int r = s - 1 + MG_ST;
+                mbar_wait(&empty[r % MG_ST], ((s - 1) / MG_ST) & 1);
+                mbar_expect(&full[r % MG_ST], stage_bytes(r));
+                copy_a(r);
+                copy_b(r);
             }
+            mbar_wait(&full[s % MG_ST], (s / MG_ST) & 1);
+            if (!active) {
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&empty[s % MG_ST]);
+                continue;
+            }
+
+            const uint4 *as = sm + (s % MG_ST) * MG_STAGE;
+            const uint2 *bs = (const uint2 *)(as + MG_A + rg * MG_B);
+            const int kt0 = s * MG_KS, n = min(MG_KS, KT - kt0);
+            auto step = [&](int kk) { /* k-tile kt0 + kk into the sums */
+                const uint4 a0 = as[kk * 256 + (2 * sp) * 32 + lane];
+                const uint4 a1 = as[kk * 256 + (2 * sp + 1) * 32 + lane];
+                const uint32_t *b = (const uint32_t *)(bs + kk * MG_BK * 2);
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+#pragma unroll
+                    for (int t = 0; t < TERMS; t++) {
+                        const uint32_t *bj = b + j * TERMS * 64 + boff[t];
+                        const uint2 bv = make_uint2(bj[0], bj[32]);
+                        mma_bf16(acc[0][j][t], a0, bv);
+                        mma_bf16(acc[1][j][t], a1, bv);
+                    }
+            };
+            auto fold = [&]() { /* the end of a piece: its value, added in order */
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            float v = xb_terms_sum(TERMS, acc[i][j][0][e], acc[i][j][TERMS > 1][e],
+                                                   acc[i][j][TERMS > 2 ? 2 : 0][e]);
+                            run[i][j][e] = first ? v : run[i][j][e] + v;
+                        }
+                clear();
+                first = false;
+                if (pend < KT) pend = mg_piece_end(a, g, pend);
+            };
+            if (n == MG_KS && !(pend > kt0 && pend < kt0 + MG_KS)) {
+                /* no piece ends inside the stage: its k-tiles back to back */
+#pragma unroll
+                for (int kk = 0; kk < MG_KS; kk++) step(kk);
+                if (kt0 + MG_KS == pend) fold();
+            } else {
+                for (int kk = 0; kk < n; kk++) {
+                    step(kk);
+                    if (kt0 + kk + 1 == pend) fold();
+                }
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[s % MG_ST]);
         }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[s % MG_ST]);
     }
     __syncthreads(); /* every copy has landed and been used: the ring becomes the tile of values */
 
     float *val = (float *)sm; /* [MG_ROWS][128]: row t, output g * 128 + i */
-    if (active) {
+    if (wgp) {
+        const int q4 = lane >> 2, q = lane & 3;
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int t = r * GPU_GROUP + 8 * j + 2 * q + (e & 1);
+                    val[t * 128 + warp * 16 + q4 + 8 * (e >> 1)] = run[r][j][e];
+                }
+    } else if (active) {
         const int q4 = lane >> 2, q = lane & 3;
 #pragma unroll
         for (int i = 0; i < 2; i++)
