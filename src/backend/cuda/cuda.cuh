@@ -48,14 +48,18 @@ extern "C" {
  * rounded to bf16 as PyTorch's bf16 models take their matmul inputs: a third of the
  * tensor-core products and of the input staged for passes of many rows, other bits
  * (docs/perf.md, "Inputs of fewer terms"). The rows of a chunk come in groups of GPU_GROUP; a
- * group of n rows has NT = ceil(terms n / 8) n-tiles of 8 columns (xb_col: where n is a
- * multiple of 8, n-tile terms j + s holds term s of rows 8j..8j+7, so that a row's terms meet
- * in one lane of an mma's sums; otherwise column terms r + s holds term s of row r). For each
- * 16-wide k-tile and n-tile, 256 bytes hold two 8 x 8 core matrices, k 0-7 then k 8-15, each
- * 8 columns of 16 bytes (8 k in order): warpgroup mma (wgmma) reads them from shared memory
- * as they are, and lane 4 c + q of an mma.m16n8k16 finds its B fragment in words 4 c + q and
- * 32 + 4 c + q. A row's result never depends on which column it occupies, so it is the same
- * whatever n is. Groups are GPU_NT_MAX n-tiles apart whatever the terms. */
+ * group of n rows has NT = ceil(terms n / 8) n-tiles of 8 columns (xb_col: in a whole group,
+ * n-tile terms j + s holds term s of rows 8j..8j+7, so that a row's terms meet in one lane of
+ * an mma's sums; otherwise column terms r + s holds term s of row r). For each 16-wide k-tile
+ * and n-tile, 256 bytes hold the n-tile's inputs, in one of two orders (xb_core):
+ * - in a group with as many n-tiles as a whole one (the prompt kernel's wgmma reads these
+ *   from shared memory as they are, gemm.cu): two 8 x 8 core matrices, k 0-7 then k 8-15, each
+ *   8 columns of 16 bytes (8 k in order), where lane 4 c + q of an mma.m16n8k16 finds its B
+ *   fragment in words 4 c + q and 32 + 4 c + q;
+ * - in smaller groups (decode steps and short verify passes): mma.m16n8k16's B-fragment order,
+ *   lane 4 c + q's two words side by side (k 2q, 2q + 1, then k 2q + 8, 2q + 9), one 8-byte load.
+ * A row's result never depends on which column it occupies, so it is the same whatever n is.
+ * Groups are GPU_NT_MAX n-tiles apart whatever the terms. */
 __host__ __device__ constexpr int xb_ntiles(int rows, int terms) {
     return (terms * rows + 7) / 8;
 }
@@ -65,15 +69,26 @@ __host__ __device__ inline size_t xb_group_stride(int KT) {
 }
 /* the column of term s of row r in a group of `rows` rows */
 __host__ __device__ constexpr int xb_col(int rows, int r, int s, int terms) {
-    return terms > 1 && rows % 8 == 0 ? 8 * (terms * (r >> 3) + s) + (r & 7) : terms * r + s;
+    return terms > 1 && rows == GPU_GROUP ? 8 * (terms * (r >> 3) + s) + (r & 7) : terms * r + s;
+}
+/* whether a group of NT n-tiles holds them as core matrices */
+__host__ __device__ constexpr bool xb_core(int NT, int terms) {
+    return NT == xb_ntiles(GPU_GROUP, terms);
 }
 
-__device__ inline size_t xb_index(int T, int KT, int t, int k, int s, int terms) { /* bf16 units */
+/* the bf16 unit of term s of x[t, k]; CORE: the group's order where the caller knows it (1 core
+ * matrices, 0 fragment order; -1: from the group's rows) */
+template <int CORE = -1>
+__device__ inline size_t xb_index(int T, int KT, int t, int k, int s, int terms) {
     int grp = t / GPU_GROUP, r = t % GPU_GROUP;
     int rows = T - grp * GPU_GROUP < GPU_GROUP ? T - grp * GPU_GROUP : GPU_GROUP;
-    int NT = xb_ntiles(rows, terms), c = xb_col(rows, r, s, terms), kk = k & 15;
+    /* fragment order is never a whole group's, whose columns alone go by term */
+    int NT = xb_ntiles(rows, terms), c = CORE ? xb_col(rows, r, s, terms) : terms * r + s;
+    int kk = k & 15;
     size_t tile = grp * xb_group_stride(KT) + ((size_t)(k >> 4) * NT + (c >> 3)) * 32; /* uint2 */
-    return tile * 4 + ((kk >> 3) * 8 + (c & 7)) * 8 + (kk & 7);
+    if (CORE < 0 ? xb_core(NT, terms) : CORE)
+        return tile * 4 + ((kk >> 3) * 8 + (c & 7)) * 8 + (kk & 7);
+    return ((tile + (c & 7) * 4 + ((kk & 7) >> 1)) * 2 + (kk >> 3)) * 2 + (kk & 1);
 }
 
 /* a value from its terms' products (unused terms: any), added in the order fixed for all
@@ -82,17 +97,19 @@ __host__ __device__ inline float xb_terms_sum(int terms, float h, float m, float
     return terms == 1 ? h : terms == 2 ? h + m : (h + m) + l;
 }
 
+template <int CORE = -1>
 __device__ inline void xb_put(uint16_t *xb, int T, int KT, int t, int k, float x, int terms) {
     __nv_bfloat16 h = __float2bfloat16_rn(x);
     float r = x - __bfloat162float(h);
     __nv_bfloat16 m = __float2bfloat16_rn(r);
     __nv_bfloat16 l = __float2bfloat16_rn(r - __bfloat162float(m));
-    xb[xb_index(T, KT, t, k, 0, terms)] = __bfloat16_as_ushort(h);
-    if (terms > 1) xb[xb_index(T, KT, t, k, 1, terms)] = __bfloat16_as_ushort(m);
-    if (terms > 2) xb[xb_index(T, KT, t, k, 2, terms)] = __bfloat16_as_ushort(l);
+    xb[xb_index<CORE>(T, KT, t, k, 0, terms)] = __bfloat16_as_ushort(h);
+    if (terms > 1) xb[xb_index<CORE>(T, KT, t, k, 1, terms)] = __bfloat16_as_ushort(m);
+    if (terms > 2) xb[xb_index<CORE>(T, KT, t, k, 2, terms)] = __bfloat16_as_ushort(l);
 }
 
-/* x[t, k..k+3], k % 4 == 0: per term, two adjacent 32-bit words (pairs k, k+1 and k+2, k+3) */
+/* x[t, k..k+3], k % 4 == 0: per term, two 32-bit words (pairs k, k+1 and k+2, k+3) */
+template <int CORE = -1>
 __device__ inline void xb_put4(uint16_t *xb, int T, int KT, int t, int k, float4 x, int terms) {
     float v[4] = {x.x, x.y, x.z, x.w};
     uint32_t w[3][4];
@@ -109,8 +126,10 @@ __device__ inline void xb_put4(uint16_t *xb, int T, int KT, int t, int k, float4
 #pragma unroll
     for (int s = 0; s < GPU_TERMS; s++) {
         if (s >= terms) break;
-        size_t i0 = xb_index(T, KT, t, k, s, terms) / 2;
-        *(uint2 *)(xw + i0) = make_uint2(w[s][0] | w[s][1] << 16, w[s][2] | w[s][3] << 16);
+        size_t i0 = xb_index<CORE>(T, KT, t, k, s, terms) / 2;
+        const size_t i1 = CORE >= 0 ? i0 + 2 - CORE : xb_index<CORE>(T, KT, t, k + 2, s, terms) / 2;
+        xw[i0] = w[s][0] | w[s][1] << 16;
+        xw[i1] = w[s][2] | w[s][3] << 16;
     }
 }
 
@@ -135,6 +154,7 @@ __device__ __forceinline__ float load_w(const void *p, int dt, size_t i) {
  * (H <= 8192). The standalone kernel and the fused matmul epilogue share it, so both give the
  * same bits. */
 #define NORM_V4 8
+template <int CORE = -1>
 __device__ inline void norm_row(const float *x, const float *w, int H, float eps, uint16_t *xb,
                                 int T, int KT, int t, double *red, int terms) {
     const float4 *xr = (const float4 *)x;
@@ -169,7 +189,7 @@ __device__ inline void norm_row(const float *x, const float *w, int H, float eps
             float4 g = w4[i], y;
             y.x = g.x * (v[j].x * inv), y.y = g.y * (v[j].y * inv);
             y.z = g.z * (v[j].z * inv), y.w = g.w * (v[j].w * inv);
-            xb_put4(xb, T, KT, t, 4 * i, y, terms);
+            xb_put4<CORE>(xb, T, KT, t, 4 * i, y, terms);
         }
     }
 }

@@ -115,12 +115,15 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
 
     /* lane (q4 = lane / 4, lane % 4) of term s, row block j reads the B fragment words of
      * column c = xb_col(row 8 j + q4, term s) of its row group's layout: n-tile TERMS j + c0 / 8
-     * with c0 = xb_col(q4, s), words 4 (c0 % 8) + lane % 4 and 32 more */
+     * with c0 = xb_col(q4, s); in a whole group's core matrices words 4 (c0 % 8) + lane % 4
+     * and 32 more, otherwise the word pair of lane 4 (c0 % 8) + lane % 4 (xb_core) */
+    const bool core = xb_core(nt[rg], TERMS);
+    const int bw1 = core ? 32 : 1;
     int boff[TERMS];
 #pragma unroll
     for (int s = 0; s < TERMS; s++) {
-        int c = xb_col(all[rg], lane >> 2, s, TERMS);
-        boff[s] = (c >> 3) * 64 + (c & 7) * 4 + (lane & 3);
+        int c = xb_col(all[rg], lane >> 2, s, TERMS), l = (c & 7) * 4 + (lane & 3);
+        boff[s] = (c >> 3) * 64 + (core ? l : 2 * l);
     }
     const bool active = (rg ? nr[1] : nr[0]) > 0;
     float run[2][4][4] = {}; /* mma.sync: [strip of the pair][j][e]; wgmma: [row group][j][e] */
@@ -254,7 +257,7 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
 #pragma unroll
                     for (int t = 0; t < TERMS; t++) {
                         const uint32_t *bj = b + j * TERMS * 64 + boff[t];
-                        const uint2 bv = make_uint2(bj[0], bj[32]);
+                        const uint2 bv = make_uint2(bj[0], bj[bw1]);
                         mma_bf16(acc[0][j][t], a0, bv);
                         mma_bf16(acc[1][j][t], a1, bv);
                     }

@@ -116,19 +116,22 @@ __device__ __forceinline__ unsigned mm_ldm_lane(int lane) {
     return ((lane >> 3) & 1) * 128 + (lane & 7) * 16;
 }
 
-/* acc[n] += fragments r (left k-tiles in the batch) x staged inputs at shared address b (this
- * lane's ldmatrix row of the batch's first k-tile, NT n-tiles of 256 bytes per k-tile),
- * k-tiles in order */
-template <int NT, int U>
-__device__ __forceinline__ void mm_compute(float (&acc)[NT][4], const uint4 (&r)[U], unsigned b,
-                                           int left) {
+/* acc[n] += fragments r (left k-tiles in the batch) x staged inputs b (the batch's first
+ * k-tile, NT n-tiles of 32 uint2 per k-tile, in xb's order for NT), k-tiles in order */
+template <int NT, int TERMS, int U>
+__device__ __forceinline__ void mm_compute(float (&acc)[NT][4], const uint4 (&r)[U], const uint2 *b,
+                                           int lane, int left) {
+    const unsigned ba = smem_u32(b) + mm_ldm_lane(lane);
 #pragma unroll
     for (int u = 0; u < U; u++) {
         if (u < left) {
 #pragma unroll
             for (int n = 0; n < NT; n++) {
                 uint2 bv;
-                ldm_x2(b + (u * NT + n) * 256, bv);
+                if constexpr (xb_core(NT, TERMS)) /* a whole group's core matrices */
+                    ldm_x2(ba + (u * NT + n) * 256, bv);
+                else
+                    bv = b[(u * NT + n) * 32 + lane];
                 mma_bf16(acc[n], r[u], bv);
             }
         }
@@ -249,9 +252,9 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
     for (int i = threadIdx.x; i < nitems; i += 256) {
         int t = i >> 7, w = (i >> 4) & 7, r = i & 15;
         const float *f = fin + w * 16 * S + r * S;
-        float v = xb_terms_sum(TERMS, f[xb_col(a.T, t, 0, TERMS)],
-                               f[xb_col(a.T, t, TERMS > 1, TERMS)],
-                               f[xb_col(a.T, t, TERMS > 2 ? 2 : 0, TERMS)]);
+        const int T = xb_core(NT, TERMS) ? a.T : 0; /* only a whole group's columns go by term */
+        float v = xb_terms_sum(TERMS, f[xb_col(T, t, 0, TERMS)], f[xb_col(T, t, TERMS > 1, TERMS)],
+                               f[xb_col(T, t, TERMS > 2 ? 2 : 0, TERMS)]);
         if (whole)
             val[i] = v;
         else
@@ -276,8 +279,10 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
 #if DSPARK_LAB_MM == 1 /* the split sums, not the epilogues */
     return false;
 #endif
-    mm_epilogue<TERMS, mm_cs(NT, TERMS)>(a, g, val, nitems, inv, pre, qe,
-                                         mm_cs_table<NT, TERMS>(smem, a));
+    /* the outputs' group has this launch's rows (a row group's launch covers it whole), so its
+     * xb order is this kernel's */
+    mm_epilogue<TERMS, mm_cs(NT, TERMS), xb_core(NT, TERMS)>(a, g, val, nitems, inv, pre, qe,
+                                                              mm_cs_table<NT, TERMS>(smem, a));
     return true;
 }
 
@@ -307,7 +312,6 @@ template <int NT, int TERMS> __global__ void __launch_bounds__(256, 2) k_mm(mm_a
     extern __shared__ __align__(16) unsigned char smem[];
     uint2 *bbuf = (uint2 *)smem; /* [2][CH]: input chunks during the loop */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, blk = blockIdx.x;
-    const unsigned bsm = smem_u32(bbuf) + mm_ldm_lane(lane); /* this lane's ldmatrix rows */
     const int KT = a.KT, s_begin = mm_start(a, blk), s_end = mm_start(a, blk + 1);
 #ifdef DSPARK_LAB_STAMPS
     unsigned long long ts0 = lab_now(), ts1 = 0, ts2 = 0, ts_first = 0;
@@ -394,15 +398,17 @@ template <int NT, int TERMS> __global__ void __launch_bounds__(256, 2) k_mm(mm_a
         for (int b0 = 0; b0 < nk; b0 += 2 * U) {
             next_chunk(b0);
             if (active)
-                mm_compute<NT, U>(acc, ra,
-                                  bsm + (((b0 / KC) & 1) * CH + (b0 % KC) * NT * 32) * 8, nk - b0);
+                mm_compute<NT, TERMS, U>(acc, ra,
+                                         bbuf + ((b0 / KC) & 1) * CH + (b0 % KC) * NT * 32, lane,
+                                         nk - b0);
             fetch(ra, b0 + 2 * U);
             if (b0 + U >= nk) break;
             next_chunk(b0 + U);
             int b1 = b0 + U;
             if (active)
-                mm_compute<NT, U>(acc, rb,
-                                  bsm + (((b1 / KC) & 1) * CH + (b1 % KC) * NT * 32) * 8, nk - b1);
+                mm_compute<NT, TERMS, U>(acc, rb,
+                                         bbuf + ((b1 / KC) & 1) * CH + (b1 % KC) * NT * 32, lane,
+                                         nk - b1);
             fetch(rb, b0 + 3 * U);
         }
         /* the next piece's first weights head for L2 while this one finishes */

@@ -204,7 +204,7 @@ __device__ __forceinline__ void mm_group_ss(const mm_args &a, int g, const float
  * group's residual rows [T][128] and the next norm's weights [128]; qe: a.qe, or its copy
  * whose step parameters, norm weights and frequencies are in shared memory. TERMS: of the
  * inputs it writes (the model's, as the matmul's own). */
-template <int TERMS, bool CS = false>
+template <int TERMS, bool CS = false, int CORE = -1> /* CORE: the order of xb outputs (xb_index) */
 __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val, int nitems,
                                             const float *inv, const float *pre,
                                             const qkv_epi &qe, const float2 *cs = nullptr) {
@@ -219,7 +219,7 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
             int j = (g * 4 + p) * 16 + r;
             if (g * 8 + 2 * p >= a.MS || j >= a.M / 2) continue;
             float h = silu_mul(val[t * 128 + 2 * p * 16 + r], val[t * 128 + (2 * p + 1) * 16 + r]);
-            xb_put(a.xb_out, a.T_chunk, a.KT_out, a.row0 + t, j, h, TERMS);
+            xb_put<CORE>(a.xb_out, a.T_chunk, a.KT_out, a.row0 + t, j, h, TERMS);
         }
         return;
     }
@@ -247,8 +247,8 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
             *dst = v;
             if (defer) {
                 val[i] = v;
-                xb_put(a.norm_out, a.T_chunk, a.KT_norm, a.row0 + t, m, pre[nitems + (i & 127)] * v,
-                       TERMS);
+                xb_put<CORE>(a.norm_out, a.T_chunk, a.KT_norm, a.row0 + t, m,
+                             pre[nitems + (i & 127)] * v, TERMS);
             }
         } else {
             *dst = val[i] + (a.bias ? a.bias[m] : 0.f);
@@ -262,8 +262,8 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
     if (a.epi == EPI_RESID && a.norm_w) {
         if (!arrive_last(a.cnt + CNT_GRID, (unsigned)(a.MS + 7) / 8)) return;
         for (int t = 0; t < a.T; t++)
-            norm_row(a.y + (size_t)(a.row0 + t) * a.ldy, a.norm_w, a.H_norm, a.eps, a.norm_out,
-                     a.T_chunk, a.KT_norm, a.row0 + t, red, TERMS);
+            norm_row<CORE>(a.y + (size_t)(a.row0 + t) * a.ldy, a.norm_w, a.H_norm, a.eps,
+                           a.norm_out, a.T_chunk, a.KT_norm, a.row0 + t, red, TERMS);
     }
 }
 
