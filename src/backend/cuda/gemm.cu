@@ -8,16 +8,22 @@
  * pace.
  *
  * Exactness: a row's result is the same bits as gemv.cu gives it. Each (row, output) adds
- * the same mma.m16n8k16 products k-tile after k-tile from zero within each piece of the
- * matrix's decode partition (mm_partition, via mm_start/mm_block_of), takes the piece's
- * value as the sum of its term columns ((hi + mid) + lo, xb_terms_sum), and adds the pieces in
- * order. The warps read the input's B fragments with their columns permuted so that the terms
- * of a row land in the same lane (n-tile TERMS j + s holds term s of rows 8j..8j+7): a
- * column's result does not depend on its place in the mma, and each piece is folded in
- * registers.
+ * the same bf16 products k-tile after k-tile from zero within each piece of the matrix's
+ * decode partition (mm_partition, via mm_start/mm_block_of), takes the piece's value as the
+ * sum of its term columns ((hi + mid) + lo, xb_terms_sum), and adds the pieces in order. A
+ * whole row group's columns go by term (n-tile TERMS j + s holds term s of rows 8j..8j+7,
+ * xb_col), so the terms of a row land in the same lane and each piece folds in registers; a
+ * column's result does not depend on its place in the mma.
  *
- * Warps: 4 strip pairs x 2 row groups of 32 rows; each holds a 2-strip x 12-n-tile tile of
- * sums (96 floats; fewer with fewer terms) and the running sums of the pieces so far (32). */
+ * Two paths, the same bits (a wgmma k-tile adds its products as mma.sync does:
+ * bench/wgmma_bits.cu):
+ * - Tiles of whole row groups, built for sm_90a (MG_WGMMA): two warpgroups of 4 strips each;
+ *   per k-tile a warp's strip fragment from shared memory into registers and one
+ *   wgmma.m64n(8 NT)k16 per row group, whose B is the staged inputs' core matrices as they
+ *   are (xb_core). Each thread holds 2 x 4 NT sums and the running sums of the pieces (32).
+ * - Other tiles (a chunk's last, partial group) and other builds: mma.sync, 4 strip pairs x 2
+ *   row groups of 32 rows; each warp holds a 2-strip x 12-n-tile tile of sums (96 floats;
+ *   fewer with fewer terms) and the running sums of the pieces so far (32). */
 #include "backend/cuda/mm.cuh"
 #include "backend/cuda/ring.cuh"
 #include "backend/cuda/wgmma.cuh"
