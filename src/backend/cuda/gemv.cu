@@ -112,8 +112,18 @@ __device__ __forceinline__ void ldm_x2(unsigned a, uint2 &b) {
                  : "=r"(b.x), "=r"(b.y)
                  : "r"(a));
 }
+/* the same for two n-tiles at once (MM_LDM_X4: a candidate for 30-32 rows, not yet measured;
+ * docs/perf.md), lanes 16-31 giving the second n-tile's rows */
+__device__ __forceinline__ void ldm_x4(unsigned a, uint2 &b0, uint2 &b1) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(b0.x), "=r"(b0.y), "=r"(b1.x), "=r"(b1.y)
+                 : "r"(a));
+}
+#ifndef MM_LDM_X4
+#define MM_LDM_X4 0
+#endif
 __device__ __forceinline__ unsigned mm_ldm_lane(int lane) {
-    return ((lane >> 3) & 1) * 128 + (lane & 7) * 16;
+    return (MM_LDM_X4 ? (lane >> 4) * 256 : 0) + ((lane >> 3) & 1) * 128 + (lane & 7) * 16;
 }
 
 /* acc[n] += fragments r (left k-tiles in the batch) x staged inputs b (the batch's first
@@ -128,10 +138,19 @@ __device__ __forceinline__ void mm_compute(float (&acc)[NT][4], const uint4 (&r)
 #pragma unroll
             for (int n = 0; n < NT; n++) {
                 uint2 bv;
-                if constexpr (xb_core(NT, TERMS)) /* a whole group's core matrices */
+                if constexpr (xb_core(NT, TERMS) && MM_LDM_X4) {
+                    static_assert(NT % 2 == 0, "n-tiles in pairs");
+                    if (n & 1) continue;
+                    uint2 b1;
+                    ldm_x4(ba + (u * NT + n) * 256, bv, b1);
+                    mma_bf16(acc[n], r[u], bv);
+                    mma_bf16(acc[n + 1], r[u], b1);
+                    continue;
+                } else if constexpr (xb_core(NT, TERMS)) { /* a whole group's core matrices */
                     ldm_x2(ba + (u * NT + n) * 256, bv);
-                else
+                } else {
                     bv = b[(u * NT + n) * 32 + lane];
+                }
                 mma_bf16(acc[n], r[u], bv);
             }
         }
