@@ -2,7 +2,8 @@
 # bench/run_gpu.sh: the CUDA backend's checks and benchmarks in one go, on the GPU machine.
 # Expects test_gpu, bench_gpu (built with `make CUDA=1`) and the shared libraries they need
 # in $BIN (default .gpu); writes logs to $OUT (default /tmp/dspark-gpu). STEPS picks what runs
-# (default all): info test testbf16 sanitize pycoder spec 8b cpucheck variants torch (testbf16:
+# (default all): info test testbf16 sanitize pycoder spec 8b cpucheck variants torch (test:
+# test_gpu, and bench/wgmma_bits.cu where nvcc is there; testbf16:
 # test_gpu with every model's matmul inputs rounded to bf16; race, ncu, serve,
 # ttft, bound and stamps on request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
 # mangled name, of `bench_gpu --lab`); serve runs `dspark serve --gpu` on models/pycoder in
@@ -77,6 +78,12 @@ fi
 if has test; then
     stamp test_gpu
     timeout 180 "$BIN/test_gpu" 2>&1 | tee "$OUT/test_gpu.log"
+    # the prompt kernel's rows equal decode steps only while wgmma sums as mma.sync does
+    stamp wgmma_bits
+    if command -v nvcc >/dev/null &&
+        nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o /tmp/wgmma_bits bench/wgmma_bits.cu; then
+        timeout 120 /tmp/wgmma_bits 2>&1 | tee "$OUT/wgmma_bits.log"
+    fi
 fi
 if has testbf16; then
     stamp "test_gpu, matmul inputs rounded to bf16"
