@@ -133,6 +133,30 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
     }
     const bool active = (rg ? nr[1] : nr[0]) > 0;
     float run[2][4][4] = {}; /* mma.sync: [strip of the pair][j][e]; wgmma: [row group][j][e] */
+    /* the ring as both paths take it: at stage s, thread 0 refills stage s - 1's slot (with
+     * stage s - 1 + MG_ST) once every warp has released it, and all wait for stage s to land */
+    auto ring_enter = [&](int s) {
+        if (tid == 0 && s > 0 && s - 1 + MG_ST < nst) {
+            const int r = s - 1 + MG_ST;
+            mbar_wait(&empty[r % MG_ST], ((s - 1) / MG_ST) & 1);
+            mbar_expect(&full[r % MG_ST], stage_bytes(r));
+            copy_a(r);
+            copy_b(r);
+        }
+        mbar_wait(&full[s % MG_ST], (s / MG_ST) & 1);
+    };
+    auto ring_release = [&](int s) { /* the warp is done with stage s's slot */
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s % MG_ST]);
+    };
+    /* the decode pieces: pend, the end (k-tile within g) of the one being summed; first, no
+     * piece's value added to run yet */
+    int pend = mg_piece_end(a, g, 0);
+    bool first = true;
+    auto piece_next = [&]() {
+        first = false;
+        if (pend < KT) pend = mg_piece_end(a, g, pend);
+    };
     /* a tile whose row groups are whole (or absent) takes the warpgroups' path */
     bool wgp = false;
 #if MG_WGMMA
@@ -164,17 +188,8 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
                     }
         };
         wclear();
-        int pend = mg_piece_end(a, g, 0);
-        bool first = true;
         for (int s = 0; s < nst; s++) {
-            if (tid == 0 && s > 0 && s - 1 + MG_ST < nst) { /* stage s - 1's slot, refilled */
-                const int r = s - 1 + MG_ST;
-                mbar_wait(&empty[r % MG_ST], ((s - 1) / MG_ST) & 1);
-                mbar_expect(&full[r % MG_ST], stage_bytes(r));
-                copy_a(r);
-                copy_b(r);
-            }
-            mbar_wait(&full[s % MG_ST], (s / MG_ST) & 1);
+            ring_enter(s);
             const uint4 *as = sm + (s % MG_ST) * MG_STAGE;
             const uint4 *b0 = as + MG_A, *b1 = as + MG_A + MG_B;
             const int kt0 = s * MG_KS, n = min(MG_KS, KT - kt0);
@@ -190,8 +205,7 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
             auto piece_end = [&]() {
                 wfold(first);
                 wclear();
-                first = false;
-                if (pend < KT) pend = mg_piece_end(a, g, pend);
+                piece_next();
             };
             if (n == MG_KS && !(pend > kt0 && pend < kt0 + MG_KS)) {
                 /* no piece ends inside the stage: its k-tiles back to back (a row group past
@@ -215,8 +229,7 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
             }
 #pragma unroll
             for (int kk = 0; kk < MG_KS; kk++) wg_keep(af[kk]);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[s % MG_ST]);
+            ring_release(s);
         }
     }
 #endif
@@ -233,21 +246,10 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
                         for (int e = 0; e < 4; e++) acc[i][j][t][e] = 0.f;
         };
         clear();
-        int pend = mg_piece_end(a, g, 0);
-        bool first = true;
-
         for (int s = 0; s < nst; s++) {
-            if (tid == 0 && s > 0 && s - 1 + MG_ST < nst) { /* stage s - 1's slot, refilled */
-                const int r = s - 1 + MG_ST;
-                mbar_wait(&empty[r % MG_ST], ((s - 1) / MG_ST) & 1);
-                mbar_expect(&full[r % MG_ST], stage_bytes(r));
-                copy_a(r);
-                copy_b(r);
-            }
-            mbar_wait(&full[s % MG_ST], (s / MG_ST) & 1);
+            ring_enter(s);
             if (!active) {
-                __syncwarp();
-                if (lane == 0) mbar_arrive(&empty[s % MG_ST]);
+                ring_release(s);
                 continue;
             }
 
@@ -280,8 +282,7 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
                             run[i][j][e] = first ? v : run[i][j][e] + v;
                         }
                 clear();
-                first = false;
-                if (pend < KT) pend = mg_piece_end(a, g, pend);
+                piece_next();
             };
             if (n == MG_KS && !(pend > kt0 && pend < kt0 + MG_KS)) {
                 /* no piece ends inside the stage: its k-tiles back to back */
@@ -294,8 +295,7 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
                     if (kt0 + kk + 1 == pend) fold();
                 }
             }
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[s % MG_ST]);
+            ring_release(s);
         }
     }
     __syncthreads(); /* every copy has landed and been used: the ring becomes the tile of values */

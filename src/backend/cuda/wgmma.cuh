@@ -7,6 +7,8 @@
 #ifndef DSPARK_BACKEND_CUDA_WGMMA_CUH
 #define DSPARK_BACKEND_CUDA_WGMMA_CUH
 
+#include "backend/cuda/ring.cuh"
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define MG_WGMMA 1
 #else
@@ -17,8 +19,8 @@
 /* the shared-memory descriptor of B: k halves (core matrices) 128 bytes apart, n-tiles 256, no
  * swizzle */
 __device__ __forceinline__ uint64_t wg_desc(const void *p) {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    return (uint64_t)((a >> 4) & 0x3fff) | (uint64_t)(128 >> 4) << 16 | (uint64_t)(256 >> 4) << 32;
+    return (uint64_t)((smem_u32(p) >> 4) & 0x3fff) | (uint64_t)(128 >> 4) << 16 |
+           (uint64_t)(256 >> 4) << 32;
 }
 __device__ __forceinline__ void wg_fence(void) {
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
