@@ -16,8 +16,8 @@
  * --gemm-check: prefill with one matmul launch over all rows of a pass (the default where it
  * fills the GPU) and with a launch per 32 rows (a second copy of the model loaded with
  * DSPARK_GPU_GEMM=0): their times, and whether all 256 rows' logits are the same bits.
- * --inputs bf16: matmul inputs rounded to bf16 (DSPARK_GPU_INPUTS=bf16, the default of every
- * model it loads; default exact).
+ * --inputs exact: matmul inputs as three bf16 terms, exact products (DSPARK_GPU_INPUTS=exact,
+ * the default of every model it loads; default bf16, inputs rounded).
  * Times are the median of repeated runs (minimum in brackets). */
 #include "backend/gpu.h"
 #include "base/timer.h"

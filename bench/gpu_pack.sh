@@ -6,8 +6,8 @@
 # of bench_gpu that run_gpu.sh's bound and stamps steps run (results wrong or slowed, timings
 # only): LAB_BUILDS picks them (default "nw lab1 lab2"; st: block stamps; u1, w6: other
 # register batch widths, results right, for run_gpu.sh's bound step; nm: without the
-# attention merge kernel, results wrong; x4: 30-32-row passes reading two n-tiles per
-# ldmatrix, results right). Each adds ~2.7 MB
+# attention merge kernel, results wrong; x2: 30-32-row passes reading one n-tile per
+# ldmatrix, as before 2026-12-02's measurement, results right). Each adds ~2.7 MB
 # to the archive, and a device call carries 64 MiB with the tracked files (~50 MB).
 #
 #   [LAB=1 [LAB_BUILDS="nw lab1 lab2 st"]] sh bench/gpu_pack.sh [ARCHIVE]
@@ -33,8 +33,8 @@ if [ "${LAB:-0}" = 1 ]; then
         u1) v=-DMM_U8_MAX=1 ;; # 1 row: eight k-tiles a batch
         w6) v=-DMM_U4_MAX=6 ;; # 17-32 rows: two k-tiles a batch
         nm) v=-DDSPARK_LAB_NOMERGE ;; # no attention merge kernel (results wrong)
-        x4) v=-DMM_LDM_X4=1 ;; # 30-32 rows: ldmatrix.x4, two n-tiles at a time (results right)
-        *) echo "unknown LAB_BUILDS entry $name (nw lab1 lab2 st u1 w6 nm x4)" >&2 && exit 2 ;;
+        x2) v=-DMM_LDM_X4=0 ;; # 30-32 rows: ldmatrix.x2, one n-tile at a time (results right)
+        *) echo "unknown LAB_BUILDS entry $name (nw lab1 lab2 st u1 w6 nm x2)" >&2 && exit 2 ;;
         esac
         make CUDA=1 BUILD="build/gpu$name" NVCC="nvcc $v" OPT="$OPT" -j2 \
             "build/gpu$name/bench_gpu"

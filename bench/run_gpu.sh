@@ -2,9 +2,9 @@
 # bench/run_gpu.sh: the CUDA backend's checks and benchmarks in one go, on the GPU machine.
 # Expects test_gpu, bench_gpu (built with `make CUDA=1`) and the shared libraries they need
 # in $BIN (default .gpu); writes logs to $OUT (default /tmp/dspark-gpu). STEPS picks what runs
-# (default all): info test testbf16 sanitize pycoder spec 8b cpucheck variants torch (test:
-# test_gpu, and bench/wgmma_bits.cu where nvcc is there; testbf16:
-# test_gpu with every model's matmul inputs rounded to bf16; race, ncu, serve,
+# (default all): info test testexact sanitize pycoder spec 8b cpucheck variants torch (test:
+# test_gpu, and bench/wgmma_bits.cu where nvcc is there; testexact: test_gpu with every
+# model's matmul inputs as three bf16 terms, exact products, as on the CPU; race, ncu, serve,
 # ttft, bound and stamps on request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
 # mangled name, of `bench_gpu --lab`); serve runs `dspark serve --gpu` on models/pycoder in
 # each of SERVE_MODES and drives it with bench/concurrency.py (1, 4, 16, 64 concurrent clients against serialised);
@@ -29,7 +29,7 @@ set -u
 BIN=${BIN:-.gpu}
 OUT=${OUT:-/tmp/dspark-gpu}
 M8B=${M8B:-/tmp/m8b}
-STEPS=${STEPS:-"info test testbf16 sanitize pycoder spec 8b cpucheck torch"}
+STEPS=${STEPS:-"info test testexact sanitize pycoder spec 8b cpucheck torch"}
 BENCH_ARGS=${BENCH_ARGS:-"--ctx 512,4096 --long 4096"}
 if [ -f "${PACK:-}" ]; then # binaries carried packed
     mkdir -p "$BIN" && tar -C "$BIN" -xf "$PACK"
@@ -70,7 +70,7 @@ fi
 if [ ! -d ../shared/golden ] && [ -d "$BIN/golden" ]; then # the drafters' reference data
     mkdir -p ../shared && cp -r "$BIN/golden" ../shared/
 fi
-if has test || has testbf16 || has sanitize; then # test_gpu's model with 8 query heads per kv head
+if has test || has testexact || has sanitize; then # test_gpu's model with 8 query heads per kv head
     [ -f /tmp/dspark-g8/model.safetensors ] || { gcc -O2 -o /tmp/mkmodel-t bench/mkmodel.c -lm &&
         /tmp/mkmodel-t /tmp/dspark-g8 --layers 2 --hidden 256 --heads 16 --kv-heads 2 \
             --head-dim 64 --ffn 512 --vocab 1024 >/dev/null; }
@@ -85,9 +85,9 @@ if has test; then
         timeout 120 /tmp/wgmma_bits 2>&1 | tee "$OUT/wgmma_bits.log"
     fi
 fi
-if has testbf16; then
-    stamp "test_gpu, matmul inputs rounded to bf16"
-    DSPARK_GPU_INPUTS=bf16 timeout 180 "$BIN/test_gpu" 2>&1 | tee "$OUT/test_gpu_bf16.log"
+if has testexact; then
+    stamp "test_gpu, matmul inputs as three bf16 terms (exact products)"
+    DSPARK_GPU_INPUTS=exact timeout 180 "$BIN/test_gpu" 2>&1 | tee "$OUT/test_gpu_exact.log"
 fi
 if has sanitize && command -v compute-sanitizer >/dev/null; then
     stamp compute-sanitizer

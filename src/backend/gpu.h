@@ -58,7 +58,7 @@ int gpu_available(void); /* 1 when a CUDA build finds a device */
 const char *gpu_device_name(void);
 /* bf16 terms per matmul input value of a model (gpu_model_desc.input_terms): 3 makes every
  * product an exact float32 product, 1 rounds inputs to bf16 as PyTorch's bf16 models do. The
- * default for models that do not choose: 1 where DSPARK_GPU_INPUTS=bf16, else 3; 0 without
+ * default for models that do not choose: 3 where DSPARK_GPU_INPUTS=exact, else 1; 0 without
  * a CUDA build (and for a NULL model). */
 int gpu_input_terms(void);
 int gpu_model_input_terms(const struct gpu_model *g);

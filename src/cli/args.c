@@ -64,12 +64,12 @@ int args_float(const char *flag, const char *v, double lo, double hi, float *out
     return 0;
 }
 
-int args_gpu_inputs(const char *v, int *bf16) {
+int args_gpu_inputs(const char *v, int *terms) {
     if (!v) return -1;
     if (strcmp(v, "exact") && strcmp(v, "bf16")) {
         fprintf(stderr, "error: --gpu-inputs takes exact or bf16, got '%s'\n", v);
         return -1;
     }
-    *bf16 = !strcmp(v, "bf16");
+    *terms = strcmp(v, "bf16") ? 3 : 1;
     return 0;
 }

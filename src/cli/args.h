@@ -19,7 +19,7 @@ int args_flag(struct args *a, const char *name);
 int args_int(const char *flag, const char *v, long lo, long hi, int *out);
 int args_u64(const char *flag, const char *v, uint64_t *out);
 int args_float(const char *flag, const char *v, double lo, double hi, float *out);
-/* --gpu-inputs exact|bf16: *bf16 = 1 for bf16 */
-int args_gpu_inputs(const char *v, int *bf16);
+/* --gpu-inputs exact|bf16: *terms = 3 for exact, 1 for bf16 (model_opts.gpu_inputs) */
+int args_gpu_inputs(const char *v, int *terms);
 
 #endif

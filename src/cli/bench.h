@@ -39,7 +39,7 @@ struct opts {
     const char *svg_path;   /* --svg FILE (default: the JSON's name with .svg) */
     int recalibrate;
     int gpu;                          /* --gpu: the target (and a draft model) on the GPU */
-    int gpu_bf16_inputs;              /* --gpu-inputs bf16 */
+    int gpu_inputs;                   /* --gpu-inputs: 1 bf16, 3 exact, 0 default */
     struct tune_auto *tune[MAX_RUNS]; /* [run] --max-draft auto's costs and state, or NULL */
 };
 

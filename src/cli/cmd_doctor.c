@@ -182,9 +182,9 @@ static void print_text(const struct doctor *d, int measured) {
     printf("build        %s CPU kernels%s, %s, %s%s\n", s->kernels,
            s->amx ? " + AMX-BF16 matmul" : "", s->compiler,
            d->gpu_rc == ERR_UNSUPPORTED ? "no CUDA" : "CUDA",
-           terms == 3   ? " (GPU matmul inputs as three bf16 terms, exact products; "
-                          "--gpu-inputs bf16 rounds them)"
-           : terms == 1 ? " (GPU matmul inputs rounded to bf16: DSPARK_GPU_INPUTS=bf16)"
+           terms == 1   ? " (GPU matmul inputs rounded to bf16; --gpu-inputs exact: three "
+                          "bf16 terms, exact products)"
+           : terms == 3 ? " (GPU matmul inputs as three bf16 terms: DSPARK_GPU_INPUTS=exact)"
                         : "");
     printf("memory       %.1f GiB total, %.1f GiB available; transparent hugepages: %s\n",
            s->mem_total / GIB, s->mem_avail / GIB, *s->thp ? s->thp : "not available");

@@ -62,9 +62,10 @@ static void usage(FILE *f) {
             "  --threads N            CPU threads (default: all cores)\n"
             "  --gpu                  run the target and its drafter on the GPU (a `make CUDA=1`\n"
             "                         build)\n"
-            "  --gpu-inputs exact|bf16  GPU matmul inputs: exact float32 products (default) or\n"
-            "                         rounded to bf16 as PyTorch's bf16 models do (faster\n"
-            "                         verify rounds and prompts; other bits than the CPU's)\n"
+            "  --gpu-inputs exact|bf16  GPU matmul inputs: rounded to bf16 as PyTorch's bf16\n"
+            "                         models do (default), or three bf16 terms each, so that\n"
+            "                         products are exact float32 ones as on the CPU (slower\n"
+            "                         verify rounds and prompts)\n"
             "  --activations f32|bf16 activation precision (default f32; bf16 rounds where\n"
             "                         transformers' bfloat16 path rounds, to reproduce it)\n"
             "  --no-progress          no progress bar while loading\n");
@@ -73,7 +74,7 @@ static void usage(FILE *f) {
 struct opts {
     const char *model_dir, *drafter_dir, *prompt, *prompt_ids;
     const char *stop[MAX_STOP];
-    int n_stop, threads, progress, bf16_acts, json, max_draft, gpu, gpu_bf16_inputs, auto_mode;
+    int n_stop, threads, progress, bf16_acts, json, max_draft, gpu, gpu_inputs, auto_mode;
     float temperature, top_p;
     int top_k;
     struct gen_params gp;
@@ -163,7 +164,7 @@ static int parse(int argc, char **argv, struct opts *o) {
         } else if (!strcmp(arg, "--gpu")) {
             o->gpu = 1;
         } else if (args_flag(&a, "--gpu-inputs")) {
-            bad = args_gpu_inputs(a.value, &o->gpu_bf16_inputs);
+            bad = args_gpu_inputs(a.value, &o->gpu_inputs);
         } else if (!strcmp(arg, "--json")) {
             o->json = 1;
         } else if (!strcmp(arg, "--no-progress")) {
@@ -313,7 +314,7 @@ int cmd_generate(int argc, char **argv) {
                             .show_progress = o.progress && isatty(2),
                             .bf16_activations = o.bf16_acts,
                             .gpu = o.gpu,
-                            .gpu_bf16_inputs = o.gpu_bf16_inputs};
+                            .gpu_inputs = o.gpu_inputs};
     if (model_load(o.model_dir, &mo, &e.target)) goto done;
     if (o.gp.mode == GEN_DRAFT) {
         struct model_opts dmo = mo;

@@ -63,9 +63,9 @@ static void usage(FILE *f) {
                "  --threads N              CPU threads (default: all cores)\n"
                "  --gpu                    run the target and its drafter on the GPU (a `make\n"
                "                           CUDA=1` build)\n"
-               "  --gpu-inputs exact|bf16  GPU matmul inputs: exact float32 products (default)\n"
-               "                           or rounded to bf16 as PyTorch's bf16 models do\n"
-               "                           (faster verify rounds and prompts; other bits)\n");
+               "  --gpu-inputs exact|bf16  GPU matmul inputs: rounded to bf16 as PyTorch's\n"
+               "                           bf16 models do (default), or exact float32 products\n"
+               "                           as on the CPU (slower verify rounds and prompts)\n");
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -158,7 +158,7 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(arg, "--gpu")) {
             o.gpu = 1;
         } else if (args_flag(&a, "--gpu-inputs")) {
-            bad = args_gpu_inputs(a.value, &o.gpu_bf16_inputs);
+            bad = args_gpu_inputs(a.value, &o.gpu_inputs);
         } else if (!strcmp(arg, "--no-thinking")) {
             o.thinking = 0;
         } else if (!strcmp(arg, "--no-lookup-drafts")) {

@@ -154,7 +154,7 @@ static int upload_gpu(struct model *m) {
     d.embed = W(m->embed, c->vocab_size, H);
     d.lm_head = W(m->lm_head, c->vocab_size, H);
     d.final_norm = m->final_norm;
-    d.input_terms = m->gpu_bf16_inputs ? 1 : 0;
+    d.input_terms = m->gpu_inputs;
     int rc = c->head_dim <= 256 ? gpu_model_new(&d, &m->gpu) : ERR_UNSUPPORTED;
     free((void *)d.layers);
     if (rc) log_hint("run on the CPU (without --gpu)");
@@ -174,8 +174,8 @@ int model_load(const char *dir, const struct model_opts *opts, struct model **ou
     L.src.arch = m->cfg.arch_name;
     const struct hf_config *c = &m->cfg;
     m->act_bf16 = opts && opts->bf16_activations;
-    m->gpu_bf16_inputs = opts && opts->gpu_bf16_inputs;
-    if (m->gpu_bf16_inputs && !opts->gpu)
+    m->gpu_inputs = opts ? opts->gpu_inputs : 0;
+    if (m->gpu_inputs == 1 && !opts->gpu)
         log_info("bf16 GPU matmul inputs apply to --gpu only; the CPU's products stay exact");
     if (opts && opts->pool) {
         m->pool = opts->pool;

@@ -27,11 +27,12 @@ struct model_opts {
     /* Run the forward on the GPU (a CUDA build with a device); DSpark and DFlash drafters
      * loaded beside the model run there too. Not combinable with bf16_activations. */
     int gpu;
-    /* With gpu: 1 rounds every matmul input to bfloat16 (one bf16 term, as PyTorch's bf16
-     * models take them: faster verify passes and prompts, results move from the CPU's by that
-     * rounding); 0: gpu_input_terms()'s default (three terms, exact float32 products, unless
-     * DSPARK_GPU_INPUTS=bf16). Drafters follow their target. */
-    int gpu_bf16_inputs;
+    /* With gpu, bf16 terms per matmul input value: 1 rounds every input to bfloat16 (as
+     * PyTorch's bf16 models take them; results move from the CPU's by that rounding), 3 splits
+     * it into three terms so that every product is an exact float32 product (slower verify
+     * passes and prompts); 0: gpu_input_terms()'s default (1, unless DSPARK_GPU_INPUTS=exact).
+     * Drafters follow their target. */
+    int gpu_inputs;
 };
 
 int model_load(const char *dir, const struct model_opts *opts, struct model **out);

@@ -21,7 +21,7 @@ struct model {
     float *inv_freq;       /* [D/2] RoPE frequencies, llama3 scaling applied */
     size_t weight_bytes;   /* matmul weights read per decode step */
     int act_bf16;          /* model_opts.bf16_activations */
-    int gpu_bf16_inputs;   /* model_opts.gpu_bf16_inputs */
+    int gpu_inputs;        /* model_opts.gpu_inputs */
     struct gpu_model *gpu; /* the forward runs on the GPU when set */
     void *huge;            /* matmul weights copied to 2 MiB pages (munmap), or NULL */
     size_t huge_bytes;

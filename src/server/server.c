@@ -66,7 +66,7 @@ int server_new(const struct server_opts *opts, struct server **out) {
         .n_threads = opts->n_threads,
         .show_progress = opts->show_progress,
         .gpu = opts->gpu,
-        .gpu_bf16_inputs = opts->gpu_bf16_inputs,
+        .gpu_inputs = opts->gpu_inputs,
     };
     if ((rc = tokenizer_load(opts->model_dir, &s->eng.tok)) ||
         (rc = model_load(opts->model_dir, &mo, &s->eng.target)))

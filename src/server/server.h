@@ -33,8 +33,8 @@ struct server_opts {
     int prefix_cache_dir_mb;      /* disk the folder may hold for this model (0: no limit) */
     int prefill_chunk; /* prompt tokens per engine step while others decode (default 2048) */
     int n_threads;
-    int gpu;             /* run the target on the GPU */
-    int gpu_bf16_inputs; /* model_opts.gpu_bf16_inputs */
+    int gpu;        /* run the target on the GPU */
+    int gpu_inputs; /* model_opts.gpu_inputs */
     int show_progress;
     int auto_draft;         /* --max-draft auto: each round's cap is chosen up to the mode's
                              * widest (calibrated by server_new; max_draft is then ignored) */

@@ -38,10 +38,10 @@ static double rel_err(const float *a, const float *b, size_t n) {
     return mb > 0 ? md / mb : md;
 }
 
-/* How far the GPU's results may be from the CPU's: float32 rounding where the matmuls' inputs
- * are three bf16 terms (exact products, the default); bf16 rounding of every matmul input with
- * one term (DSPARK_GPU_INPUTS=bf16 runs the whole suite so; measured up to 1.6e-2 on the
- * golden models) */
+/* How far the GPU's results may be from the CPU's: bf16 rounding of every matmul input with
+ * one term (the default; measured up to 1.6e-2 on the golden models); float32 rounding where
+ * the matmuls' inputs are three bf16 terms (exact products: DSPARK_GPU_INPUTS=exact runs the
+ * whole suite so) */
 static double cpu_tol(void) {
     return gpu_input_terms() == 1 ? 3e-2 : 1e-4;
 }
@@ -189,7 +189,7 @@ TEST(gpu_batch_invariance) {
     model_free(m), model_free(m2);
 }
 
-/* --gpu-inputs bf16 (model_opts.gpu_bf16_inputs) whatever the suite's default: one term per
+/* --gpu-inputs bf16 (model_opts.gpu_inputs) whatever the suite's default: one term per
  * matmul input, every width still equal to single steps (the decode kernels of 1-4 n-tiles
  * and the one-launch prompt kernel), logits within bf16 rounding of the CPU's and not those
  * of exact inputs, and a fingerprint of its own, so that the prefix cache never hands one
@@ -199,8 +199,7 @@ TEST(gpu_inputs_bf16) {
     if (!fs_exists("models/pycoder")) SKIP("models/ absent");
     struct model *m, *mx, *mc;
     REQUIRE(model_load("models/pycoder",
-                       &(struct model_opts){.n_threads = 1, .gpu = 1, .gpu_bf16_inputs = 1},
-                       &m) == 0);
+                       &(struct model_opts){.n_threads = 1, .gpu = 1, .gpu_inputs = 1}, &m) == 0);
     REQUIRE(load_with("DSPARK_GPU_INPUTS", "exact", &mx) == 0);
     REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2}, &mc) == 0);
     CHECK(gpu_model_input_terms(model_gpu(m)) == 1 && gpu_model_input_terms(model_gpu(mx)) == 3);

@@ -91,10 +91,10 @@ extern "C" int gpu_available(void) {
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-/* DSPARK_GPU_INPUTS: "bf16" (one term) or "exact" (three); anything else: three */
+/* DSPARK_GPU_INPUTS: "exact" (three terms) or "bf16" (one); anything else: one */
 extern "C" int gpu_input_terms(void) {
     const char *s = getenv("DSPARK_GPU_INPUTS");
-    return s && !strcmp(s, "bf16") ? 1 : 3;
+    return s && !strcmp(s, "exact") ? 3 : 1;
 }
 
 extern "C" int gpu_model_input_terms(const gpu_model *g) {
@@ -302,8 +302,8 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
         return ERR_ARG;
     }
     if (terms == 1 && !d->share)
-        log_info("GPU: matmul inputs rounded to bf16 (results move from the CPU's by that "
-                 "rounding; --gpu-inputs exact keeps products exact)");
+        log_info("GPU: matmul inputs rounded to bf16, as PyTorch's bf16 models take them "
+                 "(--gpu-inputs exact: exact float32 products, as on the CPU)");
     gpu_model *g = (gpu_model *)calloc(1, sizeof *g);
     if (!g) return ERR_NOMEM;
     g->terms = terms;

@@ -112,15 +112,16 @@ __device__ __forceinline__ void ldm_x2(unsigned a, uint2 &b) {
                  : "=r"(b.x), "=r"(b.y)
                  : "r"(a));
 }
-/* the same for two n-tiles at once (MM_LDM_X4: a candidate for 30-32 rows, not yet measured;
- * docs/perf.md), lanes 16-31 giving the second n-tile's rows */
+/* the same for two n-tiles at once, lanes 16-31 giving the second n-tile's rows: how whole
+ * groups read them (MM_LDM_X4=0 takes ldm_x2 per n-tile, 7% slower at 32 rows with exact
+ * inputs; docs/perf.md) */
 __device__ __forceinline__ void ldm_x4(unsigned a, uint2 &b0, uint2 &b1) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(b0.x), "=r"(b0.y), "=r"(b1.x), "=r"(b1.y)
                  : "r"(a));
 }
 #ifndef MM_LDM_X4
-#define MM_LDM_X4 0
+#define MM_LDM_X4 1
 #endif
 __device__ __forceinline__ unsigned mm_ldm_lane(int lane) {
     return (MM_LDM_X4 ? (lane >> 4) * 256 : 0) + ((lane >> 3) & 1) * 128 + (lane & 7) * 16;
