@@ -42,6 +42,12 @@ $(BUILD)/%.o: %.cu
 	$(NVCC) -O3 $(CUDA_ARCH) $(NVCC_DEFS) -lineinfo -std=c++17 -Isrc -MMD -MP -Xcompiler -Wall,-Wextra,-Werror -c $< -o $@
 endif
 
+# The sampler's loops over the vocabulary (kern_exp over every logit, the max and the
+# candidate tests) hold comparisons that GCC only if-converts, and so vectorises, when
+# comparisons may not trap; without it, softmax over a 152k vocabulary takes 0.7 ms instead of
+# 0.1 ms. No value changes: exceptions are never read.
+$(BUILD)/src/sample/%.o: CFLAGS += -fno-trapping-math
+
 .PHONY: all test san fuzz format check-format clean bench
 all: $(BIN)
 
@@ -52,6 +58,9 @@ $(BUILD)/%.o: %.c
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+$(BUILD)/bench_sample: bench/bench_sample.c $(LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 $(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)

@@ -175,12 +175,19 @@ static int select_nucleus(struct sample_dist *d, const float *logits, float max,
         float thr = max - NUCLEUS_NATS[stage] * t;
         int m = 0;
         double s = 0;
-        for (int i = 0; i < n; i++)
-            if (logits[i] >= thr) {
-                s += (double)d->e[i];
-                d->ids[m] = i;
-                d->keys[m++] = kern_key_desc(logits[i]);
+        for (int i = 0; i < n; i += BLOCK) {
+            int end = n - i < BLOCK ? n : i + BLOCK, hit = 0;
+            if (end - i == BLOCK) { /* a vectorised test skips blocks with no candidate */
+                for (int j = 0; j < BLOCK; j++) hit |= logits[i + j] >= thr;
+                if (!hit) continue;
             }
+            for (int j = i; j < end; j++)
+                if (logits[j] >= thr) {
+                    s += (double)d->e[j];
+                    d->ids[m] = j;
+                    d->keys[m++] = kern_key_desc(logits[j]);
+                }
+        }
         if (s < target * (1 + 1e-9) && stage < last) continue;
         kern_sort(d->keys, d->ids, d->tmp_key, d->tmp_id, m);
         s = 0;
