@@ -6,7 +6,7 @@
  * run on the GPU machine:
  *   bench_gpu MODEL_DIR [--bw GBps] [--ctx N,N..] [--long N] [--cpu-check N] [--quick]
  *             [--decode-only] [--lab] [--batch B,B..] [--mixed C]
- *             [--gemm-check] [--probe W,N] [--inputs exact|bf16]
+ *             [--gemm-check] [--probe W,N] [--inputs exact|bf16] [--sampled]
  * --lab: prefill of 512 tokens (and --long's), decode, the verify curve and the kernel table
  * (for comparing variants).
  * --batch: continuous-batching decode, B sequences at the first context stepping one token
@@ -16,12 +16,16 @@
  * --gemm-check: prefill with one matmul launch over all rows of a pass (the default where it
  * fills the GPU) and with a launch per 32 rows (a second copy of the model loaded with
  * DSPARK_GPU_GEMM=0): their times, and whether all 256 rows' logits are the same bits.
+ * --sampled: sampled verify rounds of 1, 5 and 17 rows (three sampling settings) with the rows'
+ * sampling summaries brought back against their logits, pass and host decision included.
  * --inputs exact: matmul inputs as three bf16 terms, exact products (DSPARK_GPU_INPUTS=exact,
  * the default of every model it loads; default bf16, inputs rounded).
  * Times are the median of repeated runs (minimum in brackets). */
 #include "backend/gpu.h"
 #include "base/timer.h"
 #include "model/model.h"
+#include "sample/sampler.h"
+#include "spec/verify.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -51,6 +55,39 @@ static struct stat2 time_pass(struct model *m, struct kv_cache *kv, int base, co
         if (rc) return (struct stat2){-1, -1};
         if (r >= 0) t[r] = timer_now() - t0;
     }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_d);
+    return (struct stat2){t[reps / 2], t[0]};
+}
+
+/* A sampled verify round of n rows at context base (the pending token and n - 1 drafts that
+ * the random model rejects, so the round decides its first row): the pass, what comes back,
+ * and the host's decision, as the engine runs them. With summaries (DSPARK_GPU_SAMPLE_SUMMARY
+ * unset) the rows' sampling summaries come back, else their logits. Median of reps (minimum
+ * in brackets). */
+static struct stat2 time_sampled(struct model *m, struct kv_cache *kv, int base, const int32_t *ids,
+                                 int n, const struct sample_params *sp, int summaries, int reps) {
+    double t[64];
+    if (reps > 64) reps = 64;
+    if (summaries)
+        unsetenv("DSPARK_GPU_SAMPLE_SUMMARY");
+    else
+        setenv("DSPARK_GPU_SAMPLE_SUMMARY", "0", 1);
+    struct sampler *s = sampler_new(sp, model_config(m)->vocab_size);
+    struct verify v;
+    if (!s || verify_init(&v, m, kv, s, n - 1, -1, 0)) return (struct stat2){-1, -1};
+    unsetenv("DSPARK_GPU_SAMPLE_SUMMARY");
+    struct draft d = {(int32_t *)ids + 1, NULL, n - 1, n - 1, NULL};
+    for (int r = -1; r < reps; r++) {
+        kv_truncate(kv, base);
+        double t0 = timer_now();
+        struct model_batch_item it = verify_item(&v, ids, n);
+        int acc, stopped;
+        if (model_forward_batch(m, &it, 1) || verify_decide(&v, &d, NULL, NULL, &acc, &stopped))
+            return (struct stat2){-1, -1};
+        if (r >= 0) t[r] = timer_now() - t0;
+    }
+    verify_deinit(&v);
+    sampler_free(s);
     qsort(t, (size_t)reps, sizeof t[0], cmp_d);
     return (struct stat2){t[reps / 2], t[0]};
 }
@@ -217,11 +254,12 @@ static double time_batch(struct model *m, struct kv_cache **kvs, int B, int P, c
     for (int r = -1; r < reps; r++) {
         for (int i = 0; i < B; i++) {
             kv_truncate(kvs[i], P);
-            items[i] = (struct model_batch_item){kvs[i], ids + P + i, 1, NULL, NULL, out + i, 0};
+            items[i] =
+                (struct model_batch_item){kvs[i], ids + P + i, 1, NULL, NULL, out + i, 0, NULL};
         }
         if (chunk > 0) {
             kv_truncate(kvs[B], 0);
-            items[B] = (struct model_batch_item){kvs[B], ids, chunk, NULL, NULL, out + B, 1};
+            items[B] = (struct model_batch_item){kvs[B], ids, chunk, NULL, NULL, out + B, 1, NULL};
         }
         double t0 = timer_now();
         if (model_forward_batch(m, items, B + (chunk > 0))) return -1;
@@ -241,7 +279,7 @@ int main(int argc, char **argv) {
     }
     double bw = 4300;
     int ctxs[8] = {512}, n_ctx = 1, longp = 0, check = 0, quick = 0, decode_only = 0, lab = 0;
-    int batches[8], n_batch = 0, mixed = 0, gemm_check = 0, probe[2] = {0, 0};
+    int batches[8], n_batch = 0, mixed = 0, gemm_check = 0, probe[2] = {0, 0}, sampled = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc)
             bw = atof(argv[++i]);
@@ -267,6 +305,8 @@ int main(int argc, char **argv) {
             parse_list(argv[++i], probe, 2);
         else if (!strcmp(argv[i], "--inputs") && i + 1 < argc)
             setenv("DSPARK_GPU_INPUTS", argv[++i], 1);
+        else if (!strcmp(argv[i], "--sampled"))
+            sampled = 1;
     }
     double t_load = timer_now();
     struct model *m;
@@ -347,6 +387,28 @@ int main(int argc, char **argv) {
             kv_truncate(kv, P);
             kernel_table(m, &kv, 1, widths[w]);
         }
+    }
+    if (sampled) { /* sampled verify rounds: summaries against logits */
+        int P = ctxs[0];
+        static const struct {
+            const char *name;
+            struct sample_params sp;
+        } set[] = {{"temperature 1, no truncation", {1.0f, 1.0f, 0, 0, 0, 7}},
+                   {"temperature 0.7, top_p 0.9", {0.7f, 0.9f, 0, 0, 0, 7}},
+                   {"temperature 0.8, top_k 40", {0.8f, 1.0f, 40, 0, 0, 7}}};
+        static const int widths[] = {1, 5, 17};
+        printf("sampled verify rounds at context %d (pass, what comes back, the host's decision; "
+               "median [min] ms):\n",
+               P);
+        kv_truncate(kv, 0);
+        if (model_forward(m, kv, ids, P, NULL, 0)) return 1;
+        for (size_t k = 0; k < sizeof set / sizeof *set; k++)
+            for (size_t w = 0; w < sizeof widths / sizeof *widths; w++) {
+                struct stat2 a = time_sampled(m, kv, P, ids + P, widths[w], &set[k].sp, 0, 20);
+                struct stat2 b = time_sampled(m, kv, P, ids + P, widths[w], &set[k].sp, 1, 20);
+                printf("  %-30s %2d rows: logits %.3f [%.3f], summaries %.3f [%.3f]\n", set[k].name,
+                       widths[w], a.med * 1e3, a.min * 1e3, b.med * 1e3, b.min * 1e3);
+            }
     }
     if (n_batch) { /* continuous batching: B sequences of context ctxs[0] */
         int P = ctxs[0], maxb = 1;

@@ -103,6 +103,11 @@ int gpu_forward_batch(struct gpu_model *g, struct gpu_seq_io *seqs, int n) {
     return ERR_UNSUPPORTED;
 }
 
+int gpu_logits_row(struct gpu_model *g, const struct gpu_sample_req *req, int row, float *out) {
+    (void)g, (void)req, (void)row, (void)out;
+    return ERR_UNSUPPORTED;
+}
+
 int gpu_ctx_append(struct gpu_model *g, struct gpu_kv *kv, int pos0, const float *fused, int n) {
     (void)g, (void)kv, (void)pos0, (void)fused, (void)n;
     return ERR_UNSUPPORTED;

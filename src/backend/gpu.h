@@ -95,6 +95,31 @@ int gpu_forward(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t 
  * and greedy ids (likewise) come back where asked (NULL: not wanted), and taps [n, n_taps * H]
  * of every row when taps were set. Each row's results are the same bits as when its sequence
  * runs alone. */
+/* A sampled row's summary in place of its logits: what sample_dist_build_sparse() (sample/
+ * dist.h, whose sample_row_summary it mirrors field for field) needs to build the row's
+ * truncated distribution with the bits the whole row would give. */
+struct gpu_row_summary {
+    float max;     /* the largest logit */
+    float logit_t; /* the logit of the row's draft (its sequence's next input), else 0 */
+    double total;  /* the sum of exp((logit - max) / temperature) over the row, kern_sum's order */
+    int n;         /* candidates in ids/logits, in id order; -1: the row itself is needed */
+    int in_logits; /* 1: the row's logits came back too (an untruncated row with no draft,
+                    * whose draw needs them unless a draft before it is rejected) */
+    int32_t *ids;  /* [cap] */
+    float *logits; /* [cap] */
+};
+#define GPU_SAMPLE_CAP 1024 /* candidates a summary holds at most */
+/* A sequence's rows summarised (with its logits also given: they come back instead when the
+ * pass cannot keep them on the device, and then filled stays 0). */
+struct gpu_sample_req {
+    float temperature;
+    int top_k;                    /* <= 0 or >= vocab: none */
+    float top_p;                  /* >= 1: none */
+    struct gpu_row_summary *rows; /* [rows asked for], ids/logits of GPU_SAMPLE_CAP entries */
+    int filled;                   /* out: 1 when rows[] hold the pass's summaries */
+    int dev_row;                  /* out: where the first row's logits stay on the device */
+    unsigned pass;                /* out: the pass that left them there (gpu_logits_row) */
+};
 struct gpu_seq_io {
     struct gpu_kv *kv;
     int pos0;
@@ -106,6 +131,7 @@ struct gpu_seq_io {
     int all_rows;
     int noncausal; /* each row attends to all n rows (a drafter's block), not those before it */
     float *hidden; /* drafters: [n, H] every row after the final norm (with all_rows), or NULL */
+    struct gpu_sample_req *sample; /* with logits: summaries instead where the pass allows */
 };
 int gpu_forward_batch(struct gpu_model *g, struct gpu_seq_io *seqs, int n);
 /* A drafter's context rows for positions pos0.. of kv from fused[n, fc cols] (host): fc,
@@ -118,6 +144,10 @@ int gpu_markov_bias(struct gpu_model *g, const int32_t *prev, int n, float *cons
 /* Hidden-state taps: the residual stream leaving each of layers[0..n) (n <= 16), reported by
  * gpu_forward_batch() in this order. n = 0 turns them off. */
 int gpu_set_taps(struct gpu_model *g, const int *layers, int n);
+/* Row `row` of a sequence's summarised rows (req filled by the last gpu_forward_batch): its
+ * logits into out[V] while the device still holds them (until the model's next pass), else
+ * ERR_UNSUPPORTED. */
+int gpu_logits_row(struct gpu_model *g, const struct gpu_sample_req *req, int row, float *out);
 /* gpu_forward() that copies back only the greedy token of every row (all_rows) or of the last
  * one: the first index of the largest logit, as sample_greedy() picks it. */
 int gpu_forward_greedy(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids, int n,

@@ -282,7 +282,8 @@ int gen_seq_prefill(struct gen_seq *r, int max_rows) {
     double t0 = timer_now();
     if (r->tapped && !(ptaps = malloc(sizeof(float) * (size_t)r->tap_width * (size_t)n)))
         return ERR_NOMEM;
-    struct model_batch_item it = {r->kv, r->seq + pos, n, NULL, ptaps, last ? r->v.ids : NULL, 1};
+    struct model_batch_item it = {r->kv, r->seq + pos,           n, NULL,
+                                  ptaps, last ? r->v.ids : NULL, 1, NULL};
     int rc = r->v.greedy_ids ? model_forward_batch(r->e->target, &it, 1)
                              : model_forward_taps(r->e->target, r->kv, r->seq + pos, n,
                                                   last ? r->v.logits : NULL, 0, ptaps);
@@ -539,6 +540,8 @@ static int apply(struct gen_seq *r) {
     if (!rc && r->p->trace) rc = record_round(r, &r->d, acc, r->from_lookup, &r->drafted_cap);
     st->rounds++;
     st->target_forwards++;
+    st->summary_rounds = r->v.n_summarised;
+    st->rows_fetched = r->v.n_fetched;
     st->drafted += r->d.n;
     st->accepted += acc;
     st->accept_hist[acc < GEN_ACCEPT_BUCKETS - 1 ? acc : GEN_ACCEPT_BUCKETS - 1]++;

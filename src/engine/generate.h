@@ -77,6 +77,8 @@ struct gen_stats {
     int accepted;        /* draft tokens kept */
     int lookup_rounds;   /* rounds whose drafts came from the n-gram index */
     int load_aware_cut;  /* drafts load-aware verification left out of a batched pass */
+    int summary_rounds;  /* sampled rounds decided from GPU sampling summaries */
+    int rows_fetched;    /* rows of those whose logits came back for a draw */
     int accept_hist[GEN_ACCEPT_BUCKETS];
     double prefill_s, decode_s, draft_s; /* draft_s is part of decode_s */
     /* --max-draft auto (params.tune): rounds by the cap in force; at the end, the cap of the

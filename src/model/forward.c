@@ -207,7 +207,8 @@ static int forward_batch_gpu(struct model *m, struct model_batch_item *items, in
                                     .logits = it->logits,
                                     .out_ids = it->out_ids,
                                     .taps = it->taps,
-                                    .all_rows = !it->last_only};
+                                    .all_rows = !it->last_only,
+                                    .sample = it->logits ? it->sample : NULL};
     }
     int rc = gpu_forward_batch(m->gpu, io, n_items);
     free(io);
@@ -227,6 +228,10 @@ static void batch_outputs(struct model *m, struct model_batch_item *it, int row0
         if (!it->logits) head_rows(m, row0 + t, 1, m->last_logits);
         it->out_ids[t - first] = first_max(row, V);
     }
+}
+
+int model_logits_row(struct model *m, const struct gpu_sample_req *sample, int row, float *out) {
+    return m->gpu ? gpu_logits_row(m->gpu, sample, row, out) : ERR_UNSUPPORTED;
 }
 
 int model_forward_batch(struct model *m, struct model_batch_item *items, int n_items) {
@@ -270,7 +275,7 @@ int model_forward_taps(struct model *m, struct kv_cache *kv, const int32_t *ids,
     int rc = check_ids(m, kv, ids, n);
     if (rc) return rc;
     if (m->gpu) {
-        struct model_batch_item it = {kv, ids, n, logits, taps, NULL, !all_rows};
+        struct model_batch_item it = {kv, ids, n, logits, taps, NULL, !all_rows, NULL};
         return forward_batch_gpu(m, &it, 1);
     }
     int H = m->cfg.hidden_size, V = m->cfg.vocab_size;

@@ -142,6 +142,7 @@ int model_gpu_profile(struct model *m, struct kv_cache **kv, int nseq, int n,
  * greedy token: first index of the largest logit) cover every row, or with last_only the
  * last one; taps every row. Any of them may be NULL. On the CPU items wider than MODEL_CHUNK
  * rows are refused (ERR_ARG); the GPU takes any width. */
+struct gpu_sample_req;
 struct model_batch_item {
     struct kv_cache *kv;
     const int32_t *ids;
@@ -150,8 +151,14 @@ struct model_batch_item {
     float *taps;      /* [n, n_taps * H] */
     int32_t *out_ids; /* [n or 1] */
     int last_only;
+    /* GPU targets, with logits: sampling summaries of the rows instead, where the pass allows
+     * (backend/gpu.h; the logits come back otherwise, and sample->filled says which) */
+    struct gpu_sample_req *sample;
 };
 int model_forward_batch(struct model *m, struct model_batch_item *items, int n_items);
+/* Row `row` of an item's summarised rows (sample filled by the last model_forward_batch), its
+ * logits into out[vocab], while the device still holds them: until the model's next pass. */
+int model_logits_row(struct model *m, const struct gpu_sample_req *sample, int row, float *out);
 
 /* ---- for drafters that read the target (DSpark, DFlash) ---- */
 

@@ -4,7 +4,9 @@
  *  - top-k: one pass with a k-entry min-heap, which also collects every logit that could
  *    tie the k-th; only those candidates are exponentiated and sorted;
  *  - nucleus only: exp over the vocabulary, then only the tokens within a few nats of the
- *    max logit are sorted (widening when their mass falls short of top_p). */
+ *    max logit are sorted (widening when their mass falls short of top_p).
+ * sample_dist_build_sparse() runs the same top-k and first nucleus stage over a row
+ * summary's candidates, sharing their code, so the two give the same bits. */
 #include "sample/dist.h"
 
 #include <assert.h>
@@ -111,17 +113,16 @@ static void sift_down(float *h, int n, int i) {
     h[i] = v;
 }
 
-/* Puts every token with logit >= the k-th largest into ids[0..m) in rank order; returns m.
- * The heap holds the k largest values so far; any logit >= its minimum at the time it is
- * seen is noted, which covers all final members including ties (the minimum only rises).
- * Blocks with no logit >= the minimum are skipped by a vectorised test. */
-static int select_top_k(struct sample_dist *d, const float *logits, int k) {
-    int n = d->n_vocab, n_cand = 0;
-    float *heap = d->e;
-    int32_t *cand = d->tmp_id;
+/* The k-th largest of vals[0..n) (0 < k <= n; NaN counts as -inf), with heap[0..k) as
+ * scratch: a min-heap of the k largest so far. With cand, the position of every value >= the
+ * heap minimum when it is seen goes to cand[0..*n_cand), in increasing order: that covers
+ * every value >= the result, ties included (the minimum only rises). Blocks with no value
+ * >= the minimum are skipped by a vectorised test. */
+static float kth_largest(float *heap, int k, const float *vals, int n, int32_t *cand, int *n_cand) {
+    int nc = 0;
     for (int i = 0; i < k; i++) {
-        heap[i] = logits[i] == logits[i] ? logits[i] : -INFINITY;
-        cand[n_cand++] = i;
+        heap[i] = vals[i] == vals[i] ? vals[i] : -INFINITY;
+        if (cand) cand[nc++] = i;
     }
     for (int i = k / 2 - 1; i >= 0; i--) sift_down(heap, k, i);
     float h0 = heap[0];
@@ -129,16 +130,16 @@ static int select_top_k(struct sample_dist *d, const float *logits, int k) {
         int end = n - i < BLOCK ? n : i + BLOCK;
         if (end - i == BLOCK) {
             int hit = 0;
-            for (int j = 0; j < BLOCK; j++) hit |= logits[i + j] >= h0;
+            for (int j = 0; j < BLOCK; j++) hit |= vals[i + j] >= h0;
             if (!hit) {
                 i = end;
                 continue;
             }
         }
         for (; i < end; i++) {
-            float v = logits[i];
+            float v = vals[i];
             if (v >= h0) {
-                cand[n_cand++] = i;
+                if (cand) cand[nc++] = i;
                 if (v > h0) {
                     heap[0] = v;
                     sift_down(heap, k, 0);
@@ -147,9 +148,18 @@ static int select_top_k(struct sample_dist *d, const float *logits, int k) {
             }
         }
     }
-    int m = 0;
+    if (n_cand) *n_cand = nc;
+    return h0;
+}
+
+/* Top-k over vals[0..n) (the row, or a summary's candidates): positions of every value >=
+ * the k-th largest go to ids[0..m) in rank order, ties by lower position first; returns m. */
+static int select_top_k(struct sample_dist *d, const float *vals, int n, int k) {
+    int n_cand, m = 0;
+    int32_t *cand = d->tmp_id;
+    float h0 = kth_largest(d->e, k, vals, n, cand, &n_cand);
     for (int j = 0; j < n_cand; j++) {
-        float v = logits[cand[j]];
+        float v = vals[cand[j]];
         if (v >= h0) {
             d->ids[m] = cand[j];
             d->keys[m++] = kern_key_desc(v);
@@ -157,43 +167,6 @@ static int select_top_k(struct sample_dist *d, const float *logits, int k) {
     }
     kern_sort(d->keys, d->ids, d->tmp_key, d->tmp_id, m);
     return m;
-}
-
-/* Nucleus without top-k: d->e gets exp for the whole vocabulary (sum *total). The tokens
- * within NUCLEUS_NATS[s] nats of the max (a logit threshold, so they are a prefix of the
- * ranking) go to ids[0..m) in rank order with probs[j] = e[ids[j]], widening s until their
- * mass reaches top_p * total; the nucleus is then inside them. The margin on the first
- * test and the check after sorting keep summation-order rounding from cutting it short. */
-static const float NUCLEUS_NATS[] = {8.0f, 24.0f, INFINITY};
-
-static int select_nucleus(struct sample_dist *d, const float *logits, float max, float t,
-                          float top_p, double *total) {
-    int n = d->n_vocab, last = (int)(sizeof NUCLEUS_NATS / sizeof *NUCLEUS_NATS) - 1;
-    *total = kern_exp_shift(d->e, logits, n, max, 1.0f / t);
-    double target = (double)top_p * *total;
-    for (int stage = 0;; stage++) {
-        float thr = max - NUCLEUS_NATS[stage] * t;
-        int m = 0;
-        double s = 0;
-        for (int i = 0; i < n; i += BLOCK) {
-            int end = n - i < BLOCK ? n : i + BLOCK, hit = 0;
-            if (end - i == BLOCK) { /* a vectorised test skips blocks with no candidate */
-                for (int j = 0; j < BLOCK; j++) hit |= logits[i + j] >= thr;
-                if (!hit) continue;
-            }
-            for (int j = i; j < end; j++)
-                if (logits[j] >= thr) {
-                    s += (double)d->e[j];
-                    d->ids[m] = j;
-                    d->keys[m++] = kern_key_desc(logits[j]);
-                }
-        }
-        if (s < target * (1 + 1e-9) && stage < last) continue;
-        kern_sort(d->keys, d->ids, d->tmp_key, d->tmp_id, m);
-        s = 0;
-        for (int j = 0; j < m; j++) s += (double)(d->probs[j] = d->e[d->ids[j]]);
-        if (s >= target || stage == last) return m;
-    }
 }
 
 /* probs[0..m) hold unnormalised mass in rank order; cuts the nucleus against total (the
@@ -216,6 +189,74 @@ static void finish(struct sample_dist *d, int m, double total, float top_p) {
     d->mass = mass_of(p, keep);
 }
 
+/* After select_top_k(): probs[j] = exp of vals[ids[j]] against the top one, their total in
+ * rank order, ids mapped through id_of (NULL: positions are ids), then finish(). */
+static int top_k_finish(struct sample_dist *d, const float *vals, const int32_t *id_of, int m,
+                        float inv_t, float top_p) {
+    float max = m > 0 ? vals[d->ids[0]] : NAN;
+    if (!isfinite(max)) return ERR_ARG;
+    double total = 0;
+    for (int j = 0; j < m; j++) {
+        d->probs[j] = kern_exp((vals[d->ids[j]] - max) * inv_t);
+        total += (double)d->probs[j];
+    }
+    if (id_of)
+        for (int j = 0; j < m; j++) d->ids[j] = id_of[d->ids[j]];
+    finish(d, m, total, top_p);
+    return OK;
+}
+
+/* Nucleus without top-k: d->e gets exp for the whole vocabulary (sum *total). The tokens
+ * within NUCLEUS_NATS[s] nats of the max (a logit threshold, so they are a prefix of the
+ * ranking) go to ids[0..m) in rank order with probs[j] = e[ids[j]], widening s until their
+ * mass reaches top_p * total; the nucleus is then inside them. The margin on the first
+ * test and the check after sorting keep summation-order rounding from cutting it short. */
+static const float NUCLEUS_NATS[] = {SAMPLE_NUCLEUS_NATS, 24.0f, INFINITY};
+
+static float nucleus_thr(float max, float t, int stage) {
+    float w = NUCLEUS_NATS[stage] * t; /* rounded before the subtraction: no FMA */
+    return max - w;
+}
+
+/* One stage's test, shared by the full and the sparse nucleus: ids[0..m) hold the stage's
+ * positions in id order with their keys, s the sum of e[] over them in that order. Returns
+ * 1 when the stage holds the nucleus (always for the last): ids are then in rank order and
+ * probs[j] = e[ids[j]]. */
+static int nucleus_take(struct sample_dist *d, int m, double s, const float *e, double target,
+                        int last) {
+    if (s < target * (1 + 1e-9) && !last) return 0;
+    kern_sort(d->keys, d->ids, d->tmp_key, d->tmp_id, m);
+    s = 0;
+    for (int j = 0; j < m; j++) s += (double)(d->probs[j] = e[d->ids[j]]);
+    return s >= target || last;
+}
+
+static int select_nucleus(struct sample_dist *d, const float *logits, float max, float t,
+                          float top_p, double *total) {
+    int n = d->n_vocab, last = (int)(sizeof NUCLEUS_NATS / sizeof *NUCLEUS_NATS) - 1;
+    *total = kern_exp_shift(d->e, logits, n, max, 1.0f / t);
+    double target = (double)top_p * *total;
+    for (int stage = 0;; stage++) {
+        float thr = nucleus_thr(max, t, stage);
+        int m = 0;
+        double s = 0;
+        for (int i = 0; i < n; i += BLOCK) {
+            int end = n - i < BLOCK ? n : i + BLOCK, hit = 0;
+            if (end - i == BLOCK) { /* a vectorised test skips blocks with no candidate */
+                for (int j = 0; j < BLOCK; j++) hit |= logits[i + j] >= thr;
+                if (!hit) continue;
+            }
+            for (int j = i; j < end; j++)
+                if (logits[j] >= thr) {
+                    s += (double)d->e[j];
+                    d->ids[m] = j;
+                    d->keys[m++] = kern_key_desc(logits[j]);
+                }
+        }
+        if (nucleus_take(d, m, s, d->e, target, stage == last)) return m;
+    }
+}
+
 int sample_dist_build(struct sample_dist *d, const float *logits, float temperature, int top_k,
                       float top_p) {
     int n = d->n_vocab;
@@ -226,20 +267,13 @@ int sample_dist_build(struct sample_dist *d, const float *logits, float temperat
     if (top_k >= n) top_k = 0;
     float inv_t = 1.0f / temperature;
     if (top_k > 0) {
-        int m = select_top_k(d, logits, top_k);
-        float max = m > 0 ? logits[d->ids[0]] : NAN;
-        if (!isfinite(max)) return ERR_ARG;
-        double total = 0;
-        for (int j = 0; j < m; j++) {
-            d->probs[j] = kern_exp((logits[d->ids[j]] - max) * inv_t);
-            total += (double)d->probs[j];
-        }
-        finish(d, m, total, top_p);
-        return OK;
+        int m = select_top_k(d, logits, n, top_k);
+        return top_k_finish(d, logits, NULL, m, inv_t, top_p);
     }
     float max = kern_max(logits, n);
     if (!isfinite(max)) return ERR_ARG;
     if (!(top_p < 1)) {
+        /* sample_prob_untruncated() repeats this arithmetic */
         double total = kern_exp_shift(d->probs, logits, n, max, inv_t);
         float inv = (float)(1.0 / total);
         for (int i = 0; i < n; i++) d->probs[i] *= inv;
@@ -251,5 +285,88 @@ int sample_dist_build(struct sample_dist *d, const float *logits, float temperat
     double total;
     int m = select_nucleus(d, logits, max, temperature, top_p, &total);
     finish(d, m, total, top_p);
+    return OK;
+}
+
+float sample_prob_untruncated(float logit, float max, double total, float temperature) {
+    float inv_t = 1.0f / temperature;
+    return kern_exp((logit - max) * inv_t) * (float)(1.0 / total);
+}
+
+/* ---- summaries ---- */
+
+/* Tokens with logit >= thr into s (id order); n = -1 past cap. */
+static void collect(const float *logits, int n_vocab, float thr, int cap,
+                    struct sample_row_summary *s) {
+    int m = 0;
+    for (int i = 0; i < n_vocab; i++)
+        if (logits[i] >= thr) {
+            if (m == cap) {
+                s->n = -1;
+                return;
+            }
+            s->ids[m] = i;
+            s->logits[m++] = logits[i];
+        }
+    s->n = m;
+}
+
+void sample_row_summarize(const float *logits, int n_vocab, float temperature, int top_k,
+                          float top_p, int cap, struct sample_row_summary *s) {
+    s->max = kern_max(logits, n_vocab);
+    s->total = 0;
+    s->n = -1;
+    if (!isfinite(s->max) || !(temperature > 0)) return;
+    s->total = kern_exp_sum(logits, n_vocab, s->max, 1.0f / temperature);
+    int nan = 0;
+    for (int i = 0; i < n_vocab; i++) nan |= logits[i] != logits[i];
+    if (nan) return;
+    if (top_k >= n_vocab) top_k = 0;
+    if (top_k > 0) {
+        if (top_k > cap) return; /* at least top_k tokens are kept */
+        /* s->logits serves as the heap until the candidates overwrite it */
+        float kth = kth_largest(s->logits, top_k, logits, n_vocab, NULL, NULL);
+        collect(logits, n_vocab, kth, cap, s);
+    } else if (top_p < 1) {
+        collect(logits, n_vocab, nucleus_thr(s->max, temperature, 0), cap, s);
+    } else {
+        s->n = 0;
+    }
+}
+
+/* The same steps as sample_dist_build(), over the candidates: positions in s stand for ids
+ * until the end (they are in id order, so ties still go to the lower id), and exp, sums and
+ * sorts see the same values in the same order. */
+int sample_dist_build_sparse(struct sample_dist *d, const struct sample_row_summary *s,
+                             float temperature, int top_k, float top_p) {
+    d->n = 0;
+    d->sorted = 0;
+    d->mass = 0;
+    if (!(temperature > 0) || !isfinite(s->max)) return ERR_ARG;
+    if (top_k >= d->n_vocab) top_k = 0;
+    if (s->n < 0 || (top_k <= 0 && !(top_p < 1))) return ERR_UNSUPPORTED;
+    assert(s->n <= d->n_vocab);
+    float inv_t = 1.0f / temperature;
+    if (top_k > 0) {
+        /* A NaN-free row keeps >= top_k tokens; fewer is not a summary of one. */
+        if (s->n < top_k) return ERR_UNSUPPORTED;
+        int m = select_top_k(d, s->logits, s->n, top_k);
+        return top_k_finish(d, s->logits, s->ids, m, inv_t, top_p);
+    }
+    /* nucleus: stage 0 of select_nucleus(), e[] indexed by position */
+    float max = s->max, thr = nucleus_thr(max, temperature, 0);
+    int m = 0;
+    double sum = 0;
+    for (int i = 0; i < s->n; i++) {
+        float v = s->logits[i];
+        if (v >= thr) { /* a superset of the window may have been given */
+            sum += (double)(d->e[i] = kern_exp((v - max) * inv_t));
+            d->ids[m] = i;
+            d->keys[m++] = kern_key_desc(v);
+        }
+    }
+    if (!nucleus_take(d, m, sum, d->e, (double)top_p * s->total, 0)) return ERR_UNSUPPORTED;
+    for (int j = 0; j < m; j++) d->ids[j] = s->ids[d->ids[j]];
+    finish(d, m, s->total, top_p);
     return OK;
 }

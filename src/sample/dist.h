@@ -40,6 +40,57 @@ void sample_dist_init(struct sample_dist *d, void *mem, int n_vocab);
 int sample_dist_build(struct sample_dist *d, const float *logits, float temperature, int top_k,
                       float top_p);
 
+/* ---- building from a row summary ----
+ * A device that computed the logits can reduce each row to a summary: the max, the total
+ * mass, and the few tokens that truncation can keep. The host then builds the distribution
+ * from the summary, with the same bits as sample_dist_build() on the whole row, without
+ * copying the row back. sample_row_summarize() is the reference a device must match bit
+ * for bit: kern_max(); the total in kern_sum()'s order (kern.h), of kern_exp() (its fmaf()
+ * calls are part of it) at (logit - max) * inv_t; inv_t = 1.0f / temperature correctly
+ * rounded; and the nucleus threshold as two float operations, max - (NATS * temperature),
+ * without a fused multiply-add. (The sign of a zero max changes none of the results.) */
+
+/* The nucleus's first window: its candidates are the logits >= max - this * temperature. */
+#define SAMPLE_NUCLEUS_NATS 8.0f
+
+/* What a row of logits must tell the host for sample_dist_build_sparse(), for one setting of
+ * temperature, top_k and top_p. Candidates:
+ *  - top-k (0 < top_k < n_vocab): every token whose logit is >= the top_k-th largest logit,
+ *    ties included: the tokens sample_dist_build() keeps before its nucleus;
+ *  - else nucleus (top_p < 1): every token whose logit is >= the threshold above;
+ *  - else none (n = 0): sample_prob_untruncated() gives any token's probability.
+ * n = -1 when a logit is NaN, max is not finite, temperature <= 0, or the candidates would
+ * exceed the caller's capacity. */
+struct sample_row_summary {
+    float max; /* kern_max(logits) */
+    /* kern_exp_shift()'s sum over the whole row at (max, 1 / temperature); 0 when max is not
+     * finite or temperature <= 0 */
+    double total;
+    /* candidates in ids[] and logits[], in increasing id order; -1: the row itself is needed */
+    int n;
+    int32_t *ids;  /* [cap] caller's arrays */
+    float *logits; /* [cap] */
+};
+
+/* The reference summary of logits[0..n_vocab); s->ids and s->logits hold cap entries. */
+void sample_row_summarize(const float *logits, int n_vocab, float temperature, int top_k,
+                          float top_p, int cap, struct sample_row_summary *s);
+
+/* Builds into d what sample_dist_build(d, row, temperature, top_k, top_p) would, bit for
+ * bit, from s, the row's summary for the same temperature, top_k and top_p. Returns OK;
+ * ERR_ARG where sample_dist_build() would (temperature <= 0, max not finite); or
+ * ERR_UNSUPPORTED when the summary does not suffice and the caller must build from the row:
+ * s->n < 0; no truncation (a draw needs every probability); or a nucleus that reaches below
+ * the candidates' window (sample_dist_build() would widen it); also for top-k candidates
+ * fewer than top_k, which no NaN-free row gives. On error d is left empty. A superset of
+ * the candidates (still in id order) gives the same result. */
+int sample_dist_build_sparse(struct sample_dist *d, const struct sample_row_summary *s,
+                             float temperature, int top_k, float top_p);
+
+/* The probability sample_dist_build() gives a token with this logit when it truncates
+ * nothing (its probs[id]), from the row's max and total (a summary's), same bits. */
+float sample_prob_untruncated(float logit, float max, double total, float temperature);
+
 /* Recomputes d->mass after a caller edited probs[0..n) by hand (tests, custom drafters). */
 void sample_dist_update(struct sample_dist *d);
 

@@ -1,7 +1,7 @@
 /* sample/kern.h: internal numeric kernels of the sample module (not a public API):
  * a vectorisable exp for non-positive arguments, max/sum reductions with a fixed summation
- * order (so results never depend on the compiler), and a stable key sort. Pure functions
- * of their arguments; thread-safe. */
+ * order (so results never depend on the compiler, and a GPU can match them), and a stable
+ * key sort. Pure functions of their arguments; thread-safe. */
 #ifndef DSPARK_SAMPLE_KERN_H
 #define DSPARK_SAMPLE_KERN_H
 
@@ -39,10 +39,21 @@ float kern_max(const float *x, int n);
 /* Index of the largest value, the lowest such index on ties; NaN ignored; 0 when no value
  * is above -INFINITY. */
 int32_t kern_argmax(const float *x, int n);
-/* Sum of x[0..n) in double, eight interleaved partial sums added in a fixed order. */
+/* Sum of x[0..n) in double, in a fixed order that a GPU can reproduce in parallel:
+ *  - x is cut into blocks of KERN_SUM_BLOCK values (the last may be shorter);
+ *  - a block's sum: eight double accumulators starting at 0, lane j adding (double)x[b + j],
+ *    x[b + j + 8], x[b + j + 16], ... (those the block has) in increasing index order, then
+ *    combined as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7));
+ *  - the block sums are combined pairwise, level by level: new[i] = old[2i] + old[2i + 1]
+ *    for every pair, an odd last element carried to the next level unchanged, until one
+ *    value remains. n == 0 gives 0.
+ * No allocation and no limit on n. */
+enum { KERN_SUM_BLOCK = 256 };
 double kern_sum(const float *x, int n);
 /* y[i] = kern_exp((x[i] - max) * inv_t) for i < n; returns kern_sum(y, n). */
 double kern_exp_shift(float *y, const float *x, int n, float max, float inv_t);
+/* kern_exp_shift()'s return value (the same bits) without storing y. */
+double kern_exp_sum(const float *x, int n, float max, float inv_t);
 
 /* Order-preserving map from float to uint32: a < b implies key(a) < key(b); reversed so an
  * ascending sort gives logits in descending order. */

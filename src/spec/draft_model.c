@@ -123,8 +123,8 @@ static int dm_propose_batch(struct drafter *const *ds, const int32_t *const *seq
         memcpy(x->held + keep, seqs[i] + keep, sizeof(int32_t) * (size_t)nf);
         if (nf <= x->rows) {
             who[k] = i;
-            items[k++] =
-                (struct model_batch_item){x->kv, seqs[i] + keep, nf, x->logits, NULL, NULL, 0};
+            items[k++] = (struct model_batch_item){x->kv, seqs[i] + keep, nf, x->logits,
+                                                   NULL,  NULL,           0,  NULL};
         } else /* a long catch-up (the prompt): on its own, last row only */
             rc = model_forward(x->m, x->kv, seqs[i] + keep, nf, x->logits, 0);
     }
@@ -146,8 +146,8 @@ static int dm_propose_batch(struct drafter *const *ds, const int32_t *const *seq
             outs[i]->n = d + 1;
             if (d + 1 < want[i]) {
                 x->held[kv_len(x->kv)] = id;
-                items[k++] =
-                    (struct model_batch_item){x->kv, &outs[i]->ids[d], 1, x->logits, NULL, NULL, 0};
+                items[k++] = (struct model_batch_item){
+                    x->kv, &outs[i]->ids[d], 1, x->logits, NULL, NULL, 0, NULL};
             }
         }
         if (k) rc = model_forward_batch(x0->m, items, k);

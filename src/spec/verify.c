@@ -1,6 +1,7 @@
 /* spec/verify.c: see verify.h. */
 #include "spec/verify.h"
 
+#include "backend/gpu.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "model/model.h"
@@ -29,6 +30,24 @@ int verify_init(struct verify *v, struct model *m, struct kv_cache *kv, struct s
     const struct sample_params *sp = sampler_params(s);
     v->greedy_ids = model_on_gpu(m) && sp->temperature <= 0 && sp->presence_penalty == 0 &&
                     sp->frequency_penalty == 0 && top_logprobs < 0;
+    const char *env = getenv("DSPARK_GPU_SAMPLE_SUMMARY");
+    int summaries = model_on_gpu(m) && sp->temperature > 0 && sp->presence_penalty == 0 &&
+                    sp->frequency_penalty == 0 && top_logprobs < 0 && !(env && !strcmp(env, "0"));
+    if (summaries && v->logits) {
+        size_t rows = (size_t)v->max_draft + 1;
+        v->req = calloc(1, sizeof *v->req + rows * sizeof(struct gpu_row_summary) +
+                               rows * GPU_SAMPLE_CAP * (sizeof(int32_t) + sizeof(float)));
+        if (!v->req) {
+            verify_deinit(v);
+            return ERR_NOMEM;
+        }
+        struct gpu_row_summary *r = (struct gpu_row_summary *)(v->req + 1);
+        int32_t *ids = (int32_t *)(r + rows);
+        float *lg = (float *)(ids + rows * GPU_SAMPLE_CAP);
+        for (size_t i = 0; i < rows; i++)
+            r[i].ids = ids + i * GPU_SAMPLE_CAP, r[i].logits = lg + i * GPU_SAMPLE_CAP;
+        *v->req = (struct gpu_sample_req){sp->temperature, sp->top_k, sp->top_p, r, 0, 0, 0};
+    }
     if (!v->logits || !v->raw || !v->dense || (tap_width > 0 && !v->taps) || !v->ids) {
         verify_deinit(v);
         return ERR_NOMEM;
@@ -42,7 +61,39 @@ void verify_deinit(struct verify *v) {
     free(v->dense);
     free(v->taps);
     free(v->ids);
+    free(v->req);
     memset(v, 0, sizeof *v);
+}
+
+/* Row i's logits, brought back from the device when the pass sent only its summary */
+static int fetch_row(struct verify *v, int i, float *row) {
+    if (v->req->rows[i].in_logits) return OK; /* it came back with the summaries */
+    v->n_fetched++;
+    int rc = model_logits_row(v->m, v->req, i, row);
+    if (rc) log_error("a sampled row's logits are no longer on the GPU");
+    return rc;
+}
+
+/* Row i's target distribution: from its summary where that suffices, else from its logits */
+static int row_dist(struct verify *v, float *row, int i, const struct sample_dist **p) {
+    int rc = ERR_UNSUPPORTED;
+    if (v->req && v->req->filled) {
+        const struct gpu_row_summary *g = &v->req->rows[i];
+        struct sample_row_summary sum = {g->max, g->total, g->n, g->ids, g->logits};
+        rc = sampler_build_dist_sparse(v->s, &sum, p);
+        if (rc == ERR_UNSUPPORTED)
+            rc = fetch_row(v, i, row);
+        else
+            return rc;
+        if (rc) return rc;
+    }
+    return sampler_build_dist(v->s, row, NULL, 0, p);
+}
+
+/* Whether the sampler keeps every token: then a draft's probability comes from the summary's
+ * max, total and the draft's logit, and only a draw needs the row */
+static int untruncated(const struct sample_params *sp, int V) {
+    return (sp->top_k <= 0 || sp->top_k >= V) && !(sp->top_p < 1);
 }
 
 /* Decides row i: returns the token to commit and whether it is the draft (accepted). */
@@ -59,13 +110,31 @@ static int decide(struct verify *v, float *row, const struct draft *d, int i, in
         *accepted = has_draft && d->ids[i] == *id;
         return OK;
     }
+    struct rng *r = sampler_rng(v->s);
+    const struct gpu_row_summary *g = v->req && v->req->filled ? &v->req->rows[i] : NULL;
+    if (has_draft && g && g->n == 0 && untruncated(sp, V)) {
+        /* the acceptance test from the summary: the bits of the full distribution's p(t) */
+        int32_t t = d->ids[i];
+        const struct sample_dist *q = d->q ? d->q[i] : NULL;
+        float pt = sample_prob_untruncated(g->logit_t, g->max, g->total, sp->temperature);
+        if (sample_accept(r, pt, q ? sample_dist_prob(q, t) : 1.0f)) {
+            *id = t;
+            *accepted = 1;
+            return OK;
+        }
+        const struct sample_dist *p;
+        int rc = fetch_row(v, i, row);
+        if (!rc) rc = sampler_build_dist(v->s, row, NULL, 0, &p);
+        if (rc) return rc;
+        *id = q ? sample_residual(p, q, v->dense, r) : sample_residual_onehot(p, t, r);
+        return OK;
+    }
     const struct sample_dist *p;
-    int rc = sampler_build_dist(v->s, row, NULL, 0, &p);
+    int rc = row_dist(v, row, i, &p);
     if (rc) {
         log_error("the model produced unusable logits (NaN or infinite)");
         return rc;
     }
-    struct rng *r = sampler_rng(v->s);
     if (!has_draft) {
         *id = sample_dist_draw(p, r);
         return OK;
@@ -109,6 +178,7 @@ int verify_decide(struct verify *v, const struct draft *d, verify_commit_fn *cb,
     *stopped = 0;
     int rc = OK;
     if (v->greedy_ids) return decide_ids(v, &dk, cb, ctx, n_accepted, stopped);
+    if (v->req && v->req->filled) v->n_summarised++;
     for (int i = 0; i <= k; i++) {
         float *row = v->logits + (size_t)i * V;
         if (v->top_logprobs >= 0) memcpy(v->raw, row, sizeof(float) * (size_t)V);
@@ -131,8 +201,9 @@ int verify_decide(struct verify *v, const struct draft *d, verify_commit_fn *cb,
 
 struct model_batch_item verify_item(const struct verify *v, const int32_t *in, int n) {
     int ids = v->greedy_ids;
+    if (v->req) v->req->filled = 0;
     return (struct model_batch_item){
-        v->kv, in, n, ids ? NULL : v->logits, v->taps, ids ? v->ids : NULL, 0};
+        v->kv, in, n, ids ? NULL : v->logits, v->taps, ids ? v->ids : NULL, 0, v->req};
 }
 
 int verify_round(struct verify *v, int32_t pending, const struct draft *d, verify_commit_fn *cb,

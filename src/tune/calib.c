@@ -177,7 +177,7 @@ static int grid_measure(const struct tune_subject *s, struct meter *m, const int
             kvs[i], ids + n_ctx,
             0,      ids_only ? NULL : logits + (size_t)i * (size_t)(B + 1) * (size_t)V,
             NULL,   ids_only ? out_ids + (size_t)i * (size_t)(B + 1) : NULL,
-            0};
+            0,      NULL};
     }
     for (int b = 0; !rc && b < out->n_batches; b++) {
         int n = out->batch[b], ws[TUNE_MAX_CAP + 2];

@@ -9,10 +9,12 @@
 
 #include "backend/gpu.h"
 #include "cache/prefix.h"
+#include "base/err.h"
 #include "base/fs.h"
 #include "engine/generate.h"
 #include "format/safetensors.h"
 #include "model/model.h"
+#include "sample/dist.h"
 #include "spec/block_model.h"
 
 #include <cjson/cJSON.h>
@@ -347,9 +349,10 @@ static void same_passes(struct model *m[2], int *same_seq, int *same_batch) {
             struct model_batch_item it[NS];
             int32_t g[NS];
             for (int i = 0; i < NS; i++)
-                it[i] = (struct model_batch_item){
-                    kv[i], ids[i] + kv_len(kv[i]), 1, lb[k] + ((size_t)s * NS + i) * V, NULL, g + i,
-                    0};
+                it[i] = (struct model_batch_item){kv[i], ids[i] + kv_len(kv[i]),
+                                                  1,     lb[k] + ((size_t)s * NS + i) * V,
+                                                  NULL,  g + i,
+                                                  0,     NULL};
             CHECK(model_forward_batch(m[k], it, NS) == 0);
         }
         for (int i = 0; i < NS; i++) kv_free(kv[i]);
@@ -413,7 +416,7 @@ TEST(gpu_attention_many_steps) {
                 it[i] = (struct model_batch_item){kv[k][i], ids[i] + pre[i] + s * w[i],
                                                   w[i],     l[k][i] + (size_t)s * w[i] * V,
                                                   NULL,     g + 2 * i,
-                                                  0};
+                                                  0,        NULL};
                 if (k == 1) CHECK(model_forward_batch(m, &it[i], 1) == 0);
             }
             if (k == 0) CHECK(model_forward_batch(m, it, NS) == 0);
@@ -708,6 +711,139 @@ TEST(gpu_exact_modes) {
     model_free(m), model_free(dm), model_free(cpu);
 }
 
+/* Sampling summaries (sample.cu) against the CPU's reference: for rows of real logits and
+ * many sampling settings, the device's max, total, draft logit and candidates equal
+ * sample_row_summarize() on the same row, bit for bit, and the distribution built from them
+ * equals the one built from the row. */
+TEST(gpu_sample_summary) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m) == 0);
+    const int V = model_config(m)->vocab_size, W = 9;
+    const struct {
+        float t, p;
+        int k;
+    } set[] = {{0.7f, 0.9f, 0},     {1.0f, 1.0f, 0},  {0.8f, 1.0f, 40},    {1.3f, 0.8f, 5},
+               {0.3f, 0.5f, 0},     {2.0f, 0.99f, 0}, {1.0f, 0.95f, 1000}, {0.6f, 1.0f, 1},
+               {1.0f, 1.0f, V - 1}, {0.05f, 0.9f, 0}};
+    const int NS = (int)(sizeof set / sizeof *set);
+    int32_t ids[300];
+    for (int i = 0; i < 300; i++) ids[i] = 20 + (i * 977) % 8000;
+    float *lg = malloc(sizeof(float) * V * W), *row = malloc(sizeof(float) * V);
+    void *mem = malloc(sample_dist_bytes(V)), *mem2 = malloc(sample_dist_bytes(V));
+    struct gpu_row_summary rows[W];
+    int32_t *cid = malloc(sizeof(int32_t) * W * GPU_SAMPLE_CAP),
+            *rid = malloc(sizeof(int32_t) * GPU_SAMPLE_CAP);
+    float *clg = malloc(sizeof(float) * W * GPU_SAMPLE_CAP),
+          *rlg = malloc(sizeof(float) * GPU_SAMPLE_CAP);
+    REQUIRE(lg && row && mem && mem2 && cid && rid && clg && rlg);
+    for (int r = 0; r < W; r++)
+        rows[r].ids = cid + r * GPU_SAMPLE_CAP, rows[r].logits = clg + r * GPU_SAMPLE_CAP;
+    struct sample_dist d, d2;
+    sample_dist_init(&d, mem, V);
+    sample_dist_init(&d2, mem2, V);
+    int compared = 0, same = 0, built = 0, dist_same = 0, cands = 0;
+    for (int c = 0; c < NS; c++) {
+        struct kv_cache *kv;
+        REQUIRE(kv_new(m, 400, &kv) == 0);
+        int P = 40 + 23 * c;
+        CHECK(model_forward(m, kv, ids, P, NULL, 0) == 0);
+        struct gpu_sample_req req = {set[c].t, set[c].k, set[c].p, rows, 0, 0, 0};
+        struct model_batch_item it = {kv, ids + P, W, lg, NULL, NULL, 0, &req};
+        CHECK(model_forward_batch(m, &it, 1) == 0);
+        CHECK(req.filled == 1);
+        for (int r = 0; r < W && req.filled; r++) {
+            CHECK(model_logits_row(m, &req, r, row) == 0);
+            struct sample_row_summary ref = {0, 0, 0, rid, rlg};
+            sample_row_summarize(row, V, set[c].t, set[c].k, set[c].p, GPU_SAMPLE_CAP, &ref);
+            const struct gpu_row_summary *g = &rows[r];
+            float want_t = r + 1 < W ? row[ids[P + r + 1]] : 0.0f;
+            int ok = !memcmp(&g->max, &ref.max, sizeof(float)) &&
+                     !memcmp(&g->total, &ref.total, sizeof(double)) && g->n == ref.n &&
+                     !memcmp(&g->logit_t, &want_t, sizeof(float));
+            for (int j = 0; ok && j < g->n; j++)
+                ok = g->ids[j] == ref.ids[j] && !memcmp(&g->logits[j], &ref.logits[j], 4);
+            compared++, same += ok, cands += g->n > 0;
+            if (!ok && compared - same <= 3)
+                printf("  row %d of setting %d: max %g/%g total %.17g/%.17g n %d/%d\n", r, c,
+                       g->max, ref.max, g->total, ref.total, g->n, ref.n);
+            struct sample_row_summary gs = {g->max, g->total, g->n, g->ids, g->logits};
+            if (sample_dist_build_sparse(&d, &gs, set[c].t, set[c].k, set[c].p) == OK) {
+                built++;
+                CHECK(sample_dist_build(&d2, row, set[c].t, set[c].k, set[c].p) == OK);
+                dist_same += d.n == d2.n && d.sorted == d2.sorted && d.mass == d2.mass &&
+                             !memcmp(d.ids, d2.ids, sizeof(int32_t) * d.n) &&
+                             !memcmp(d.probs, d2.probs, sizeof(float) * d.n);
+            }
+        }
+        kv_free(kv);
+    }
+    printf("  sampling summaries: %d of %d rows equal the CPU's (%d with candidates); %d of %d "
+           "distributions built from them equal the row's\n",
+           same, compared, cands, dist_same, built);
+    CHECK(compared == NS * W && same == compared && cands >= 5 * W && dist_same == built &&
+          built >= 5 * W);
+    free(lg), free(row), free(mem), free(mem2), free(cid), free(rid), free(clg), free(rlg);
+    model_free(m);
+}
+
+/* Sampled generation with the summaries equals sampled generation with the logits copied back,
+ * token for token, in every mode and for several sampling settings (the same seeds): the
+ * decisions from a summary are those the row gives. */
+TEST(gpu_sample_summary_modes) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m, *dm;
+    struct block_model *ds, *df;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2, .gpu = 1}, &m) == 0);
+    REQUIRE(model_load("models/pycoder-draft", &(struct model_opts){.n_threads = 2}, &dm) == 0);
+    REQUIRE(block_model_load("models/pycoder-dspark", m, &ds) == 0);
+    REQUIRE(block_model_load("models/pycoder-dflash", m, &df) == 0);
+    static const struct sample_params sps[] = {{0.7f, 0.9f, 0, 0, 0, 1},
+                                               {1.0f, 1.0f, 0, 0, 0, 2},
+                                               {0.8f, 0.95f, 40, 0, 0, 3},
+                                               {0.5f, 1.0f, 0, 0.4f, 0, 4}};
+    int runs = 0, equal = 0, accepted = 0, summarised = 0, rounds = 0, fetched = 0;
+    for (int p = 0; p < 6; p++) {
+        int n = 10 + p * 3;
+        int32_t prompt[64];
+        for (int i = 0; i < n; i++) prompt[i] = 20 + (p * 977 + (i % 5) * 131) % 8000;
+        for (size_t s = 0; s < sizeof sps / sizeof *sps; s++)
+            for (int mode = GEN_BASELINE; mode <= GEN_DFLASH; mode++) {
+                struct gen_params gp = {.max_tokens = 40,
+                                        .ignore_eos = 1,
+                                        .top_logprobs = -1,
+                                        .sp = sps[s],
+                                        .mode = (enum gen_mode)mode,
+                                        .max_draft = mode == GEN_DFLASH ? 0 : 4};
+                struct gen_engine e = {
+                    .target = m, .draft = dm, .block = mode == GEN_DFLASH ? df : ds};
+                struct gen_result a, b;
+                setenv("DSPARK_GPU_SAMPLE_SUMMARY", "0", 1);
+                REQUIRE(gen_run(&e, prompt, n, &gp, NULL, NULL, &a) == 0);
+                unsetenv("DSPARK_GPU_SAMPLE_SUMMARY");
+                REQUIRE(gen_run(&e, prompt, n, &gp, NULL, NULL, &b) == 0);
+                runs++;
+                equal += a.n_ids == b.n_ids && !memcmp(a.ids, b.ids, sizeof(int32_t) * a.n_ids);
+                accepted += b.stats.accepted;
+                if (!sps[s].presence_penalty)
+                    rounds += b.stats.rounds, summarised += b.stats.summary_rounds,
+                        fetched += b.stats.rows_fetched;
+                CHECK(a.stats.summary_rounds == 0);
+                gen_result_free(&a), gen_result_free(&b);
+            }
+    }
+    printf("  sampled generation, summaries against logits: %d of %d runs equal (%d drafts "
+           "accepted); %d of %d rounds without penalties decided from summaries, %d rows "
+           "fetched for a draw\n",
+           equal, runs, accepted, summarised, rounds, fetched);
+    /* rounds of one untruncated row bring back their logits (their draw needs them) */
+    CHECK(equal == runs && accepted > 0 && summarised * 5 >= rounds * 4 && fetched > 0);
+    block_model_free(ds), block_model_free(df);
+    model_free(m), model_free(dm);
+}
+
 /* Continuous batching on the GPU: sequences of different lengths and positions in one
  * model_forward_batch() give, row for row, the bits each gives alone (logits, device greedy
  * ids and hidden-state taps), including a pass of more than GPU_GROUP rows; the GPU's taps
@@ -737,12 +873,13 @@ TEST(gpu_multi_sequence) {
         CHECK(model_forward(m, a[i], ids[i], pre[i], NULL, 0) == 0);
         CHECK(model_forward(m, b[i], ids[i], pre[i], NULL, 0) == 0);
         /* alone */
-        struct model_batch_item it = {a[i], ids[i] + pre[i], w[i], la[i], ta[i], ga[i], 0};
+        struct model_batch_item it = {a[i], ids[i] + pre[i], w[i], la[i], ta[i], ga[i], 0, NULL};
         CHECK(model_forward_batch(m, &it, 1) == 0);
     }
     struct model_batch_item items[NS];
     for (int i = 0; i < NS; i++)
-        items[i] = (struct model_batch_item){b[i], ids[i] + pre[i], w[i], lb[i], tb[i], gb[i], 0};
+        items[i] =
+            (struct model_batch_item){b[i], ids[i] + pre[i], w[i], lb[i], tb[i], gb[i], 0, NULL};
     CHECK(model_forward_batch(m, items, NS) == 0);
     int same = 0, same_ids = 0, same_taps = 0;
     double tap_err = 0;
@@ -1038,8 +1175,8 @@ TEST(gpu_shared_cache) {
     CHECK(model_forward(m, r2, ids, 170, NULL, 0) == 0);
     SAME_STEP(s2, r2, 170, 30);
     /* both in one batched pass */
-    struct model_batch_item it[2] = {{s2, ids + 200, 5, la, NULL, NULL, 0},
-                                     {r2, ids + 200, 5, lb, NULL, NULL, 0}};
+    struct model_batch_item it[2] = {{s2, ids + 200, 5, la, NULL, NULL, 0, NULL},
+                                     {r2, ids + 200, 5, lb, NULL, NULL, 0, NULL}};
     CHECK(model_forward_batch(m, it, 2) == 0);
     same += !memcmp(la, lb, sizeof(float) * V * 5), checks++;
     float *ea = malloc(sizeof(float) * kv_row_floats(s2) * 205),
@@ -1128,10 +1265,11 @@ TEST(gpu_selected_rows) {
         REQUIRE(la[i] && lb[i]);
         CHECK(model_forward(m, a[i], ids[i], pre[i], NULL, 0) == 0);
         CHECK(model_forward(m, b[i], ids[i], pre[i], NULL, 0) == 0);
-        struct model_batch_item it = {a[i], ids[i] + pre[i], w[i], la[i], NULL, ga[i], last[i]};
+        struct model_batch_item it = {a[i], ids[i] + pre[i], w[i],    la[i],
+                                      NULL, ga[i],           last[i], NULL};
         CHECK(model_forward_batch(m, &it, 1) == 0); /* alone */
-        items[i] =
-            (struct model_batch_item){b[i], ids[i] + pre[i], w[i], lb[i], NULL, gb[i], last[i]};
+        items[i] = (struct model_batch_item){b[i], ids[i] + pre[i], w[i],    lb[i],
+                                             NULL, gb[i],           last[i], NULL};
     }
     CHECK(model_forward_batch(m, items, NS) == 0); /* 121 rows, 22 of them wanted */
     int same = 0;
@@ -1173,5 +1311,7 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_shared_cache")) RUN(gpu_shared_cache);
     if (wanted(argc, argv, "gpu_scratch_growth")) RUN(gpu_scratch_growth);
     if (wanted(argc, argv, "gpu_selected_rows")) RUN(gpu_selected_rows);
+    if (wanted(argc, argv, "gpu_sample_summary")) RUN(gpu_sample_summary);
+    if (wanted(argc, argv, "gpu_sample_summary_modes")) RUN(gpu_sample_summary_modes);
     return test_report();
 }

@@ -267,7 +267,7 @@ TEST(batched_forward_equals_single) {
     struct model_batch_item items[NS];
     for (int i = 0; i < NS; i++)
         items[i] = (struct model_batch_item){
-            a[i], ids[i] + pre[i], step[i], la + (size_t)i * 8 * V, NULL, NULL, 0};
+            a[i], ids[i] + pre[i], step[i], la + (size_t)i * 8 * V, NULL, NULL, 0, NULL};
     CHECK(model_forward_batch(m, items, NS) == 0);
     int same = 0;
     for (int i = 0; i < NS; i++) {

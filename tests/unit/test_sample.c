@@ -169,6 +169,73 @@ TEST(kern_exp_shift_equals_scalar) {
     CHECK(same);
 }
 
+/* kern_sum's documented order, written the obvious way: block sums into an array, then
+ * pairwise levels with an odd last element carried up. */
+static double ref_kern_sum(const float *x, int n) {
+    int nb = (n + KERN_SUM_BLOCK - 1) / KERN_SUM_BLOCK;
+    if (nb == 0) return 0;
+    double *v = malloc((size_t)nb * sizeof *v);
+    for (int b = 0; b < nb; b++) {
+        double l[8] = {0};
+        for (int i = b * KERN_SUM_BLOCK; i < n && i < (b + 1) * KERN_SUM_BLOCK; i++)
+            l[(i - b * KERN_SUM_BLOCK) % 8] += (double)x[i];
+        v[b] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    }
+    while (nb > 1) {
+        int h = 0;
+        for (int i = 0; i + 1 < nb; i += 2) v[h++] = v[i] + v[i + 1];
+        if (nb % 2) v[h++] = v[nb - 1];
+        nb = h;
+    }
+    double s = v[0];
+    free(v);
+    return s;
+}
+
+/* kern_sum follows its documented order bit for bit (a GPU reproduces it), and is accurate;
+ * kern_exp_sum gives kern_exp_shift's sum without storing. Besides the listed sizes, every
+ * size up to 600 (a wrong order inside a block shows best alone) and every count of blocks
+ * up to 200 (a wrong tree shows best with few blocks). */
+TEST(kern_sum_order) {
+    static const int listed[] = {0,   1,   7,    8,    255,  256,    257,           511,
+                                 512, 513, 1000, 4096, 1795, 151936, 126 * 256 + 77};
+    enum { N_LISTED = sizeof listed / sizeof *listed, MAX_N = 1 << 20 };
+    static int sizes[N_LISTED + 600 + 200 + 1];
+    int n_sizes = 0;
+    for (int c = 0; c < N_LISTED; c++) sizes[n_sizes++] = listed[c];
+    for (int n = 1; n <= 600; n++) sizes[n_sizes++] = n;
+    for (int b = 1; b <= 200; b++) sizes[n_sizes++] = b * KERN_SUM_BLOCK - 3 * (b % 2);
+    sizes[n_sizes++] = MAX_N;
+    float *x = malloc(MAX_N * sizeof *x), *y = malloc(MAX_N * sizeof *y);
+    struct rng r;
+    rng_seed(&r, 21);
+    int same = 1, close = 1, exp_same = 1;
+    for (int c = 0; c < n_sizes; c++) {
+        int n = sizes[c];
+        /* values over 40 binades, so that nearly every addition rounds and any other order
+         * shows in the bits; of both signs for every other size */
+        long double ref = 0, abs_sum = 0;
+        for (int i = 0; i < n; i++) {
+            float u = rng_float(&r);
+            x[i] = ldexpf(c % 2 ? u : u - 0.3f, (int)rng_below(&r, 40) - 20);
+            ref += x[i];
+            abs_sum += fabsl((long double)x[i]);
+        }
+        double s = kern_sum(x, n), want = ref_kern_sum(x, n);
+        same &= memcmp(&s, &want, sizeof s) == 0;
+        close &= fabsl((long double)s - ref) <= 1e-12L * abs_sum;
+        /* exp arguments from 0 (x = 2^19) down past the cutoff at -87 */
+        double e = kern_exp_shift(y, x, n, 0x1p19f, 2e-4f), e2 = kern_exp_sum(x, n, 0x1p19f, 2e-4f);
+        exp_same &= memcmp(&e, &e2, sizeof e) == 0;
+    }
+    CHECK(same);
+    CHECK(close);
+    CHECK(exp_same);
+    CHECK(kern_sum(x, 0) == 0);
+    free(x);
+    free(y);
+}
+
 TEST(kern_sort_stable) {
     static const int sizes[] = {0, 1, 5, 64, 65, 1000, 100000};
     struct rng r;
@@ -415,6 +482,7 @@ int main(void) {
     RUN(rng_ranges);
     RUN(kern_exp_accuracy);
     RUN(kern_exp_shift_equals_scalar);
+    RUN(kern_sum_order);
     RUN(kern_sort_stable);
     RUN(greedy_ties_lowest_id);
     RUN(no_truncation_is_softmax);

@@ -335,6 +335,14 @@ struct gpu_graph {
 #define GPU_MAX_LAYERS 256
 #define MAX_TAPS_GPU   16 /* MODEL_MAX_TAPS */
 
+/* a sampled row's summary header on the device (gpu_row_summary less its arrays) */
+struct samp_head {
+    float max, logit_t;
+    double total;
+    int n, pad;
+};
+#define SAMP_CAP GPU_SAMPLE_CAP
+
 struct gpu_model {
     gpu_model_desc d;
     /* a block drafter's: its context rows come from the target's taps (fc, hidden_norm) */
@@ -384,6 +392,10 @@ struct gpu_model {
     step_params *hsp; /* pinned host copy */
     int32_t *hids;    /* pinned [GPU_ROWS] */
     int32_t *dsel;    /* [GPU_ROWS] the rows of a pass whose logits are wanted (MODE_SEL) */
+    samp_head *samp, *hsamp;       /* [GPU_ROWS] sampling summaries (sample.cu), pinned copy */
+    int32_t *samp_ids, *hsamp_ids; /* [GPU_ROWS][SAMP_CAP] their candidates */
+    float *samp_lg, *hsamp_lg;
+    unsigned n_pass; /* passes run: what gpu_logits_row checks */
     int32_t *hsel;    /* pinned copy */
     cudaStream_t stream;
     gpu_graph graphs[GPU_GROUP + 1][GPU_MODES][2]; /* [rows][mode][att_few] */
@@ -513,6 +525,10 @@ cudaError_t prescale_launch(gpu_model *g, uint16_t *xb, const float *w, double *
 cudaError_t norm_sel_launch(gpu_model *g, uint16_t *xb, const float *w, const int32_t *sel, int n);
 cudaError_t swiglu_launch(gpu_model *g, int T);
 cudaError_t argmax_launch(gpu_model *g, int n);
+/* summaries of logits rows [lrow0, lrow0 + rows) into g->samp[out0..] (sample.cu); the first
+ * ndraft rows' drafts are the pass inputs after pass rows prow0.. */
+cudaError_t summary_launch(gpu_model *g, int lrow0, int prow0, int rows, int ndraft, float temp,
+                           int top_k, float top_p, int out0);
 cudaError_t split_launch(gpu_model *g, uint16_t *xb, const float *x, int K, int KT, int T);
 /* xb rows t < n (K = r) = rows ids[t] (device) of the row-major [*, r] matrix w of type dt */
 cudaError_t gather_launch(gpu_model *g, uint16_t *xb, const void *w, int dt, int r,

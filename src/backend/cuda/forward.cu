@@ -130,6 +130,9 @@ extern "C" void gpu_model_free(gpu_model *g) {
     if (g->hsp) cudaFreeHost(g->hsp);
     if (g->hids) cudaFreeHost(g->hids);
     if (g->hsel) cudaFreeHost(g->hsel);
+    if (g->hsamp) cudaFreeHost(g->hsamp);
+    if (g->hsamp_ids) cudaFreeHost(g->hsamp_ids);
+    if (g->hsamp_lg) cudaFreeHost(g->hsamp_lg);
     free(g->allocs);
     free(g->layers);
     free(g);
@@ -512,6 +515,7 @@ static int put_params(gpu_model *g, const pass_seq *seqs, int n, int T) {
 }
 
 static int pass(gpu_model *g, const pass_seq *seqs, int n, int T, int mode, int n_sel) {
+    g->n_pass++; /* the logits of the last pass are overwritten */
     int rc = put_params(g, seqs, n, T);
     if (rc) return rc;
     if (n_sel)
@@ -540,13 +544,45 @@ static int rows_out(const gpu_seq_io *s, int done, int n) {
     return s->all_rows ? n : done + n == s->n ? 1 : 0;
 }
 
+/* the sampling summaries' buffers, on first use */
+static int samp_alloc(gpu_model *g) {
+    if (g->samp) return OK;
+    size_t R = GPU_ROWS;
+    int rc;
+    if ((rc = dev_alloc(g, (void **)&g->samp_ids, sizeof(int32_t) * R * SAMP_CAP)) ||
+        (rc = dev_alloc(g, (void **)&g->samp_lg, sizeof(float) * R * SAMP_CAP)) ||
+        (rc = dev_alloc(g, (void **)&g->samp, sizeof(samp_head) * R)))
+        return rc;
+    CK(cudaMallocHost((void **)&g->hsamp, sizeof(samp_head) * R));
+    CK(cudaMallocHost((void **)&g->hsamp_ids, sizeof(int32_t) * R * SAMP_CAP));
+    CK(cudaMallocHost((void **)&g->hsamp_lg, sizeof(float) * R * SAMP_CAP));
+    return OK;
+}
+
+/* whether a request keeps every token (its draws need the whole row) */
+static int untruncated(const gpu_model *g, const gpu_sample_req *q) {
+    return (q->top_k <= 0 || q->top_k >= g->V) && !(q->top_p < 1.0f);
+}
+
+/* whether sequence s's rows of this pass come back as sampling summaries: it asked, the whole
+ * batch runs in this one pass (so that its logits stay on the device until the next), a
+ * summary can spare a row's logits (not a lone untruncated row, whose draw needs them), and
+ * the summaries' buffers are there */
+static int summarised(gpu_model *g, const gpu_seq_io *s, int rows, int one_pass) {
+    return s->sample && s->logits && rows && one_pass && s->sample->temperature > 0 &&
+           !(rows == 1 && untruncated(g, s->sample)) && samp_alloc(g) == OK;
+}
+
 /* The outputs of a pass that its sequences asked for: logits and greedy ids of every row
- * (all_rows) or of a sequence's last row when the pass holds it, and taps of every row. */
+ * (all_rows) or of a sequence's last row when the pass holds it, and taps of every row; or,
+ * for sequences that asked and where the pass allows, sampling summaries of those rows in
+ * place of their logits (sample.cu). */
 static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq *ps, int n,
-                   int mode, int n_sel) {
+                   int mode, int n_sel, int one_pass) {
     int V = g->V, H = g->H, all_mode = mode == MODE_ALL || mode == MODE_GREEDY_ALL;
     int sel_mode = mode == MODE_SEL || mode == MODE_GREEDY_SEL;
     int dev[GPU_SEQS]; /* each sequence's first row in the logits (and ids) brought back */
+    int summ[GPU_SEQS], n_summ = 0; /* each sequence's first summary, or -1 */
     for (int i = 0, row = 0, k = 0; i < n; row += ps[i].n, i++) {
         gpu_seq_io *s = &io[i];
         int rows = rows_out(s, done[i], ps[i].n), r0 = row + ps[i].n - rows;
@@ -554,7 +590,20 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
         /* MODE_LAST computes only the pass's last row; SEL the wanted rows in order */
         dev[i] = all_mode ? r0 : sel_mode ? k : 0;
         if (rows && wants_rows(g, s)) k += rows;
-        if (rows && s->logits)
+        summ[i] = -1;
+        if (s->sample) s->sample->filled = 0;
+        if (summarised(g, s, rows, one_pass)) {
+            const gpu_sample_req *q = s->sample;
+            int top_k = q->top_k > 0 && q->top_k < g->V ? q->top_k : 0;
+            CK(summary_launch(g, dev[i], r0, rows, s->all_rows ? rows - 1 : 0, q->temperature,
+                              top_k, q->top_p, n_summ));
+            summ[i] = n_summ;
+            n_summ += rows;
+            if (untruncated(g, q)) /* the last row has no draft: its draw needs the row */
+                CK(cudaMemcpyAsync(s->logits + (at + rows - 1) * V,
+                                   g->logits + (size_t)(dev[i] + rows - 1) * V, sizeof(float) * V,
+                                   cudaMemcpyDeviceToHost, g->stream));
+        } else if (rows && s->logits)
             CK(cudaMemcpyAsync(s->logits + at * V, g->logits + (size_t)dev[i] * V,
                                sizeof(float) * (size_t)rows * V, cudaMemcpyDeviceToHost,
                                g->stream));
@@ -568,6 +617,14 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
                                sizeof(float) * (size_t)ps[i].n * g->n_taps * H,
                                cudaMemcpyDeviceToHost, g->stream));
     }
+    if (n_summ) {
+        CK(cudaMemcpyAsync(g->hsamp, g->samp, sizeof(samp_head) * n_summ, cudaMemcpyDeviceToHost,
+                           g->stream));
+        CK(cudaMemcpyAsync(g->hsamp_ids, g->samp_ids, sizeof(int32_t) * n_summ * SAMP_CAP,
+                           cudaMemcpyDeviceToHost, g->stream));
+        CK(cudaMemcpyAsync(g->hsamp_lg, g->samp_lg, sizeof(float) * n_summ * SAMP_CAP,
+                           cudaMemcpyDeviceToHost, g->stream));
+    }
     int greedy = mode == MODE_GREEDY_ALL || mode == MODE_GREEDY_LAST || mode == MODE_GREEDY_SEL;
     if (greedy) {
         int T = 0;
@@ -578,6 +635,24 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
     }
     CK(cudaStreamSynchronize(g->stream)); /* the pinned parameters are reused next pass */
     CK(cudaGetLastError());
+    for (int i = 0; i < n; i++) {
+        gpu_sample_req *q = io[i].sample;
+        if (summ[i] < 0) continue;
+        int rows = rows_out(&io[i], done[i], ps[i].n);
+        for (int r = 0; r < rows; r++) {
+            const samp_head *h = &g->hsamp[summ[i] + r];
+            gpu_row_summary *o = &q->rows[r];
+            o->max = h->max, o->logit_t = h->logit_t, o->total = h->total, o->n = h->n;
+            o->in_logits = r == rows - 1 && untruncated(g, q);
+            if (h->n > 0) {
+                memcpy(o->ids, g->hsamp_ids + (size_t)(summ[i] + r) * SAMP_CAP,
+                       sizeof(int32_t) * (size_t)h->n);
+                memcpy(o->logits, g->hsamp_lg + (size_t)(summ[i] + r) * SAMP_CAP,
+                       sizeof(float) * (size_t)h->n);
+            }
+        }
+        q->filled = 1, q->dev_row = dev[i], q->pass = g->n_pass;
+    }
     if (!greedy) return OK;
     for (int i = 0; i < n; i++) {
         gpu_seq_io *s = &io[i];
@@ -590,7 +665,18 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
     return OK;
 }
 
+extern "C" int gpu_logits_row(gpu_model *g, const gpu_sample_req *req, int row, float *out) {
+    if (!req->filled || req->pass != g->n_pass || row < 0 || req->dev_row + row >= GPU_ROWS)
+        return ERR_UNSUPPORTED;
+    CK(cudaMemcpy(out, g->logits + (size_t)(req->dev_row + row) * g->V, sizeof(float) * g->V,
+                  cudaMemcpyDeviceToHost));
+    return OK;
+}
+
 extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
+    int total_rows = 0;
+    for (int i = 0; i < n; i++) total_rows += io[i].n;
+    const int one_pass = n <= GPU_SEQS && total_rows <= GPU_ROWS;
     for (int i = 0; i < n; i++)
         if (io[i].n < 1 || io[i].pos0 < io[i].kv->nb || /* shared rows are never written */
             (io[i].noncausal && io[i].n > GPU_ROWS))   /* a block runs in one pass */
@@ -644,7 +730,7 @@ extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
             gpu_seq_io sub[GPU_SEQS];
             int dsub[GPU_SEQS];
             for (int j = 0; j < m; j++) sub[j] = io_k[idx[j]], dsub[j] = done[idx[j]];
-            if (!rc) rc = collect(g, sub, dsub, ps, m, mode, n_sel);
+            if (!rc) rc = collect(g, sub, dsub, ps, m, mode, n_sel, one_pass);
             if (rc) return rc;
             for (int j = 0; j < m; j++) done[idx[j]] += ps[j].n;
         }
@@ -655,13 +741,13 @@ extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
 
 extern "C" int gpu_forward(gpu_model *g, gpu_kv *kv, int pos0, const int32_t *ids, int n,
                            float *logits, int all_rows) {
-    gpu_seq_io s = {kv, pos0, ids, n, logits, NULL, NULL, all_rows, 0, NULL};
+    gpu_seq_io s = {kv, pos0, ids, n, logits, NULL, NULL, all_rows, 0, NULL, NULL};
     return gpu_forward_batch(g, &s, 1);
 }
 
 extern "C" int gpu_forward_greedy(gpu_model *g, gpu_kv *kv, int pos0, const int32_t *ids, int n,
                                   int32_t *out_ids, int all_rows) {
-    gpu_seq_io s = {kv, pos0, ids, n, NULL, out_ids, NULL, all_rows, 0, NULL};
+    gpu_seq_io s = {kv, pos0, ids, n, NULL, out_ids, NULL, all_rows, 0, NULL, NULL};
     return gpu_forward_batch(g, &s, 1);
 }
 
@@ -699,6 +785,7 @@ extern "C" int gpu_ctx_append(gpu_model *g, gpu_kv *kv, int pos0, const float *f
  * into the logits buffer, each row out to its host bias */
 extern "C" int gpu_markov_bias(gpu_model *g, const int32_t *prev, int n, float *const *bias) {
     if (!g->markov.w) return ERR_UNSUPPORTED;
+    g->n_pass++; /* the logits buffer is overwritten */
     const int V = g->markov.M, r = g->markov.K;
     for (int done = 0; done < n; done += GPU_ROWS) {
         int m = n - done < GPU_ROWS ? n - done : GPU_ROWS;

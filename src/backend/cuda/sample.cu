@@ -1,0 +1,222 @@
+/* backend/cuda/sample.cu: sampling summaries of logit rows (gpu.h's gpu_row_summary), so that
+ * a sampled row sends the host a few hundred candidates instead of its whole vocabulary. They
+ * are computed as sample/dist.c's sample_row_summarize() computes them on the CPU, bit for bit:
+ * - the row's max (NaN ignored; a row holding a NaN asks for the row itself, n = -1);
+ * - the sum of kern_exp((x - max) * inv_t) over the row in kern_sum's order: blocks of 256
+ *   values, eight double lanes each (lane j adding values j, j + 8, .. in order), the lanes
+ *   added ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)), then the blocks' sums added pairwise
+ *   level by level, an odd last one carried up;
+ * - the logit of the row's draft token (the next input of its sequence);
+ * - the candidates in id order: with top-k, every token at or above the k-th largest logit
+ *   (found by a radix select over order-preserving keys); with nucleus only, every token at or
+ *   above max - 8 * temperature (the CPU's first stage); none without truncation.
+ * One block of 1024 threads per row; arithmetic that must match the CPU's uses the _rn
+ * intrinsics, so that nvcc cannot contract it into other roundings. */
+#include "backend/cuda/cuda.cuh"
+
+#define ST        1024 /* threads per row */
+#define SUM_BLOCK 256  /* kern_sum's blocks */
+#define SUM_MAX   2048 /* blocks of a row at most: vocabularies up to 524,288 */
+
+/* sample/kern.h's kern_exp, operation for operation */
+__device__ __forceinline__ float kexp(float x) {
+    float xc = x >= -87.0f ? x : -87.0f;
+    float n = __fmaf_rn(xc, 1.44269504f, 12582912.0f);
+    n = __fsub_rn(n, 12582912.0f);
+    float r = __fmaf_rn(n, -0.693359375f, xc);
+    r = __fmaf_rn(n, 2.12194440e-4f, r);
+    float p = 1.0f / 5040.0f;
+    p = __fmaf_rn(p, r, 1.0f / 720.0f);
+    p = __fmaf_rn(p, r, 1.0f / 120.0f);
+    p = __fmaf_rn(p, r, 1.0f / 24.0f);
+    p = __fmaf_rn(p, r, 1.0f / 6.0f);
+    p = __fmaf_rn(p, r, 0.5f);
+    p = __fmaf_rn(p, r, 1.0f);
+    p = __fmaf_rn(p, r, 1.0f);
+    float y = __fmul_rn(p, __int_as_float(((int)n + 127) << 23));
+    return x >= -87.0f ? y : 0.0f;
+}
+
+/* ascending order-preserving key of a (non-NaN) float, -0 and +0 equal */
+__device__ __forceinline__ unsigned ukey(float f) {
+    unsigned u = __float_as_uint(f + 0.0f);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+__device__ __forceinline__ float ukey_float(unsigned k) {
+    return __uint_as_float(k & 0x80000000u ? k & 0x7fffffffu : ~k);
+}
+
+struct samp_smem {
+    double bsum[SUM_MAX];
+    unsigned hist[2048];
+    int wsum[ST / 32];
+    float fred[ST / 32];
+    int ired[ST / 32];
+    unsigned pick[2];
+};
+
+/* exclusive prefix sum of v over the block's threads (thread order); *total gets the sum */
+__device__ int block_scan(int v, int *total, samp_smem &s) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int x = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) s.wsum[warp] = x;
+    __syncthreads();
+    int before = 0, all = 0;
+    for (int w = 0; w < ST / 32; w++) before += w < warp ? s.wsum[w] : 0, all += s.wsum[w];
+    __syncthreads();
+    *total = all;
+    return before + x - v;
+}
+
+/* thread t's contiguous part of a row of V values, for passes that keep id order */
+__device__ __forceinline__ void chunk_of(int V, int *b, int *e) {
+    const int per = (V + ST - 1) / ST;
+    *b = min(V, (int)threadIdx.x * per), *e = min(V, *b + per);
+}
+
+/* The candidates x[i] >= thr, i in id order, into ids/lg (at most cap); returns their number:
+ * each thread counts its part, one scan gives the places, each writes its part. */
+__device__ int compact(const float *x, int V, float thr, int32_t *ids, float *lg, int cap,
+                       samp_smem &s) {
+    int b, e, c = 0, total;
+    chunk_of(V, &b, &e);
+#pragma unroll 8
+    for (int i = b; i < e; i++) c += x[i] >= thr;
+    int at = block_scan(c, &total, s);
+    for (int i = b; i < e && at < cap; i++) {
+        const float v = x[i];
+        if (v >= thr) ids[at] = i, lg[at] = v, at++;
+    }
+    return total;
+}
+
+/* the key of the k-th largest value of x (no NaN): a radix select over 11, 11 and 10 bits,
+ * each pass a histogram in shared memory of the values that share the bits chosen so far */
+__device__ unsigned kth_largest(const float *x, int V, int k, samp_smem &s) {
+    const int tid = threadIdx.x;
+    int b, e;
+    chunk_of(V, &b, &e);
+    unsigned prefix = 0, hi = 0; /* the key bits chosen so far, and their mask */
+    for (int pass = 0; pass < 3; pass++) {
+        const int shift = pass == 0 ? 21 : pass == 1 ? 10 : 0, nb = pass == 2 ? 1024 : 2048;
+        for (int i = tid; i < 2048; i += ST) s.hist[i] = 0;
+        __syncthreads();
+#pragma unroll 4
+        for (int i = b; i < e; i++) {
+            const unsigned u = ukey(x[i]);
+            if ((u & hi) == prefix) atomicAdd(&s.hist[(u >> shift) & (nb - 1)], 1u);
+        }
+        __syncthreads();
+        /* thread t holds bins nb - 1 - 2t and nb - 2 - 2t: the scan counts from the top */
+        const int top = nb - 1 - 2 * tid;
+        const int c0 = top >= 0 ? (int)s.hist[top] : 0, c1 = top >= 1 ? (int)s.hist[top - 1] : 0;
+        int total;
+        const int above = block_scan(c0 + c1, &total, s);
+        if (above < k && above + c0 + c1 >= k) {
+            const int d = above + c0 >= k ? top : top - 1;
+            s.pick[0] = (unsigned)d, s.pick[1] = (unsigned)(k - above - (d == top ? 0 : c0));
+        }
+        __syncthreads();
+        prefix |= s.pick[0] << shift;
+        hi |= (unsigned)(nb - 1) << shift;
+        k = (int)s.pick[1];
+        __syncthreads();
+    }
+    return prefix;
+}
+
+/* Row r of the job: logits row lrow0 + r; its draft is the pass's input after its own row
+ * (prow0 + r + 1) for the first ndraft rows. */
+__global__ void __launch_bounds__(ST)
+    k_summary(const float *logits, int V, const step_params *sp, int lrow0, int prow0, int ndraft,
+              float temp, float inv_t, int top_k, float top_p, samp_head *head, int32_t *cids,
+              float *clg, int cap) {
+    __shared__ samp_smem s;
+    const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const float *x = logits + (size_t)(lrow0 + r) * V;
+    samp_head *h = head + r;
+    /* the max, and whether any value is NaN */
+    float m = -INFINITY;
+    int nan = 0;
+#pragma unroll 8
+    for (int i = tid; i < V; i += ST) {
+        const float v = x[i];
+        nan |= v != v;
+        m = v > m ? v : m;
+    }
+    for (int o = 16; o; o >>= 1) {
+        const float mo = __shfl_xor_sync(0xffffffffu, m, o);
+        m = mo > m ? mo : m;
+        nan |= __shfl_xor_sync(0xffffffffu, nan, o);
+    }
+    if (lane == 0) s.fred[warp] = m, s.ired[warp] = nan;
+    __syncthreads();
+    m = -INFINITY, nan = 0;
+    for (int w = 0; w < ST / 32; w++) m = s.fred[w] > m ? s.fred[w] : m, nan |= s.ired[w];
+    const int draft = r < ndraft ? sp->ids[prow0 + r + 1] : -1;
+    if (tid == 0) {
+        h->max = m;
+        h->logit_t = draft >= 0 && draft < V ? x[draft] : 0.0f;
+    }
+    if (nan || !isfinite(m)) {
+        if (tid == 0) h->total = 0, h->n = -1;
+        return;
+    }
+    /* the sum of exp over the row, in kern_sum's order: 8 threads a block of 256 values */
+    const int nblk = (V + SUM_BLOCK - 1) / SUM_BLOCK, g8 = tid >> 3, j = tid & 7;
+    for (int b0 = 0; b0 < nblk; b0 += ST / 8) {
+        const int b = b0 + g8, base = b * SUM_BLOCK;
+        const int len = b < nblk ? min(SUM_BLOCK, V - base) : 0;
+        float y[SUM_BLOCK / 8];
+#pragma unroll
+        for (int i = 0; i < SUM_BLOCK / 8; i++) {
+            const int at = j + 8 * i;
+            y[i] = at < len ? kexp(__fmul_rn(__fsub_rn(x[base + at], m), inv_t)) : 0.0f;
+        }
+        double acc = 0;
+#pragma unroll
+        for (int i = 0; i < SUM_BLOCK / 8; i++)
+            if (j + 8 * i < len) acc = __dadd_rn(acc, (double)y[i]);
+        acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 1));
+        acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 2));
+        acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 4));
+        if (j == 0 && b < nblk) s.bsum[b] = acc;
+    }
+    __syncthreads();
+    for (int n = nblk; n > 1;) { /* pairwise, level by level */
+        const int half = n / 2;
+        double a = 0, carry = 0; /* half <= SUM_MAX / 2 = ST */
+        if (tid < half) a = __dadd_rn(s.bsum[2 * tid], s.bsum[2 * tid + 1]);
+        if (tid == 0 && (n & 1)) carry = s.bsum[n - 1];
+        __syncthreads();
+        if (tid < half) s.bsum[tid] = a;
+        if (tid == 0 && (n & 1)) s.bsum[half] = carry;
+        __syncthreads();
+        n = half + (n & 1);
+    }
+    if (tid == 0) h->total = s.bsum[0];
+    /* the candidates */
+    int nc = 0;
+    if (top_k > 0) {
+        const float h0 = ukey_float(kth_largest(x, V, top_k, s));
+        nc = compact(x, V, h0, cids + (size_t)r * cap, clg + (size_t)r * cap, cap, s);
+    } else if (top_p < 1.0f) {
+        const float thr = __fsub_rn(m, __fmul_rn(8.0f, temp));
+        nc = compact(x, V, thr, cids + (size_t)r * cap, clg + (size_t)r * cap, cap, s);
+    }
+    if (tid == 0) h->n = nc <= cap ? nc : -1;
+}
+
+cudaError_t summary_launch(gpu_model *g, int lrow0, int prow0, int rows, int ndraft, float temp,
+                           int top_k, float top_p, int out0) {
+    if (g->V > SUM_MAX * SUM_BLOCK) return cudaErrorInvalidValue;
+    k_summary<<<rows, ST, 0, g->stream>>>(g->logits, g->V, g->dsp, lrow0, prow0, ndraft, temp,
+                                          1.0f / temp, top_k, top_p, g->samp + out0,
+                                          g->samp_ids + (size_t)out0 * SAMP_CAP,
+                                          g->samp_lg + (size_t)out0 * SAMP_CAP, SAMP_CAP);
+    return cudaGetLastError();
+}
