@@ -16,8 +16,9 @@
  * --gemm-check: prefill with one matmul launch over all rows of a pass (the default where it
  * fills the GPU) and with a launch per 32 rows (a second copy of the model loaded with
  * DSPARK_GPU_GEMM=0): their times, and whether all 256 rows' logits are the same bits.
- * --sampled: sampled verify rounds of 1, 5 and 17 rows (three sampling settings) with the rows'
- * sampling summaries brought back against their logits, pass and host decision included.
+ * --sampled: sampled verify rounds of 1, 5 and 17 rows, and sampled steps of 16 sequences
+ * (three sampling settings), with the rows' sampling summaries brought back against their
+ * logits, pass and host decisions included.
  * --inputs exact: matmul inputs as three bf16 terms, exact products (DSPARK_GPU_INPUTS=exact,
  * the default of every model it loads; default bf16, inputs rounded).
  * Times are the median of repeated runs (minimum in brackets). */
@@ -88,6 +89,43 @@ static struct stat2 time_sampled(struct model *m, struct kv_cache *kv, int base,
     }
     verify_deinit(&v);
     sampler_free(s);
+    qsort(t, (size_t)reps, sizeof t[0], cmp_d);
+    return (struct stat2){t[reps / 2], t[0]};
+}
+
+/* A sampled decode step of B sequences of one row each at context P (continuous batching), as
+ * the server runs it: one pass, then each sequence's decision. Median of reps [min]. */
+static struct stat2 time_sampled_batch(struct model *m, struct kv_cache **kvs, int B, int P,
+                                       const int32_t *ids, const struct sample_params *sp,
+                                       int summaries, int reps) {
+    double t[64];
+    struct sampler *s[64];
+    struct verify v[64];
+    struct model_batch_item items[64];
+    static const struct draft none = {0};
+    if (reps > 64) reps = 64;
+    if (summaries)
+        unsetenv("DSPARK_GPU_SAMPLE_SUMMARY");
+    else
+        setenv("DSPARK_GPU_SAMPLE_SUMMARY", "0", 1);
+    for (int i = 0; i < B; i++)
+        if (!(s[i] = sampler_new(sp, model_config(m)->vocab_size)) ||
+            verify_init(&v[i], m, kvs[i], s[i], 0, -1, 0))
+            return (struct stat2){-1, -1};
+    unsetenv("DSPARK_GPU_SAMPLE_SUMMARY");
+    for (int r = -1; r < reps; r++) {
+        for (int i = 0; i < B; i++) kv_truncate(kvs[i], P);
+        double t0 = timer_now();
+        for (int i = 0; i < B; i++) items[i] = verify_item(&v[i], ids + P + i, 1);
+        if (model_forward_batch(m, items, B)) return (struct stat2){-1, -1};
+        for (int i = 0; i < B; i++) {
+            int acc, stopped;
+            if (verify_decide(&v[i], &none, NULL, NULL, &acc, &stopped))
+                return (struct stat2){-1, -1};
+        }
+        if (r >= 0) t[r] = timer_now() - t0;
+    }
+    for (int i = 0; i < B; i++) verify_deinit(&v[i]), sampler_free(s[i]);
     qsort(t, (size_t)reps, sizeof t[0], cmp_d);
     return (struct stat2){t[reps / 2], t[0]};
 }
@@ -409,6 +447,17 @@ int main(int argc, char **argv) {
                 printf("  %-30s %2d rows: logits %.3f [%.3f], summaries %.3f [%.3f]\n", set[k].name,
                        widths[w], a.med * 1e3, a.min * 1e3, b.med * 1e3, b.min * 1e3);
             }
+        struct kv_cache *kvs[16];
+        int nk = 0;
+        for (; nk < 16; nk++)
+            if (kv_new(m, P + 2, &kvs[nk]) || model_forward(m, kvs[nk], ids, P, NULL, 0)) break;
+        for (size_t k = 0; nk == 16 && k < sizeof set / sizeof *set; k++) {
+            struct stat2 a = time_sampled_batch(m, kvs, 16, P, ids, &set[k].sp, 0, 20);
+            struct stat2 b = time_sampled_batch(m, kvs, 16, P, ids, &set[k].sp, 1, 20);
+            printf("  %-30s B=16: logits %.3f [%.3f], summaries %.3f [%.3f]\n", set[k].name,
+                   a.med * 1e3, a.min * 1e3, b.med * 1e3, b.min * 1e3);
+        }
+        for (int i = 0; i < nk; i++) kv_free(kvs[i]);
     }
     if (n_batch) { /* continuous batching: B sequences of context ctxs[0] */
         int P = ctxs[0], maxb = 1;

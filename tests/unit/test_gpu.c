@@ -827,19 +827,21 @@ TEST(gpu_sample_summary_modes) {
                 runs++;
                 equal += a.n_ids == b.n_ids && !memcmp(a.ids, b.ids, sizeof(int32_t) * a.n_ids);
                 accepted += b.stats.accepted;
-                if (!sps[s].presence_penalty)
+                if (!sps[s].presence_penalty && mode != GEN_BASELINE)
                     rounds += b.stats.rounds, summarised += b.stats.summary_rounds,
                         fetched += b.stats.rows_fetched;
-                CHECK(a.stats.summary_rounds == 0);
+                /* baseline's rounds are lone rows, which bring back their logits */
+                CHECK(a.stats.summary_rounds == 0 &&
+                      (mode != GEN_BASELINE || b.stats.summary_rounds == 0));
                 gen_result_free(&a), gen_result_free(&b);
             }
     }
     printf("  sampled generation, summaries against logits: %d of %d runs equal (%d drafts "
-           "accepted); %d of %d rounds without penalties decided from summaries, %d rows "
-           "fetched for a draw\n",
+           "accepted); %d of %d speculative rounds without penalties decided from summaries, "
+           "%d rows fetched for a draw\n",
            equal, runs, accepted, summarised, rounds, fetched);
-    /* rounds of one untruncated row bring back their logits (their draw needs them) */
-    CHECK(equal == runs && accepted > 0 && summarised * 5 >= rounds * 4 && fetched > 0);
+    /* rounds without drafts (one row) bring back their logits */
+    CHECK(equal == runs && accepted > 0 && summarised * 2 >= rounds && fetched > 0);
     block_model_free(ds), block_model_free(df);
     model_free(m), model_free(dm);
 }

@@ -342,6 +342,13 @@ struct samp_head {
     int n, pad;
 };
 #define SAMP_CAP GPU_SAMPLE_CAP
+/* one row to summarise: its logits row, its pass row (whose next input is its draft when it
+ * has one) and its sequence's sampling settings */
+struct samp_job {
+    int lrow, prow, has_draft, top_k;
+    float temp, inv_t, top_p;
+    int pad;
+};
 
 struct gpu_model {
     gpu_model_desc d;
@@ -393,6 +400,7 @@ struct gpu_model {
     int32_t *hids;    /* pinned [GPU_ROWS] */
     int32_t *dsel;    /* [GPU_ROWS] the rows of a pass whose logits are wanted (MODE_SEL) */
     samp_head *samp, *hsamp;       /* [GPU_ROWS] sampling summaries (sample.cu), pinned copy */
+    samp_job *jobs, *hjobs;        /* [GPU_ROWS] the rows they summarise, pinned copy */
     int32_t *samp_ids, *hsamp_ids; /* [GPU_ROWS][SAMP_CAP] their candidates */
     float *samp_lg, *hsamp_lg;
     unsigned n_pass; /* passes run: what gpu_logits_row checks */
@@ -525,10 +533,9 @@ cudaError_t prescale_launch(gpu_model *g, uint16_t *xb, const float *w, double *
 cudaError_t norm_sel_launch(gpu_model *g, uint16_t *xb, const float *w, const int32_t *sel, int n);
 cudaError_t swiglu_launch(gpu_model *g, int T);
 cudaError_t argmax_launch(gpu_model *g, int n);
-/* summaries of logits rows [lrow0, lrow0 + rows) into g->samp[out0..] (sample.cu); the first
- * ndraft rows' drafts are the pass inputs after pass rows prow0.. */
-cudaError_t summary_launch(gpu_model *g, int lrow0, int prow0, int rows, int ndraft, float temp,
-                           int top_k, float top_p, int out0);
+/* summaries of the n rows in g->jobs (copied there from g->hjobs first) into g->samp[0, n)
+ * (sample.cu) */
+cudaError_t summary_launch(gpu_model *g, int n);
 cudaError_t split_launch(gpu_model *g, uint16_t *xb, const float *x, int K, int KT, int T);
 /* xb rows t < n (K = r) = rows ids[t] (device) of the row-major [*, r] matrix w of type dt */
 cudaError_t gather_launch(gpu_model *g, uint16_t *xb, const void *w, int dt, int r,

@@ -133,6 +133,7 @@ extern "C" void gpu_model_free(gpu_model *g) {
     if (g->hsamp) cudaFreeHost(g->hsamp);
     if (g->hsamp_ids) cudaFreeHost(g->hsamp_ids);
     if (g->hsamp_lg) cudaFreeHost(g->hsamp_lg);
+    if (g->hjobs) cudaFreeHost(g->hjobs);
     free(g->allocs);
     free(g->layers);
     free(g);
@@ -551,8 +552,10 @@ static int samp_alloc(gpu_model *g) {
     int rc;
     if ((rc = dev_alloc(g, (void **)&g->samp_ids, sizeof(int32_t) * R * SAMP_CAP)) ||
         (rc = dev_alloc(g, (void **)&g->samp_lg, sizeof(float) * R * SAMP_CAP)) ||
-        (rc = dev_alloc(g, (void **)&g->samp, sizeof(samp_head) * R)))
+        (rc = dev_alloc(g, (void **)&g->samp, sizeof(samp_head) * R)) ||
+        (rc = dev_alloc(g, (void **)&g->jobs, sizeof(samp_job) * R)))
         return rc;
+    CK(cudaMallocHost((void **)&g->hjobs, sizeof(samp_job) * R));
     CK(cudaMallocHost((void **)&g->hsamp, sizeof(samp_head) * R));
     CK(cudaMallocHost((void **)&g->hsamp_ids, sizeof(int32_t) * R * SAMP_CAP));
     CK(cudaMallocHost((void **)&g->hsamp_lg, sizeof(float) * R * SAMP_CAP));
@@ -564,13 +567,12 @@ static int untruncated(const gpu_model *g, const gpu_sample_req *q) {
     return (q->top_k <= 0 || q->top_k >= g->V) && !(q->top_p < 1.0f);
 }
 
-/* whether sequence s's rows of this pass come back as sampling summaries: it asked, the whole
- * batch runs in this one pass (so that its logits stay on the device until the next), a
- * summary can spare a row's logits (not a lone untruncated row, whose draw needs them), and
- * the summaries' buffers are there */
-static int summarised(gpu_model *g, const gpu_seq_io *s, int rows, int one_pass) {
+/* whether sequence s's rows of this pass may come back as sampling summaries: it asked, the
+ * whole batch runs in this one pass (so that its logits stay on the device until the next),
+ * and a summary can spare a row's logits (not a lone untruncated row, whose draw needs them) */
+static int summarisable(const gpu_model *g, const gpu_seq_io *s, int rows, int one_pass) {
     return s->sample && s->logits && rows && one_pass && s->sample->temperature > 0 &&
-           !(rows == 1 && untruncated(g, s->sample)) && samp_alloc(g) == OK;
+           !(rows == 1 && untruncated(g, s->sample));
 }
 
 /* The outputs of a pass that its sequences asked for: logits and greedy ids of every row
@@ -583,6 +585,14 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
     int sel_mode = mode == MODE_SEL || mode == MODE_GREEDY_SEL;
     int dev[GPU_SEQS]; /* each sequence's first row in the logits (and ids) brought back */
     int summ[GPU_SEQS], n_summ = 0; /* each sequence's first summary, or -1 */
+    /* Summaries where at least two rows of the pass take them: one launch summarises them
+     * all, a block a row; for a lone row, bringing it back costs less than the launch. */
+    int summ_rows = 0;
+    for (int i = 0; i < n; i++) {
+        int rows = rows_out(&io[i], done[i], ps[i].n);
+        summ_rows += summarisable(g, &io[i], rows, one_pass) ? rows : 0;
+    }
+    const int summarise = summ_rows >= 2 && samp_alloc(g) == OK;
     for (int i = 0, row = 0, k = 0; i < n; row += ps[i].n, i++) {
         gpu_seq_io *s = &io[i];
         int rows = rows_out(s, done[i], ps[i].n), r0 = row + ps[i].n - rows;
@@ -592,11 +602,12 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
         if (rows && wants_rows(g, s)) k += rows;
         summ[i] = -1;
         if (s->sample) s->sample->filled = 0;
-        if (summarised(g, s, rows, one_pass)) {
+        if (summarise && summarisable(g, s, rows, one_pass)) {
             const gpu_sample_req *q = s->sample;
             int top_k = q->top_k > 0 && q->top_k < g->V ? q->top_k : 0;
-            CK(summary_launch(g, dev[i], r0, rows, s->all_rows ? rows - 1 : 0, q->temperature,
-                              top_k, q->top_p, n_summ));
+            for (int r = 0; r < rows; r++) /* the last row of a round has no draft */
+                g->hjobs[n_summ + r] = {dev[i] + r, r0 + r, s->all_rows && r < rows - 1, top_k,
+                                        q->temperature, 1.0f / q->temperature, q->top_p, 0};
             summ[i] = n_summ;
             n_summ += rows;
             if (untruncated(g, q)) /* the last row has no draft: its draw needs the row */
@@ -618,6 +629,7 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
                                cudaMemcpyDeviceToHost, g->stream));
     }
     if (n_summ) {
+        CK(summary_launch(g, n_summ));
         CK(cudaMemcpyAsync(g->hsamp, g->samp, sizeof(samp_head) * n_summ, cudaMemcpyDeviceToHost,
                            g->stream));
         CK(cudaMemcpyAsync(g->hsamp_ids, g->samp_ids, sizeof(int32_t) * n_summ * SAMP_CAP,

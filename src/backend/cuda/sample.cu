@@ -129,15 +129,17 @@ __device__ unsigned kth_largest(const float *x, int V, int k, samp_smem &s) {
     return prefix;
 }
 
-/* Row r of the job: logits row lrow0 + r; its draft is the pass's input after its own row
- * (prow0 + r + 1) for the first ndraft rows. */
+/* Block r summarises job r: logits row job.lrow; its draft, if it has one, is the pass's
+ * input after its own row. */
 __global__ void __launch_bounds__(ST)
-    k_summary(const float *logits, int V, const step_params *sp, int lrow0, int prow0, int ndraft,
-              float temp, float inv_t, int top_k, float top_p, samp_head *head, int32_t *cids,
-              float *clg, int cap) {
+    k_summary(const float *logits, int V, const step_params *sp, const samp_job *jobs,
+              samp_head *head, int32_t *cids, float *clg, int cap) {
     __shared__ samp_smem s;
     const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const float *x = logits + (size_t)(lrow0 + r) * V;
+    const samp_job job = jobs[r];
+    const float temp = job.temp, inv_t = job.inv_t, top_p = job.top_p;
+    const int top_k = job.top_k;
+    const float *x = logits + (size_t)job.lrow * V;
     samp_head *h = head + r;
     /* the max, and whether any value is NaN */
     float m = -INFINITY;
@@ -157,7 +159,7 @@ __global__ void __launch_bounds__(ST)
     __syncthreads();
     m = -INFINITY, nan = 0;
     for (int w = 0; w < ST / 32; w++) m = s.fred[w] > m ? s.fred[w] : m, nan |= s.ired[w];
-    const int draft = r < ndraft ? sp->ids[prow0 + r + 1] : -1;
+    const int draft = job.has_draft ? sp->ids[job.prow + 1] : -1;
     if (tid == 0) {
         h->max = m;
         h->logit_t = draft >= 0 && draft < V ? x[draft] : 0.0f;
@@ -211,12 +213,12 @@ __global__ void __launch_bounds__(ST)
     if (tid == 0) h->n = nc <= cap ? nc : -1;
 }
 
-cudaError_t summary_launch(gpu_model *g, int lrow0, int prow0, int rows, int ndraft, float temp,
-                           int top_k, float top_p, int out0) {
+cudaError_t summary_launch(gpu_model *g, int n) {
     if (g->V > SUM_MAX * SUM_BLOCK) return cudaErrorInvalidValue;
-    k_summary<<<rows, ST, 0, g->stream>>>(g->logits, g->V, g->dsp, lrow0, prow0, ndraft, temp,
-                                          1.0f / temp, top_k, top_p, g->samp + out0,
-                                          g->samp_ids + (size_t)out0 * SAMP_CAP,
-                                          g->samp_lg + (size_t)out0 * SAMP_CAP, SAMP_CAP);
+    cudaError_t e = cudaMemcpyAsync(g->jobs, g->hjobs, sizeof(samp_job) * n,
+                                    cudaMemcpyHostToDevice, g->stream);
+    if (e != cudaSuccess) return e;
+    k_summary<<<n, ST, 0, g->stream>>>(g->logits, g->V, g->dsp, g->jobs, g->samp, g->samp_ids,
+                                       g->samp_lg, SAMP_CAP);
     return cudaGetLastError();
 }
