@@ -341,7 +341,8 @@ struct samp_head {
     double total;
     int n, pad;
 };
-#define SAMP_CAP GPU_SAMPLE_CAP
+#define SAMP_CAP       GPU_SAMPLE_CAP
+#define SAMP_MAX_VOCAB (2048 * 256) /* sample.cu's sums: 2048 blocks of 256 values a row */
 /* one row to summarise: its logits row, its pass row (whose next input is its draft when it
  * has one) and its sequence's sampling settings */
 struct samp_job {

@@ -572,6 +572,7 @@ static int untruncated(const gpu_model *g, const gpu_sample_req *q) {
  * and a summary can spare a row's logits (not a lone untruncated row, whose draw needs them) */
 static int summarisable(const gpu_model *g, const gpu_seq_io *s, int rows, int one_pass) {
     return s->sample && s->logits && rows && one_pass && s->sample->temperature > 0 &&
+           g->V <= SAMP_MAX_VOCAB &&
            !(rows == 1 && untruncated(g, s->sample));
 }
 

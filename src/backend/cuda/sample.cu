@@ -16,7 +16,7 @@
 
 #define ST        1024 /* threads per row */
 #define SUM_BLOCK 256  /* kern_sum's blocks */
-#define SUM_MAX   2048 /* blocks of a row at most: vocabularies up to 524,288 */
+#define SUM_MAX   (SAMP_MAX_VOCAB / SUM_BLOCK) /* blocks of a row at most */
 
 /* sample/kern.h's kern_exp, operation for operation */
 __device__ __forceinline__ float kexp(float x) {
