@@ -90,11 +90,6 @@ int gpu_kv_unshare(struct gpu_kv *kv, int n, int heads, int D);
  * row (all_rows) or of the last one go to the host buffer logits. */
 int gpu_forward(struct gpu_model *g, struct gpu_kv *kv, int pos0, const int32_t *ids, int n,
                 float *logits, int all_rows);
-/* Several sequences in one pass where they fit (continuous batching): sequence i runs
- * ids[0..n) at positions pos0.. of its cache; logits (all rows or the last one, [n or 1, V])
- * and greedy ids (likewise) come back where asked (NULL: not wanted), and taps [n, n_taps * H]
- * of every row when taps were set. Each row's results are the same bits as when its sequence
- * runs alone. */
 /* A sampled row's summary in place of its logits: what sample_dist_build_sparse() (sample/
  * dist.h, whose sample_row_summary it mirrors field for field) needs to build the row's
  * truncated distribution with the bits the whole row would give. */
@@ -120,6 +115,11 @@ struct gpu_sample_req {
     int dev_row;                  /* out: where the first row's logits stay on the device */
     unsigned pass;                /* out: the pass that left them there (gpu_logits_row) */
 };
+/* Several sequences in one pass where they fit (continuous batching): sequence i runs
+ * ids[0..n) at positions pos0.. of its cache; logits (all rows or the last one, [n or 1, V])
+ * and greedy ids (likewise) come back where asked (NULL: not wanted), and taps [n, n_taps * H]
+ * of every row when taps were set. Each row's results are the same bits as when its sequence
+ * runs alone. */
 struct gpu_seq_io {
     struct gpu_kv *kv;
     int pos0;

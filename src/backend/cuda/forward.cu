@@ -546,19 +546,28 @@ static int rows_out(const gpu_seq_io *s, int done, int n) {
 }
 
 /* the sampling summaries' buffers, on first use */
+/* the sampling summaries' buffers, on first use; g->samp is set last, when all are there
+ * (a failure leaves the pass on the logits path) */
 static int samp_alloc(gpu_model *g) {
     if (g->samp) return OK;
-    size_t R = GPU_ROWS;
-    int rc;
-    if ((rc = dev_alloc(g, (void **)&g->samp_ids, sizeof(int32_t) * R * SAMP_CAP)) ||
-        (rc = dev_alloc(g, (void **)&g->samp_lg, sizeof(float) * R * SAMP_CAP)) ||
-        (rc = dev_alloc(g, (void **)&g->samp, sizeof(samp_head) * R)) ||
-        (rc = dev_alloc(g, (void **)&g->jobs, sizeof(samp_job) * R)))
-        return rc;
-    CK(cudaMallocHost((void **)&g->hjobs, sizeof(samp_job) * R));
-    CK(cudaMallocHost((void **)&g->hsamp, sizeof(samp_head) * R));
-    CK(cudaMallocHost((void **)&g->hsamp_ids, sizeof(int32_t) * R * SAMP_CAP));
-    CK(cudaMallocHost((void **)&g->hsamp_lg, sizeof(float) * R * SAMP_CAP));
+    const size_t R = GPU_ROWS;
+    samp_head *samp;
+    if ((!g->samp_ids && dev_alloc(g, (void **)&g->samp_ids, sizeof(int32_t) * R * SAMP_CAP)) ||
+        (!g->samp_lg && dev_alloc(g, (void **)&g->samp_lg, sizeof(float) * R * SAMP_CAP)) ||
+        (!g->jobs && dev_alloc(g, (void **)&g->jobs, sizeof(samp_job) * R)))
+        return ERR_NOMEM;
+    void **host[4] = {(void **)&g->hjobs, (void **)&g->hsamp, (void **)&g->hsamp_ids,
+                      (void **)&g->hsamp_lg};
+    const size_t bytes[4] = {sizeof(samp_job) * R, sizeof(samp_head) * R,
+                             sizeof(int32_t) * R * SAMP_CAP, sizeof(float) * R * SAMP_CAP};
+    for (int i = 0; i < 4; i++)
+        if (!*host[i] && cudaMallocHost(host[i], bytes[i]) != cudaSuccess) {
+            *host[i] = NULL;
+            cudaGetLastError(); /* or the pass would report it */
+            return ERR_NOMEM;
+        }
+    if (dev_alloc(g, (void **)&samp, sizeof(samp_head) * R)) return ERR_NOMEM;
+    g->samp = samp;
     return OK;
 }
 
@@ -572,7 +581,7 @@ static int untruncated(const gpu_model *g, const gpu_sample_req *q) {
  * and a summary can spare a row's logits (not a lone untruncated row, whose draw needs them) */
 static int summarisable(const gpu_model *g, const gpu_seq_io *s, int rows, int one_pass) {
     return s->sample && s->logits && rows && one_pass && s->sample->temperature > 0 &&
-           g->V <= SAMP_MAX_VOCAB &&
+           g->V <= SAMP_MAX_VOCAB && s->sample->top_k <= SAMP_CAP && /* else past the cap */
            !(rows == 1 && untruncated(g, s->sample));
 }
 
@@ -681,8 +690,9 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
 extern "C" int gpu_logits_row(gpu_model *g, const gpu_sample_req *req, int row, float *out) {
     if (!req->filled || req->pass != g->n_pass || row < 0 || req->dev_row + row >= GPU_ROWS)
         return ERR_UNSUPPORTED;
-    CK(cudaMemcpy(out, g->logits + (size_t)(req->dev_row + row) * g->V, sizeof(float) * g->V,
-                  cudaMemcpyDeviceToHost));
+    CK(cudaMemcpyAsync(out, g->logits + (size_t)(req->dev_row + row) * g->V,
+                       sizeof(float) * g->V, cudaMemcpyDeviceToHost, g->stream));
+    CK(cudaStreamSynchronize(g->stream));
     return OK;
 }
 

@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(ST)
         h->max = m;
         h->logit_t = draft >= 0 && draft < V ? x[draft] : 0.0f;
     }
-    if (nan || !isfinite(m)) {
+    if (!isfinite(m)) {
         if (tid == 0) h->total = 0, h->n = -1;
         return;
     }
@@ -201,6 +201,10 @@ __global__ void __launch_bounds__(ST)
         n = half + (n & 1);
     }
     if (tid == 0) h->total = s.bsum[0];
+    if (nan) { /* the row itself is needed (kexp counts a NaN as 0, as kern_exp does) */
+        if (tid == 0) h->n = -1;
+        return;
+    }
     /* the candidates */
     int nc = 0;
     if (top_k > 0) {
