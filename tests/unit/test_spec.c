@@ -5,6 +5,7 @@
  * share a 151-token vocabulary, so any of them can draft for another). */
 #include "test.h"
 
+#include "backend/gpu.h"
 #include "base/fs.h"
 #include "base/log.h"
 #include "cache/prefix.h"
@@ -127,6 +128,19 @@ static int record_cb(void *ctx, int32_t id, const struct logprobs *lp) {
     return 0;
 }
 
+/* a round's committed ids (up to 8) */
+struct round_ids {
+    int32_t got[8];
+    int n;
+};
+
+static int record_round(void *ctx, int32_t id, const struct logprobs *lp) {
+    (void)lp;
+    struct round_ids *r = ctx;
+    if (r->n < 8) r->got[r->n++] = id;
+    return 0;
+}
+
 static double tv(const double *a, const double *b, int n) {
     double s = 0;
     for (int i = 0; i < n; i++) s += fabs(a[i] - b[i]);
@@ -220,6 +234,94 @@ TEST(sampling_matches_target_distribution) {
         sampler_free(s);
     }
     free(rows), free(qmem);
+    model_free(t);
+}
+
+/* Rounds decided from sampling summaries (what a GPU target sends instead of its logits, see
+ * spec/verify.h) commit what rounds decided from the logits commit, and draw the same random
+ * numbers: untruncated drafts tested from the summary alone, truncated rows built from their
+ * candidates, rows whose summary does not suffice (a small capacity) built from the row; drafts
+ * one-hot or drawn from a q, accepted or not. The summaries come from sample_row_summarize(),
+ * the CPU's reference that the GPU's kernel matches bit for bit. */
+TEST(summaries_decide_as_logits) {
+    if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
+    struct model *t = load(TARGET);
+    REQUIRE(t);
+    const int V = model_config(t)->vocab_size, K = 4;
+    static const struct {
+        float t, p;
+        int k, cap;
+    } set[] = {{1.0f, 1.0f, 0, 1024},   {0.8f, 0.9f, 0, 1024}, {1.2f, 1.0f, 12, 1024},
+               {0.7f, 0.95f, 20, 1024}, {1.5f, 0.99f, 0, 8},   {0.6f, 1.0f, 30, 16}};
+    void *qmem = malloc(sample_dist_bytes(V));
+    float *qrow = malloc(sizeof(float) * V);
+    REQUIRE(qmem && qrow);
+    struct sample_dist q;
+    sample_dist_init(&q, qmem, V);
+    int rounds = 0, same = 0, accepted = 0, from_summary = 0;
+    for (size_t c = 0; c < sizeof set / sizeof *set; c++)
+        for (int trial = 0; trial < 150; trial++) {
+            struct sample_params sp = {set[c].t, set[c].p, set[c].k, 0, 0, 100u * c + trial};
+            struct sampler *s1 = sampler_new(&sp, V), *s2 = sampler_new(&sp, V);
+            struct kv_cache *kv;
+            REQUIRE(s1 && s2 && kv_new(t, 16, &kv) == 0);
+            struct verify v1, v2;
+            REQUIRE(verify_init(&v1, t, kv, s1, K, -1, 0) == 0);
+            REQUIRE(verify_init(&v2, t, kv, s2, K, -1, 0) == 0);
+            /* rows of logits: peaked around a few tokens, some flat */
+            struct rng r;
+            rng_seed(&r, 7u + 1000u * c + trial);
+            for (int i = 0; i < (K + 1) * V; i++)
+                v1.logits[i] =
+                    (trial % 3 ? 6.0f : 1.0f) * (rng_float(&r) - 0.5f) + (i % V < 5 ? 4.0f : 0.0f);
+            memcpy(v2.logits, v1.logits, sizeof(float) * (K + 1) * V);
+            /* drafts: the likeliest tokens (often kept) or random ones, one-hot or from q */
+            int32_t ids[4];
+            const struct sample_dist *qs[4] = {NULL, NULL, NULL, NULL};
+            int with_q = trial % 2;
+            for (int i = 0; i < K; i++) ids[i] = trial % 4 < 2 ? i % 5 : (int32_t)rng_below(&r, V);
+            if (with_q) {
+                for (int i = 0; i < V; i++) qrow[i] = 3.0f * rng_float(&r);
+                REQUIRE(sample_dist_build(&q, qrow, 1.0f, 0, 1) == 0);
+                for (int i = 0; i < K; i++) qs[i] = &q;
+            }
+            /* v2 decides from the rows' summaries, as after a GPU pass */
+            size_t per = (size_t)set[c].cap;
+            v2.req =
+                calloc(1, sizeof *v2.req + (K + 1) * (sizeof(struct gpu_row_summary) +
+                                                      per * (sizeof(int32_t) + sizeof(float))));
+            REQUIRE(v2.req);
+            struct gpu_row_summary *rows = (struct gpu_row_summary *)(v2.req + 1);
+            int32_t *cid = (int32_t *)(rows + K + 1);
+            float *clg = (float *)(cid + (K + 1) * per);
+            for (int i = 0; i <= K; i++) {
+                const float *row = v2.logits + (size_t)i * V;
+                struct sample_row_summary sum = {0, 0, 0, cid + i * per, clg + i * per};
+                sample_row_summarize(row, V, set[c].t, set[c].k, set[c].p, set[c].cap, &sum);
+                rows[i] = (struct gpu_row_summary){
+                    sum.max, i < K ? row[ids[i]] : 0.0f, sum.total, sum.n, 1, sum.ids, sum.logits};
+            }
+            *v2.req = (struct gpu_sample_req){set[c].t, set[c].k, set[c].p, rows, 1, 0, 0};
+            struct draft d = {ids, qs, K, K, NULL};
+            struct round_ids r1 = {{0}, 0}, r2 = {{0}, 0};
+            int acc1, acc2, st1, st2;
+            int rc1 = verify_decide(&v1, &d, record_round, &r1, &acc1, &st1);
+            int rc2 = verify_decide(&v2, &d, record_round, &r2, &acc2, &st2);
+            rounds++;
+            same += rc1 == 0 && rc2 == 0 && acc1 == acc2 && r1.n == r2.n &&
+                    !memcmp(r1.got, r2.got, sizeof(int32_t) * (size_t)r1.n) &&
+                    rng_next(sampler_rng(s1)) == rng_next(sampler_rng(s2));
+            accepted += acc1;
+            from_summary += v2.n_summarised;
+            verify_deinit(&v1), verify_deinit(&v2);
+            kv_free(kv);
+            sampler_free(s1), sampler_free(s2);
+        }
+    printf("  sampled rounds from summaries: %d of %d decided as from the logits (%d drafts "
+           "accepted)\n",
+           same, rounds, accepted);
+    CHECK(same == rounds && from_summary == rounds && accepted > rounds / 2);
+    free(qmem), free(qrow);
     model_free(t);
 }
 
@@ -354,5 +456,6 @@ int main(void) {
     RUN(batched_sequences_equal_single_runs);
     RUN(greedy_identical_in_every_mode);
     RUN(sampling_matches_target_distribution);
+    RUN(summaries_decide_as_logits);
     return test_report();
 }
