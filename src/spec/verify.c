@@ -76,18 +76,19 @@ static int fetch_row(struct verify *v, int i, float *row) {
 
 /* Row i's target distribution: from its summary where that suffices, else from its logits */
 static int row_dist(struct verify *v, float *row, int i, const struct sample_dist **p) {
-    int rc = ERR_UNSUPPORTED;
     if (v->req && v->req->filled) {
         const struct gpu_row_summary *g = &v->req->rows[i];
         struct sample_row_summary sum = {g->max, g->total, g->n, g->ids, g->logits};
-        rc = sampler_build_dist_sparse(v->s, &sum, p);
-        if (rc == ERR_UNSUPPORTED)
-            rc = fetch_row(v, i, row);
-        else
-            return rc;
-        if (rc) return rc;
+        int rc = sampler_build_dist_sparse(v->s, &sum, p);
+        if (rc != ERR_UNSUPPORTED) return rc;
+        if ((rc = fetch_row(v, i, row))) return rc;
     }
     return sampler_build_dist(v->s, row, NULL, 0, p);
+}
+
+static int unusable(int rc) {
+    log_error("the model produced unusable logits (NaN or infinite)");
+    return rc;
 }
 
 /* Whether the sampler keeps every token: then a draft's probability comes from the summary's
@@ -112,42 +113,27 @@ static int decide(struct verify *v, float *row, const struct draft *d, int i, in
     }
     struct rng *r = sampler_rng(v->s);
     const struct gpu_row_summary *g = v->req && v->req->filled ? &v->req->rows[i] : NULL;
-    if (has_draft && g && g->n == 0 && untruncated(sp, V)) {
-        /* the acceptance test from the summary: the bits of the full distribution's p(t) */
-        int32_t t = d->ids[i];
-        const struct sample_dist *q = d->q ? d->q[i] : NULL;
-        float pt = sample_prob_untruncated(g->logit_t, g->max, g->total, sp->temperature);
-        if (sample_accept(r, pt, q ? sample_dist_prob(q, t) : 1.0f)) {
-            *id = t;
-            *accepted = 1;
-            return OK;
-        }
-        const struct sample_dist *p;
-        int rc = fetch_row(v, i, row);
-        if (!rc) rc = sampler_build_dist(v->s, row, NULL, 0, &p);
-        if (rc) return rc;
-        *id = q ? sample_residual(p, q, v->dense, r) : sample_residual_onehot(p, t, r);
-        return OK;
-    }
-    const struct sample_dist *p;
-    int rc = row_dist(v, row, i, &p);
-    if (rc) {
-        log_error("the model produced unusable logits (NaN or infinite)");
-        return rc;
-    }
+    /* an untruncated draft's probability comes from its summary (the bits of the full
+     * distribution's p(t)): the distribution is built only if a draw needs it */
+    int lazy = has_draft && g && g->n == 0 && untruncated(sp, V);
+    const struct sample_dist *p = NULL;
+    int rc;
+    if (!lazy && (rc = row_dist(v, row, i, &p))) return unusable(rc);
     if (!has_draft) {
         *id = sample_dist_draw(p, r);
         return OK;
     }
     int32_t t = d->ids[i];
     const struct sample_dist *q = d->q ? d->q[i] : NULL;
-    float pt = sample_dist_prob(p, t), qt = q ? sample_dist_prob(q, t) : 1.0f;
-    if (sample_accept(r, pt, qt)) {
+    float pt = lazy ? sample_prob_untruncated(g->logit_t, g->max, g->total, sp->temperature)
+                    : sample_dist_prob(p, t);
+    if (sample_accept(r, pt, q ? sample_dist_prob(q, t) : 1.0f)) {
         *id = t;
         *accepted = 1;
-    } else {
-        *id = q ? sample_residual(p, q, v->dense, r) : sample_residual_onehot(p, t, r);
+        return OK;
     }
+    if (lazy && (rc = row_dist(v, row, i, &p))) return unusable(rc);
+    *id = q ? sample_residual(p, q, v->dense, r) : sample_residual_onehot(p, t, r);
     return OK;
 }
 

@@ -545,7 +545,6 @@ static int rows_out(const gpu_seq_io *s, int done, int n) {
     return s->all_rows ? n : done + n == s->n ? 1 : 0;
 }
 
-/* the sampling summaries' buffers, on first use */
 /* the sampling summaries' buffers, on first use; g->samp is set last, when all are there
  * (a failure leaves the pass on the logits path) */
 static int samp_alloc(gpu_model *g) {
