@@ -12,6 +12,7 @@
 #include "sample/kern.h"
 #include "sample/rng.h"
 #include "test.h"
+#include "unit/dists.h"
 
 enum { BIG_VOCAB = 151936 };
 
@@ -50,17 +51,6 @@ static int ref_trunc(const float *logits, int n, double t, int k, double top_p, 
     for (int j = 0; j < m; j++) s += p[j];
     for (int j = 0; j < m; j++) p[j] /= s;
     return m;
-}
-
-static struct sample_dist *dist_new(int n_vocab) {
-    struct sample_dist *d = malloc(sizeof *d);
-    sample_dist_init(d, malloc(sample_dist_bytes(n_vocab)), n_vocab);
-    return d;
-}
-
-static void dist_free(struct sample_dist *d) {
-    free(d->ids); /* ids is the start of the block */
-    free(d);
 }
 
 /* Checks d against the reference for the same parameters; returns 1 when equal. */

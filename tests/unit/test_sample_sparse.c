@@ -11,22 +11,12 @@
 #include "sample/kern.h"
 #include "sample/rng.h"
 #include "test.h"
+#include "unit/dists.h"
 
 enum {
     CAP = 1024, /* candidates a device summary holds (the CUDA backend's) */
     N_KIND = 5, /* row shapes, see fill_row() */
 };
-
-static struct sample_dist *dist_new(int n_vocab) {
-    struct sample_dist *d = malloc(sizeof *d);
-    sample_dist_init(d, malloc(sample_dist_bytes(n_vocab)), n_vocab);
-    return d;
-}
-
-static void dist_free(struct sample_dist *d) {
-    free(d->ids); /* ids is the start of the block */
-    free(d);
-}
 
 static void summary_init(struct sample_row_summary *s, int cap) {
     s->ids = malloc((size_t)cap * sizeof *s->ids);

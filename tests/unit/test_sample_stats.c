@@ -10,6 +10,7 @@
 #include "sample/residual.h"
 #include "sample/rng.h"
 #include "test.h"
+#include "unit/dists.h"
 
 enum { V = 8, DRAWS = 20000 };
 
@@ -43,19 +44,8 @@ static double max_diff(const int *count, const double *want) {
     return worst;
 }
 
-static struct sample_dist *dist_new(void) {
-    struct sample_dist *d = malloc(sizeof *d);
-    sample_dist_init(d, malloc(sample_dist_bytes(V)), V);
-    return d;
-}
-
-static void dist_free(struct sample_dist *d) {
-    free(d->ids);
-    free(d);
-}
-
 TEST(draws_match_truncated_probs) {
-    struct sample_dist *d = dist_new();
+    struct sample_dist *d = dist_new(V);
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         double want[V];
         expected_desc(logits_desc, cases[c].t, cases[c].top_k, cases[c].top_p, want);
@@ -90,7 +80,7 @@ static int32_t spec_step(const struct sample_dist *p, const struct sample_dist *
 TEST(speculative_reversed_draft) {
     float reversed[V];
     for (int i = 0; i < V; i++) reversed[i] = logits_desc[V - 1 - i];
-    struct sample_dist *p = dist_new(), *q = dist_new();
+    struct sample_dist *p = dist_new(V), *q = dist_new(V);
     float dense[V] = {0};
     for (size_t c = 0; c < 2 * sizeof cases / sizeof *cases; c++) {
         size_t k = c % 3;
@@ -121,7 +111,7 @@ TEST(speculative_reversed_draft) {
 TEST(speculative_onehot_draft) {
     /* n-gram drafts: q is one-hot, so accept with p(d) and otherwise draw p without d. The
      * draft is the likeliest token, an unlikely one, and one outside the truncated support. */
-    struct sample_dist *p = dist_new();
+    struct sample_dist *p = dist_new(V);
     const int32_t drafts[] = {0, 5, 7};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         double want[V];

@@ -117,7 +117,7 @@ struct stat_case {
 };
 
 struct record {
-    int32_t got[3];
+    int32_t got[8];
     int n;
 };
 
@@ -125,19 +125,6 @@ static int record_cb(void *ctx, int32_t id, const struct logprobs *lp) {
     (void)lp;
     struct record *r = ctx;
     r->got[r->n++] = id;
-    return 0;
-}
-
-/* a round's committed ids (up to 8) */
-struct round_ids {
-    int32_t got[8];
-    int n;
-};
-
-static int record_round(void *ctx, int32_t id, const struct logprobs *lp) {
-    (void)lp;
-    struct round_ids *r = ctx;
-    if (r->n < 8) r->got[r->n++] = id;
     return 0;
 }
 
@@ -303,10 +290,10 @@ TEST(summaries_decide_as_logits) {
             }
             *v2.req = (struct gpu_sample_req){set[c].t, set[c].k, set[c].p, rows, 1, 0, 0};
             struct draft d = {ids, qs, K, K, NULL};
-            struct round_ids r1 = {{0}, 0}, r2 = {{0}, 0};
+            struct record r1 = {{0}, 0}, r2 = {{0}, 0};
             int acc1, acc2, st1, st2;
-            int rc1 = verify_decide(&v1, &d, record_round, &r1, &acc1, &st1);
-            int rc2 = verify_decide(&v2, &d, record_round, &r2, &acc2, &st2);
+            int rc1 = verify_decide(&v1, &d, record_cb, &r1, &acc1, &st1);
+            int rc2 = verify_decide(&v2, &d, record_cb, &r2, &acc2, &st2);
             rounds++;
             same += rc1 == 0 && rc2 == 0 && acc1 == acc2 && r1.n == r2.n &&
                     !memcmp(r1.got, r2.got, sizeof(int32_t) * (size_t)r1.n) &&
