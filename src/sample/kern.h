@@ -9,11 +9,20 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The CUDA backend's sampling summaries (backend/cuda/sample.cu) compile kern_exp for the
+ * device too, so that the two never drift apart. */
+#ifdef __CUDACC__
+#define KERN_HOST_DEVICE __host__ __device__
+#else
+#define KERN_HOST_DEVICE
+#endif
+
 /* e^x for x <= 0, relative error below 1e-7. Returns 0 for x < -87 and for NaN, so NaN
  * and -inf logits act as impossible tokens. Branch-free so loops over it vectorise. The
  * explicit fmaf() makes the result the same in scalar and vector code and under any
- * -ffp-contract setting (it needs FMA hardware to be fast, which -march=native gives). */
-static inline float kern_exp(float x) {
+ * -ffp-contract setting (it needs FMA hardware to be fast, which -march=native gives); no
+ * other multiply is followed by an add, so nvcc's contraction cannot change it either. */
+static inline KERN_HOST_DEVICE float kern_exp(float x) {
     float xc = x >= -87.0f ? x : -87.0f;
     float n = fmaf(xc, 1.44269504f, 12582912.0f); /* adding 1.5 * 2^23 rounds to an integer */
     n = n - 12582912.0f;

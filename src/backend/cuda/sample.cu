@@ -10,32 +10,16 @@
  * - the candidates in id order: with top-k, every token at or above the k-th largest logit
  *   (found by a radix select over order-preserving keys); with nucleus only, every token at or
  *   above max - 8 * temperature (the CPU's first stage); none without truncation.
- * One block of 1024 threads per row; arithmetic that must match the CPU's uses the _rn
- * intrinsics, so that nvcc cannot contract it into other roundings. */
+ * One block of 1024 threads per row. The exp is kern.h's kern_exp itself, compiled for the
+ * device; the other arithmetic that must match the CPU's uses the _rn intrinsics, so that nvcc
+ * cannot contract it into other roundings. */
 #include "backend/cuda/cuda.cuh"
+#include "sample/dist.h" /* SAMPLE_NUCLEUS_NATS */
+#include "sample/kern.h" /* kern_exp, KERN_SUM_BLOCK */
 
-#define ST        1024 /* threads per row */
-#define SUM_BLOCK 256  /* kern_sum's blocks */
+#define ST        1024                         /* threads per row */
+#define SUM_BLOCK KERN_SUM_BLOCK               /* kern_sum's blocks */
 #define SUM_MAX   (SAMP_MAX_VOCAB / SUM_BLOCK) /* blocks of a row at most */
-
-/* sample/kern.h's kern_exp, operation for operation */
-__device__ __forceinline__ float kexp(float x) {
-    float xc = x >= -87.0f ? x : -87.0f;
-    float n = __fmaf_rn(xc, 1.44269504f, 12582912.0f);
-    n = __fsub_rn(n, 12582912.0f);
-    float r = __fmaf_rn(n, -0.693359375f, xc);
-    r = __fmaf_rn(n, 2.12194440e-4f, r);
-    float p = 1.0f / 5040.0f;
-    p = __fmaf_rn(p, r, 1.0f / 720.0f);
-    p = __fmaf_rn(p, r, 1.0f / 120.0f);
-    p = __fmaf_rn(p, r, 1.0f / 24.0f);
-    p = __fmaf_rn(p, r, 1.0f / 6.0f);
-    p = __fmaf_rn(p, r, 0.5f);
-    p = __fmaf_rn(p, r, 1.0f);
-    p = __fmaf_rn(p, r, 1.0f);
-    float y = __fmul_rn(p, __int_as_float(((int)n + 127) << 23));
-    return x >= -87.0f ? y : 0.0f;
-}
 
 /* ascending order-preserving key of a (non-NaN) float, -0 and +0 equal */
 __device__ __forceinline__ unsigned ukey(float f) {
@@ -177,7 +161,7 @@ __global__ void __launch_bounds__(ST)
 #pragma unroll
         for (int i = 0; i < SUM_BLOCK / 8; i++) {
             const int at = j + 8 * i;
-            y[i] = at < len ? kexp(__fmul_rn(__fsub_rn(x[base + at], m), inv_t)) : 0.0f;
+            y[i] = at < len ? kern_exp(__fmul_rn(__fsub_rn(x[base + at], m), inv_t)) : 0.0f;
         }
         double acc = 0;
 #pragma unroll
@@ -201,7 +185,7 @@ __global__ void __launch_bounds__(ST)
         n = half + (n & 1);
     }
     if (tid == 0) h->total = s.bsum[0];
-    if (nan) { /* the row itself is needed (kexp counts a NaN as 0, as kern_exp does) */
+    if (nan) { /* the row itself is needed (kern_exp counts a NaN as 0) */
         if (tid == 0) h->n = -1;
         return;
     }
@@ -211,7 +195,7 @@ __global__ void __launch_bounds__(ST)
         const float h0 = ukey_float(kth_largest(x, V, top_k, s));
         nc = compact(x, V, h0, cids + (size_t)r * cap, clg + (size_t)r * cap, cap, s);
     } else if (top_p < 1.0f) {
-        const float thr = __fsub_rn(m, __fmul_rn(8.0f, temp));
+        const float thr = __fsub_rn(m, __fmul_rn(SAMPLE_NUCLEUS_NATS, temp));
         nc = compact(x, V, thr, cids + (size_t)r * cap, clg + (size_t)r * cap, cap, s);
     }
     if (tid == 0) h->n = nc <= cap ? nc : -1;
