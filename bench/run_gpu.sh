@@ -70,10 +70,14 @@ fi
 if [ ! -d ../shared/golden ] && [ -d "$BIN/golden" ]; then # the drafters' reference data
     mkdir -p ../shared && cp -r "$BIN/golden" ../shared/
 fi
-if has test || has testexact || has sanitize; then # test_gpu's model with 8 query heads per kv head
+if has test || has testexact || has sanitize; then # test_gpu's model with 8 query heads per kv
+    # head, and its model with a 300,000-token vocabulary (draws on the device)
     [ -f /tmp/dspark-g8/model.safetensors ] || { gcc -O2 -o /tmp/mkmodel-t bench/mkmodel.c -lm &&
         /tmp/mkmodel-t /tmp/dspark-g8 --layers 2 --hidden 256 --heads 16 --kv-heads 2 \
             --head-dim 64 --ffn 512 --vocab 1024 >/dev/null; }
+    [ -f /tmp/dspark-v300k/model.safetensors ] || { gcc -O2 -o /tmp/mkmodel-t bench/mkmodel.c -lm &&
+        /tmp/mkmodel-t /tmp/dspark-v300k --layers 1 --hidden 64 --heads 2 --kv-heads 1 \
+            --head-dim 32 --ffn 128 --vocab 300000 >/dev/null; }
 fi
 if has test; then
     stamp test_gpu

@@ -100,6 +100,8 @@ struct gpu_row_summary {
     int n;         /* candidates in ids/logits, in id order; -1: the row itself is needed */
     int in_logits; /* 1: the row's logits came back too (an untruncated row with no draft,
                     * whose draw needs them unless a draft before it is rejected) */
+    int32_t drawn; /* the token the device drew for this row with the request's u (the
+                    * request's last row, when it asked for a draw), else -1 */
     int32_t *ids;  /* [cap] */
     float *logits; /* [cap] */
 };
@@ -114,6 +116,10 @@ struct gpu_sample_req {
     int filled;                   /* out: 1 when rows[] hold the pass's summaries */
     int dev_row;                  /* out: where the first row's logits stay on the device */
     unsigned pass;                /* out: the pass that left them there (gpu_logits_row) */
+    /* in: without truncation, draw the last row on the device: sample_dist_draw_u() of its
+     * distribution at u, into rows[last].drawn, so its logits need not come back */
+    int draw;
+    double u;
 };
 /* Several sequences in one pass where they fit (continuous batching): sequence i runs
  * ids[0..n) at positions pos0.. of its cache; logits (all rows or the last one, [n or 1, V])

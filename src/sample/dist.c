@@ -17,8 +17,8 @@
 #include "sample/rng.h"
 
 enum {
-    CHUNK = 64, /* draw granularity: one double add per chunk while skipping ahead */
-    BLOCK = 64, /* top-k: logits tested at once against the heap minimum */
+    CHUNK = SAMPLE_DRAW_CHUNK, /* draw granularity: one double add per chunk while skipping */
+    BLOCK = 64,                /* top-k: logits tested at once against the heap minimum */
 };
 
 size_t sample_dist_bytes(int n_vocab) {
@@ -65,9 +65,13 @@ void sample_dist_update(struct sample_dist *d) {
 }
 
 int32_t sample_dist_draw(const struct sample_dist *d, struct rng *r) {
+    return sample_dist_draw_u(d, rng_double(r));
+}
+
+int32_t sample_dist_draw_u(const struct sample_dist *d, double u) {
     assert(d->n > 0);
     const float *p = d->probs;
-    double target = rng_double(r) * d->mass, cum = 0;
+    double target = u * d->mass, cum = 0;
     for (int i = 0; i < d->n; i += CHUNK) {
         int len = d->n - i < CHUNK ? d->n - i : CHUNK;
         double c = chunk_sum(p + i, len);

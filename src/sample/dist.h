@@ -94,9 +94,15 @@ float sample_prob_untruncated(float logit, float max, double total, float temper
 /* Recomputes d->mass after a caller edited probs[0..n) by hand (tests, custom drafters). */
 void sample_dist_update(struct sample_dist *d);
 
-/* Draws one token: one rng_double() u, then the first entry whose cumulative mass exceeds
- * u * mass. Zero-probability entries are never drawn. */
+/* Draws one token: one rng_double() u, then sample_dist_draw_u(d, u). */
 int32_t sample_dist_draw(const struct sample_dist *d, struct rng *r);
+/* The entry a uniform u in [0, 1) picks: entries are taken in chunks of SAMPLE_DRAW_CHUNK
+ * (each summed as mass sums it), a running double total of the chunks before; the first chunk whose
+ * sum takes it past u * mass is walked entry by entry, and the first positive entry that takes it
+ * past is the result. Should rounding leave the target unreached, the last positive entry. A device
+ * that draws must repeat these steps (backend/cuda/sample.cu does, for untruncated rows). */
+int32_t sample_dist_draw_u(const struct sample_dist *d, double u);
+#define SAMPLE_DRAW_CHUNK 64 /* the draw's and the mass's chunks */
 
 /* Probability of id (0 if absent). O(1) for an unsorted dist, O(n) for a sorted one. */
 float sample_dist_prob(const struct sample_dist *d, int32_t id);

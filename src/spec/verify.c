@@ -7,6 +7,7 @@
 #include "model/model.h"
 #include "sample/dist.h"
 #include "sample/residual.h"
+#include "sample/rng.h"
 #include "sample/sampler.h"
 
 #include <stdlib.h>
@@ -46,7 +47,8 @@ int verify_init(struct verify *v, struct model *m, struct kv_cache *kv, struct s
         float *lg = (float *)(ids + rows * GPU_SAMPLE_CAP);
         for (size_t i = 0; i < rows; i++)
             r[i].ids = ids + i * GPU_SAMPLE_CAP, r[i].logits = lg + i * GPU_SAMPLE_CAP;
-        *v->req = (struct gpu_sample_req){sp->temperature, sp->top_k, sp->top_p, r, 0, 0, 0};
+        *v->req = (struct gpu_sample_req){
+            .temperature = sp->temperature, .top_k = sp->top_k, .top_p = sp->top_p, .rows = r};
     }
     if (!v->logits || !v->raw || !v->dense || (tap_width > 0 && !v->taps) || !v->ids) {
         verify_deinit(v);
@@ -118,6 +120,16 @@ static int decide(struct verify *v, float *row, const struct draft *d, int i, in
     int lazy = has_draft && g && g->n == 0 && untruncated(sp, V);
     const struct sample_dist *p = NULL;
     int rc;
+    if (!has_draft && g && g->drawn >= 0) {
+        /* the device drew this row at the u this rng gives now, unless a rejected draft
+         * before it took another number */
+        struct rng before = *r;
+        if (rng_double(r) == v->req->u) {
+            *id = g->drawn;
+            return OK;
+        }
+        *r = before;
+    }
     if (!lazy && (rc = row_dist(v, row, i, &p))) return unusable(rc);
     if (!has_draft) {
         *id = sample_dist_draw(p, r);
@@ -187,7 +199,18 @@ int verify_decide(struct verify *v, const struct draft *d, verify_commit_fn *cb,
 
 struct model_batch_item verify_item(const struct verify *v, const int32_t *in, int n) {
     int ids = v->greedy_ids;
-    if (v->req) v->req->filled = 0;
+    if (v->req) {
+        v->req->filled = 0;
+        /* Without truncation the device draws the last row at the number the rng will give
+         * it when every draft before it is accepted (each acceptance takes one number). */
+        const struct sample_params *sp = sampler_params(v->s);
+        v->req->draw = untruncated(sp, model_config(v->m)->vocab_size);
+        if (v->req->draw) {
+            struct rng ahead = *sampler_rng(v->s);
+            for (int i = 0; i < n - 1; i++) rng_next(&ahead);
+            v->req->u = rng_double(&ahead);
+        }
+    }
     return (struct model_batch_item){
         v->kv, in, n, ids ? NULL : v->logits, v->taps, ids ? v->ids : NULL, 0, v->req};
 }

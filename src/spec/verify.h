@@ -38,10 +38,12 @@ struct verify {
     int greedy_ids;
     int32_t *ids; /* [max_draft + 1] */
     /* Other sampled rounds on a GPU target (no penalties, no logprobs): the target reports
-     * each row's sampling summary (backend/gpu.h) and keeps its logits on the device; a row's
-     * logits come back only when its decision needs the whole distribution (an untruncated
-     * draw, or a nucleus wider than the summary). The decisions are those the logits would
-     * give, bit for bit. NULL otherwise (or with DSPARK_GPU_SAMPLE_SUMMARY=0). */
+     * each row's sampling summary (backend/gpu.h) and keeps its logits on the device; without
+     * truncation the device also draws the last row at the number the rng will give it. A
+     * row's logits come back only when its decision needs the whole distribution (a rejected
+     * untruncated draft's residual, or a nucleus wider than the summary). The decisions are
+     * those the logits would give, bit for bit. NULL otherwise (or with
+     * DSPARK_GPU_SAMPLE_SUMMARY=0). */
     struct gpu_sample_req *req;
     int n_summarised; /* rounds decided from summaries */
     int n_fetched;    /* rows of those whose logits came back */

@@ -15,6 +15,7 @@
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "sample/dist.h"
+#include "sample/rng.h"
 #include "spec/block_model.h"
 
 #include <cjson/cJSON.h>
@@ -749,7 +750,8 @@ TEST(gpu_sample_summary) {
         REQUIRE(kv_new(m, 400, &kv) == 0);
         int P = 40 + 23 * c;
         CHECK(model_forward(m, kv, ids, P, NULL, 0) == 0);
-        struct gpu_sample_req req = {set[c].t, set[c].k, set[c].p, rows, 0, 0, 0};
+        struct gpu_sample_req req = {
+            .temperature = set[c].t, .top_k = set[c].k, .top_p = set[c].p, .rows = rows};
         struct model_batch_item it = {kv, ids + P, W, lg, NULL, NULL, 0, &req};
         CHECK(model_forward_batch(m, &it, 1) == 0);
         /* a top-k past the summaries' capacity brings the logits back */
@@ -790,6 +792,87 @@ TEST(gpu_sample_summary) {
     model_free(m);
 }
 
+/* Rows drawn on the device (untruncated sampling: sample.cu's draw_row) pick the token that
+ * sample_dist_draw_u() picks from the same row at the same u: passes of 1, 3 and 9 rows, four
+ * temperatures, u at 0, just below 1, random, and just either side of a chunk's running
+ * total. On models/pycoder (8,192 tokens) and on a 300,000-token model when there is one
+ * (bench/run_gpu.sh's test step writes /tmp/dspark-v300k; DSPARK_TEST_V300K names another),
+ * whose chunk totals need more than the default 48 KB of shared memory. */
+TEST(gpu_sample_draw) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    const char *big =
+        getenv("DSPARK_TEST_V300K") ? getenv("DSPARK_TEST_V300K") : "/tmp/dspark-v300k";
+    const char *dirs[2] = {"models/pycoder", big};
+    int compared = 0, same = 0, dirs_run = 0;
+    for (int di = 0; di < 2; di++) {
+        if (!fs_exists(dirs[di])) {
+            printf("  %s absent%s\n", dirs[di],
+                   di ? ": bench/mkmodel /tmp/dspark-v300k --layers 1 --hidden 64 --heads 2 "
+                        "--kv-heads 1 --head-dim 32 --ffn 128 --vocab 300000 makes it"
+                      : "");
+            continue;
+        }
+        struct model *m;
+        REQUIRE(model_load(dirs[di], &(struct model_opts){.n_threads = 1, .gpu = 1}, &m) == 0);
+        dirs_run++;
+        const int V = model_config(m)->vocab_size, W = 9;
+        static const float temps[] = {1.0f, 0.7f, 1.6f, 0.05f};
+        static const int widths[] = {1, 3, 9};
+        int32_t ids[200];
+        for (int i = 0; i < 200; i++) ids[i] = 20 + (i * 977) % (V < 8000 ? V - 20 : 8000);
+        float *lg = malloc(sizeof(float) * V * W), *row = malloc(sizeof(float) * V);
+        void *mem = malloc(sample_dist_bytes(V));
+        struct gpu_row_summary rows[W];
+        REQUIRE(lg && row && mem);
+        for (int r = 0; r < W; r++) rows[r].ids = NULL, rows[r].logits = NULL;
+        struct sample_dist d;
+        sample_dist_init(&d, mem, V);
+        struct rng rg;
+        rng_seed(&rg, 11);
+        for (int ti = 0; ti < 4; ti++)
+            for (int wi = 0; wi < 3; wi++)
+                for (int ui = 0; ui < 6; ui++) {
+                    const int w = widths[wi], P = 30 + 7 * ti + wi;
+                    struct kv_cache *kv;
+                    REQUIRE(kv_new(m, 64, &kv) == 0);
+                    CHECK(model_forward(m, kv, ids, P, NULL, 0) == 0);
+                    /* the row, to place u at one of its chunk totals (a first pass) */
+                    struct gpu_sample_req req = {
+                        .temperature = temps[ti], .top_p = 1.0f, .rows = rows, .draw = 1};
+                    struct model_batch_item it = {kv, ids + P, w, lg, NULL, NULL, 0, &req};
+                    CHECK(model_forward_batch(m, &it, 1) == 0);
+                    CHECK(req.filled && model_logits_row(m, &req, w - 1, row) == 0);
+                    CHECK(sample_dist_build(&d, row, temps[ti], 0, 1.0f) == 0);
+                    double u = rng_double(&rg);
+                    if (ui == 0) u = 0;
+                    if (ui == 1) u = 1 - 0x1p-53;
+                    if (ui >= 4) { /* the running total of the chunks before a random one */
+                        int c = (int)rng_below(&rg, (uint32_t)(V / SAMPLE_DRAW_CHUNK));
+                        double cum = 0;
+                        for (int i = 0; i < c * SAMPLE_DRAW_CHUNK; i++) cum += d.probs[i];
+                        u = cum / d.mass;
+                        u = ui == 4 ? nextafter(u, 0) : nextafter(u, 1);
+                    }
+                    kv_truncate(kv, P);
+                    req.u = u;
+                    CHECK(model_forward_batch(m, &it, 1) == 0);
+                    int32_t want = sample_dist_draw_u(&d, u), got = rows[w - 1].drawn;
+                    int ok = req.filled && got == want && !rows[w - 1].in_logits;
+                    for (int r = 0; r < w - 1; r++) ok &= rows[r].drawn == -1;
+                    compared++, same += ok;
+                    if (!ok && compared - same <= 3)
+                        printf("  %s T %g width %d u %.17g: drew %d, the CPU %d\n", dirs[di],
+                               temps[ti], w, u, got, want);
+                    kv_free(kv);
+                }
+        free(lg), free(row), free(mem);
+        model_free(m);
+    }
+    printf("  draws on the device: %d of %d equal the CPU's at the same u (%d models)\n", same,
+           compared, dirs_run);
+    CHECK(dirs_run >= 1 && same == compared && compared == dirs_run * 72);
+}
+
 /* Sampled generation with the summaries equals sampled generation with the logits copied back,
  * token for token, in every mode and for several sampling settings (the same seeds): the
  * decisions from a summary are those the row gives. */
@@ -806,7 +889,7 @@ TEST(gpu_sample_summary_modes) {
                                                {1.0f, 1.0f, 0, 0, 0, 2},
                                                {0.8f, 0.95f, 40, 0, 0, 3},
                                                {0.5f, 1.0f, 0, 0.4f, 0, 4}};
-    int runs = 0, equal = 0, accepted = 0, summarised = 0, rounds = 0, fetched = 0;
+    int runs = 0, equal = 0, accepted = 0, summarised = 0, rounds = 0, fetched = 0, base_drawn = 0;
     for (int p = 0; p < 6; p++) {
         int n = 10 + p * 3;
         int32_t prompt[64];
@@ -832,18 +915,23 @@ TEST(gpu_sample_summary_modes) {
                 if (!sps[s].presence_penalty && mode != GEN_BASELINE)
                     rounds += b.stats.rounds, summarised += b.stats.summary_rounds,
                         fetched += b.stats.rows_fetched;
-                /* baseline's rounds are lone rows, which bring back their logits */
+                /* baseline's rounds are lone rows: they bring back their logits, unless the
+                 * device draws them (no truncation, no penalties) */
+                int drawn = sps[s].top_p >= 1 && sps[s].top_k <= 0 && !sps[s].presence_penalty;
                 CHECK(a.stats.summary_rounds == 0 &&
-                      (mode != GEN_BASELINE || b.stats.summary_rounds == 0));
+                      (mode != GEN_BASELINE ||
+                       (drawn ? b.stats.summary_rounds == b.stats.rounds && !b.stats.rows_fetched
+                              : b.stats.summary_rounds == 0)));
+                base_drawn += mode == GEN_BASELINE && drawn ? b.stats.summary_rounds : 0;
                 gen_result_free(&a), gen_result_free(&b);
             }
     }
     printf("  sampled generation, summaries against logits: %d of %d runs equal (%d drafts "
            "accepted); %d of %d speculative rounds without penalties decided from summaries, "
-           "%d rows fetched for a draw\n",
-           equal, runs, accepted, summarised, rounds, fetched);
-    /* rounds without drafts (one row) bring back their logits */
-    CHECK(equal == runs && accepted > 0 && summarised * 2 >= rounds && fetched > 0);
+           "%d rows fetched for a draw; %d baseline steps drawn on the device\n",
+           equal, runs, accepted, summarised, rounds, fetched, base_drawn);
+    CHECK(equal == runs && accepted > 0 && summarised * 2 >= rounds && fetched > 0 &&
+          base_drawn >= 6 * 30);
     block_model_free(ds), block_model_free(df);
     model_free(m), model_free(dm);
 }
@@ -1325,5 +1413,6 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_selected_rows")) RUN(gpu_selected_rows);
     if (wanted(argc, argv, "gpu_sample_summary")) RUN(gpu_sample_summary);
     if (wanted(argc, argv, "gpu_sample_summary_modes")) RUN(gpu_sample_summary_modes);
+    if (wanted(argc, argv, "gpu_sample_draw")) RUN(gpu_sample_draw);
     return test_report();
 }

@@ -239,13 +239,15 @@ TEST(summaries_decide_as_logits) {
         float t, p;
         int k, cap;
     } set[] = {{1.0f, 1.0f, 0, 1024},   {0.8f, 0.9f, 0, 1024}, {1.2f, 1.0f, 12, 1024},
-               {0.7f, 0.95f, 20, 1024}, {1.5f, 0.99f, 0, 8},   {0.6f, 1.0f, 30, 16}};
-    void *qmem = malloc(sample_dist_bytes(V));
+               {0.7f, 0.95f, 20, 1024}, {1.5f, 0.99f, 0, 8},   {0.6f, 1.0f, 30, 16},
+               {0.6f, 1.0f, 0, 8},      {1.7f, 1.0f, 0, 1024}};
+    void *qmem = malloc(sample_dist_bytes(V)), *q2mem = malloc(sample_dist_bytes(V));
     float *qrow = malloc(sizeof(float) * V);
-    REQUIRE(qmem && qrow);
-    struct sample_dist q;
+    REQUIRE(qmem && q2mem && qrow);
+    struct sample_dist q, q2;
     sample_dist_init(&q, qmem, V);
-    int rounds = 0, same = 0, accepted = 0, from_summary = 0;
+    sample_dist_init(&q2, q2mem, V);
+    int rounds = 0, same = 0, accepted = 0, from_summary = 0, drawn_rows = 0, drawn_used = 0;
     for (size_t c = 0; c < sizeof set / sizeof *set; c++)
         for (int trial = 0; trial < 150; trial++) {
             struct sample_params sp = {set[c].t, set[c].p, set[c].k, 0, 0, 100u * c + trial};
@@ -285,10 +287,32 @@ TEST(summaries_decide_as_logits) {
                 const float *row = v2.logits + (size_t)i * V;
                 struct sample_row_summary sum = {0, 0, 0, cid + i * per, clg + i * per};
                 sample_row_summarize(row, V, set[c].t, set[c].k, set[c].p, set[c].cap, &sum);
-                rows[i] = (struct gpu_row_summary){
-                    sum.max, i < K ? row[ids[i]] : 0.0f, sum.total, sum.n, 1, sum.ids, sum.logits};
+                rows[i] = (struct gpu_row_summary){.max = sum.max,
+                                                   .logit_t = i < K ? row[ids[i]] : 0.0f,
+                                                   .total = sum.total,
+                                                   .n = sum.n,
+                                                   .in_logits = 1,
+                                                   .drawn = -1,
+                                                   .ids = sum.ids,
+                                                   .logits = sum.logits};
             }
-            *v2.req = (struct gpu_sample_req){set[c].t, set[c].k, set[c].p, rows, 1, 0, 0};
+            *v2.req = (struct gpu_sample_req){
+                .temperature = set[c].t, .top_k = set[c].k, .top_p = set[c].p, .rows = rows};
+            /* untruncated: the last row drawn "on the device" (sample_dist_draw_u() at the u
+             * verify_item() picks, as sample.cu draws); every fifth trial a u that the rng
+             * never gives with a wrong token, which the host must not use */
+            int32_t in[8] = {0};
+            verify_item(&v2, in, K + 1);
+            if (v2.req->draw) {
+                REQUIRE(sample_dist_build(&q2, v2.logits + (size_t)K * V, set[c].t, 0, 1) == 0);
+                rows[K].drawn = sample_dist_draw_u(&q2, v2.req->u);
+                if (trial % 5 == 0) v2.req->u = 2.0, rows[K].drawn = (rows[K].drawn + 1) % V;
+                /* else the row itself is not at hand: fetching it would fail the round */
+                else
+                    rows[K].in_logits = 0;
+                drawn_rows++;
+            }
+            v2.req->filled = 1;
             struct draft d = {ids, qs, K, K, NULL};
             struct record r1 = {{0}, 0}, r2 = {{0}, 0};
             int acc1, acc2, st1, st2;
@@ -299,16 +323,18 @@ TEST(summaries_decide_as_logits) {
                     !memcmp(r1.got, r2.got, sizeof(int32_t) * (size_t)r1.n) &&
                     rng_next(sampler_rng(s1)) == rng_next(sampler_rng(s2));
             accepted += acc1;
+            drawn_used += v2.req->draw && trial % 5 && acc2 == K && r2.n == K + 1;
             from_summary += v2.n_summarised;
             verify_deinit(&v1), verify_deinit(&v2);
             kv_free(kv);
             sampler_free(s1), sampler_free(s2);
         }
     printf("  sampled rounds from summaries: %d of %d decided as from the logits (%d drafts "
-           "accepted)\n",
-           same, rounds, accepted);
-    CHECK(same == rounds && from_summary == rounds && accepted > rounds / 2);
-    free(qmem), free(qrow);
+           "accepted; %d last rows drawn as on the device, %d of them committed)\n",
+           same, rounds, accepted, drawn_rows, drawn_used);
+    CHECK(same == rounds && from_summary == rounds && accepted > rounds / 2 && drawn_rows == 450 &&
+          drawn_used >= 20);
+    free(qmem), free(q2mem), free(qrow);
     model_free(t);
 }
 

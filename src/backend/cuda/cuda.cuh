@@ -339,7 +339,7 @@ struct gpu_graph {
 struct samp_head {
     float max, logit_t;
     double total;
-    int n, pad;
+    int n, drawn;
 };
 #define SAMP_CAP       GPU_SAMPLE_CAP
 #define SAMP_MAX_VOCAB (2048 * 256) /* sample.cu's sums: 2048 blocks of 256 values a row */
@@ -348,7 +348,8 @@ struct samp_head {
 struct samp_job {
     int lrow, prow, has_draft, top_k;
     float temp, inv_t, top_p;
-    int pad;
+    int draw;  /* 1: draw the row (untruncated) at u */
+    double u;
 };
 
 struct gpu_model {

@@ -575,13 +575,19 @@ static int untruncated(const gpu_model *g, const gpu_sample_req *q) {
     return (q->top_k <= 0 || q->top_k >= g->V) && !(q->top_p < 1.0f);
 }
 
+/* whether an untruncated request's last row is drawn on the device */
+static int draws(const gpu_model *g, const gpu_sample_req *q) {
+    return q->draw && untruncated(g, q);
+}
+
 /* whether sequence s's rows of this pass may come back as sampling summaries: it asked, the
  * whole batch runs in this one pass (so that its logits stay on the device until the next),
- * and a summary can spare a row's logits (not a lone untruncated row, whose draw needs them) */
+ * and a summary can spare a row's logits (not a lone untruncated row, unless the device
+ * draws it) */
 static int summarisable(const gpu_model *g, const gpu_seq_io *s, int rows, int one_pass) {
     return s->sample && s->logits && rows && one_pass && s->sample->temperature > 0 &&
            g->V <= SAMP_MAX_VOCAB && s->sample->top_k <= SAMP_CAP && /* else past the cap */
-           !(rows == 1 && untruncated(g, s->sample));
+           !(rows == 1 && untruncated(g, s->sample) && !draws(g, s->sample));
 }
 
 /* The outputs of a pass that its sequences asked for: logits and greedy ids of every row
@@ -594,14 +600,17 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
     int sel_mode = mode == MODE_SEL || mode == MODE_GREEDY_SEL;
     int dev[GPU_SEQS]; /* each sequence's first row in the logits (and ids) brought back */
     int summ[GPU_SEQS], n_summ = 0; /* each sequence's first summary, or -1 */
-    /* Summaries where at least two rows of the pass take them: one launch summarises them
-     * all, a block a row; for a lone row, bringing it back costs less than the launch. */
-    int summ_rows = 0;
+    /* Summaries where at least two rows of the pass take them, or a row drawn on the device:
+     * one launch summarises them all, a block a row; for a lone row that the host draws from,
+     * bringing it back costs less than the launch. */
+    int summ_rows = 0, n_draw = 0;
     for (int i = 0; i < n; i++) {
         int rows = rows_out(&io[i], done[i], ps[i].n);
-        summ_rows += summarisable(g, &io[i], rows, one_pass) ? rows : 0;
+        int yes = summarisable(g, &io[i], rows, one_pass);
+        summ_rows += yes ? rows : 0;
+        n_draw += yes && draws(g, io[i].sample);
     }
-    const int summarise = summ_rows >= 2 && samp_alloc(g) == OK;
+    const int summarise = (summ_rows >= 2 || n_draw) && samp_alloc(g) == OK;
     for (int i = 0, row = 0, k = 0; i < n; row += ps[i].n, i++) {
         gpu_seq_io *s = &io[i];
         int rows = rows_out(s, done[i], ps[i].n), r0 = row + ps[i].n - rows;
@@ -615,11 +624,19 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
             const gpu_sample_req *q = s->sample;
             int top_k = q->top_k > 0 && q->top_k < g->V ? q->top_k : 0;
             for (int r = 0; r < rows; r++) /* the last row of a round has no draft */
-                g->hjobs[n_summ + r] = {dev[i] + r, r0 + r, s->all_rows && r < rows - 1, top_k,
-                                        q->temperature, 1.0f / q->temperature, q->top_p, 0};
+                g->hjobs[n_summ + r] = {dev[i] + r,
+                                        r0 + r,
+                                        s->all_rows && r < rows - 1,
+                                        top_k,
+                                        q->temperature,
+                                        1.0f / q->temperature,
+                                        q->top_p,
+                                        r == rows - 1 && draws(g, q),
+                                        q->u};
             summ[i] = n_summ;
             n_summ += rows;
-            if (untruncated(g, q)) /* the last row has no draft: its draw needs the row */
+            /* the last row has no draft: its draw needs the row, unless the device draws it */
+            if (untruncated(g, q) && !draws(g, q))
                 CK(cudaMemcpyAsync(s->logits + (at + rows - 1) * V,
                                    g->logits + (size_t)(dev[i] + rows - 1) * V, sizeof(float) * V,
                                    cudaMemcpyDeviceToHost, g->stream));
@@ -664,7 +681,8 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
             const samp_head *h = &g->hsamp[summ[i] + r];
             gpu_row_summary *o = &q->rows[r];
             o->max = h->max, o->logit_t = h->logit_t, o->total = h->total, o->n = h->n;
-            o->in_logits = r == rows - 1 && untruncated(g, q);
+            o->in_logits = r == rows - 1 && untruncated(g, q) && !draws(g, q);
+            o->drawn = h->drawn;
             if (h->n > 0) {
                 memcpy(o->ids, g->hsamp_ids + (size_t)(summ[i] + r) * SAMP_CAP,
                        sizeof(int32_t) * (size_t)h->n);

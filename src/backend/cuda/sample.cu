@@ -9,17 +9,20 @@
  * - the logit of the row's draft token (the next input of its sequence);
  * - the candidates in id order: with top-k, every token at or above the k-th largest logit
  *   (found by a radix select over order-preserving keys); with nucleus only, every token at or
- *   above max - 8 * temperature (the CPU's first stage); none without truncation.
+ *   above max - 8 * temperature (the CPU's first stage); none without truncation;
+ * - where asked (no truncation), the token that sample_dist_draw_u() draws from the row at a
+ *   given u, so that the row never leaves the device.
  * One block of 1024 threads per row. The exp is kern.h's kern_exp itself, compiled for the
  * device; the other arithmetic that must match the CPU's uses the _rn intrinsics, so that nvcc
  * cannot contract it into other roundings. */
 #include "backend/cuda/cuda.cuh"
-#include "sample/dist.h" /* SAMPLE_NUCLEUS_NATS */
+#include "sample/dist.h" /* SAMPLE_NUCLEUS_NATS, SAMPLE_DRAW_CHUNK */
 #include "sample/kern.h" /* kern_exp, KERN_SUM_BLOCK */
 
 #define ST        1024                         /* threads per row */
 #define SUM_BLOCK KERN_SUM_BLOCK               /* kern_sum's blocks */
 #define SUM_MAX   (SAMP_MAX_VOCAB / SUM_BLOCK) /* blocks of a row at most */
+#define DRAW_CHUNK SAMPLE_DRAW_CHUNK               /* sample_dist_draw_u()'s chunks */
 
 /* ascending order-preserving key of a (non-NaN) float, -0 and +0 equal */
 __device__ __forceinline__ unsigned ukey(float f) {
@@ -113,12 +116,85 @@ __device__ unsigned kth_largest(const float *x, int V, int k, samp_smem &s) {
     return prefix;
 }
 
+/* sample_dist_build()'s probability of a logit v when it truncates nothing */
+__device__ __forceinline__ float prob_of(float v, float m, float inv_t, float inv) {
+    return __fmul_rn(kern_exp(__fmul_rn(__fsub_rn(v, m), inv_t)), inv);
+}
+
+/* sample_dist_draw_u() at u over the row's untruncated distribution, as the CPU builds it
+ * (probabilities kern_exp(..) * (float)(1 / total), in id order): the chunks' sums of
+ * SAMPLE_DRAW_CHUNK probabilities in parallel (eight lanes and a tree; a short last chunk in
+ * order), their running total by one thread in chunk order (cs[c] then holds the total
+ * through chunk c; the last is the mass), the first chunk whose total passes u * mass (the
+ * totals never decrease), then that chunk's entries in order. cs: a double a chunk. */
+__device__ int draw_row(const float *x, int V, float m, float inv_t, double total, double u,
+                        double *cs, samp_smem &s) {
+    const int tid = threadIdx.x, nch = (V + DRAW_CHUNK - 1) / DRAW_CHUNK;
+    const int g8 = tid >> 3, j = tid & 7;
+    const float inv = __double2float_rn(__ddiv_rn(1.0, total));
+    for (int c0 = 0; c0 < nch; c0 += ST / 8) {
+        const int c = c0 + g8, base = c * DRAW_CHUNK;
+        const int len = c < nch ? min(DRAW_CHUNK, V - base) : 0;
+        double acc = 0, seq = 0;
+        if (len == DRAW_CHUNK) {
+#pragma unroll
+            for (int i = 0; i < DRAW_CHUNK / 8; i++)
+                acc = __dadd_rn(acc, (double)prob_of(x[base + j + 8 * i], m, inv_t, inv));
+        } else if (j == 0) {
+            for (int i = 0; i < len; i++)
+                seq = __dadd_rn(seq, (double)prob_of(x[base + i], m, inv_t, inv));
+        }
+        acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 1));
+        acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 2));
+        acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 4));
+        if (j == 0 && len > 0) cs[c] = len == DRAW_CHUNK ? acc : seq;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        double cum = 0;
+#pragma unroll 8
+        for (int c = 0; c < nch; c++) cs[c] = cum = __dadd_rn(cum, cs[c]);
+        s.pick[0] = 0xffffffffu;
+    }
+    __syncthreads();
+    const double target = __dmul_rn(u, cs[nch - 1]);
+    for (int c = tid; c < nch; c += ST)
+        if (cs[c] > target && (c == 0 || !(cs[c - 1] > target))) s.pick[0] = (unsigned)c;
+    __syncthreads();
+    const unsigned hit = s.pick[0];
+    int id = -1;
+    if (hit != 0xffffffffu) { /* walk the chunk: every thread the same steps, no divergence */
+        const int base = (int)hit * DRAW_CHUNK, len = min(DRAW_CHUNK, V - base);
+        double cum = hit ? cs[hit - 1] : 0;
+        for (int i = 0; i < len; i++) {
+            const float p = prob_of(x[base + i], m, inv_t, inv);
+            cum = __dadd_rn(cum, (double)p);
+            if (cum > target && p > 0) {
+                id = base + i;
+                break;
+            }
+        }
+    }
+    if (id >= 0) return id;
+    /* rounding left the target unreached: the last entry with a positive probability */
+    __syncthreads();
+    if (tid == 0) s.pick[1] = 0;
+    __syncthreads();
+    int last = 0;
+    for (int i = tid; i < V; i += ST)
+        if (prob_of(x[i], m, inv_t, inv) > 0) last = i;
+    atomicMax(&s.pick[1], (unsigned)last);
+    __syncthreads();
+    return (int)s.pick[1];
+}
+
 /* Block r summarises job r: logits row job.lrow; its draft, if it has one, is the pass's
- * input after its own row. */
+ * input after its own row; with job.draw, it also draws the row (untruncated) at job.u. */
 __global__ void __launch_bounds__(ST)
     k_summary(const float *logits, int V, const step_params *sp, const samp_job *jobs,
               samp_head *head, int32_t *cids, float *clg, int cap) {
     __shared__ samp_smem s;
+    extern __shared__ double cs[]; /* draw_row()'s, a double a chunk */
     const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const samp_job job = jobs[r];
     const float temp = job.temp, inv_t = job.inv_t, top_p = job.top_p;
@@ -147,6 +223,7 @@ __global__ void __launch_bounds__(ST)
     if (tid == 0) {
         h->max = m;
         h->logit_t = draft >= 0 && draft < V ? x[draft] : 0.0f;
+        h->drawn = -1;
     }
     if (!isfinite(m)) {
         if (tid == 0) h->total = 0, h->n = -1;
@@ -184,10 +261,15 @@ __global__ void __launch_bounds__(ST)
         __syncthreads();
         n = half + (n & 1);
     }
-    if (tid == 0) h->total = s.bsum[0];
+    const double total = s.bsum[0];
+    if (tid == 0) h->total = total;
     if (nan) { /* the row itself is needed (kern_exp counts a NaN as 0) */
         if (tid == 0) h->n = -1;
         return;
+    }
+    if (job.draw) {
+        const int id = draw_row(x, V, m, inv_t, total, job.u, cs, s);
+        if (tid == 0) h->drawn = id;
     }
     /* the candidates */
     int nc = 0;
@@ -202,11 +284,21 @@ __global__ void __launch_bounds__(ST)
 }
 
 cudaError_t summary_launch(gpu_model *g, int n) {
+    static size_t room = 48 * 1024 - sizeof(samp_smem); /* dynamic shared memory allowed */
     if (g->V > SUM_MAX * SUM_BLOCK) return cudaErrorInvalidValue;
-    cudaError_t e = cudaMemcpyAsync(g->jobs, g->hjobs, sizeof(samp_job) * n,
-                                    cudaMemcpyHostToDevice, g->stream);
+    int draws = 0;
+    for (int i = 0; i < n; i++) draws |= g->hjobs[i].draw;
+    const size_t dyn = draws ? sizeof(double) * ((g->V + DRAW_CHUNK - 1) / DRAW_CHUNK) : 0;
+    cudaError_t e = cudaSuccess;
+    if (dyn > room) {
+        e = cudaFuncSetAttribute(k_summary, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn);
+        if (e != cudaSuccess) return e;
+        room = dyn;
+    }
+    e = cudaMemcpyAsync(g->jobs, g->hjobs, sizeof(samp_job) * n, cudaMemcpyHostToDevice,
+                        g->stream);
     if (e != cudaSuccess) return e;
-    k_summary<<<n, ST, 0, g->stream>>>(g->logits, g->V, g->dsp, g->jobs, g->samp, g->samp_ids,
-                                       g->samp_lg, SAMP_CAP);
+    k_summary<<<n, ST, dyn, g->stream>>>(g->logits, g->V, g->dsp, g->jobs, g->samp, g->samp_ids,
+                                         g->samp_lg, SAMP_CAP);
     return cudaGetLastError();
 }
