@@ -120,6 +120,18 @@ struct gpu_sample_req {
      * distribution at u, into rows[last].drawn, so its logits need not come back */
     int draw;
     double u;
+    /* in: presence and frequency penalties, applied on the device to the rows before their
+     * summaries (so a row fetched afterwards holds penalised logits). pen_ids/pen_amt: every
+     * id the sequence counted before the pass, with penalty_amount() of its count; row r's
+     * own entries ext_ids/ext_amt [ext_at[r], + ext_n[r]): the ids among the pass's inputs
+     * 1..r with the amounts of their counts then, which replace the base's. */
+    int penalised;
+    int n_pen;
+    const int32_t *pen_ids;
+    const float *pen_amt;
+    const int *ext_at, *ext_n; /* [rows] */
+    const int32_t *ext_ids;
+    const float *ext_amt;
 };
 /* Several sequences in one pass where they fit (continuous batching): sequence i runs
  * ids[0..n) at positions pos0.. of its cache; logits (all rows or the last one, [n or 1, V])

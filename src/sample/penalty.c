@@ -81,9 +81,13 @@ int32_t penalty_count(const struct penalty_counts *c, int32_t id) {
     return c->slots[s] >= 0 ? c->counts[c->slots[s]] : 0;
 }
 
+float penalty_amount(float presence, float frequency, int32_t count) {
+    return presence + frequency * (float)count;
+}
+
 /* The one formula, so base and extra paths round identically. */
 static float penalised(float logit, float presence, float frequency, int32_t count) {
-    return logit - (presence + frequency * (float)count);
+    return logit - penalty_amount(presence, frequency, count);
 }
 
 void penalty_apply(const struct penalty_counts *c, float presence, float frequency, float *logits,

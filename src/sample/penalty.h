@@ -24,6 +24,11 @@ void penalty_clear(struct penalty_counts *c);          /* forget all counts, kee
 int penalty_add(struct penalty_counts *c, int32_t id); /* OK or ERR_NOMEM; id >= 0 */
 int32_t penalty_count(const struct penalty_counts *c, int32_t id);
 
+/* What penalising subtracts from a logit seen count (>= 1) times: presence + frequency *
+ * count, rounded once to float. penalty_apply() subtracts exactly this; a device that
+ * applies the penalties subtracts it too. */
+float penalty_amount(float presence, float frequency, int32_t count);
+
 /* Penalises logits[0..n_vocab) in place as if the tokens extra[0..n_extra) had been added to
  * c (duplicates count), without changing c. Row i of a verify block passes the drafts
  * d_1..d_i as extra. Every penalised logit is computed from its original value in one step

@@ -58,12 +58,24 @@ int sampler_build_dist(struct sampler *s, float *logits, const int32_t *extra, i
     return OK;
 }
 
-int sampler_build_dist_sparse(struct sampler *s, const struct sample_row_summary *sum,
-                              const struct sample_dist **out) {
+int sampler_build_dist_penalised(struct sampler *s, const float *logits,
+                                 const struct sample_dist **out) {
     const struct sample_params *p = &s->params;
     *out = NULL;
     if (!(p->temperature > 0)) return ERR_ARG;
-    if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) return ERR_UNSUPPORTED;
+    int err = sample_dist_build(&s->dist, logits, p->temperature, p->top_k, p->top_p);
+    if (err) return err;
+    *out = &s->dist;
+    return OK;
+}
+
+int sampler_build_dist_sparse(struct sampler *s, const struct sample_row_summary *sum,
+                              int penalised, const struct sample_dist **out) {
+    const struct sample_params *p = &s->params;
+    *out = NULL;
+    if (!(p->temperature > 0)) return ERR_ARG;
+    if (!penalised && (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f))
+        return ERR_UNSUPPORTED;
     int err = sample_dist_build_sparse(&s->dist, sum, p->temperature, p->top_k, p->top_p);
     if (err) return err;
     *out = &s->dist;

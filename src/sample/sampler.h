@@ -47,12 +47,19 @@ int sampler_accept(struct sampler *s, int32_t id);
 int sampler_build_dist(struct sampler *s, float *logits, const int32_t *extra, int n_extra,
                        const struct sample_dist **out);
 
+/* sampler_build_dist() with no extras over logits that already carry the penalties (a device
+ * applied them): builds without applying them again. */
+int sampler_build_dist_penalised(struct sampler *s, const float *logits,
+                                 const struct sample_dist **out);
+
 /* sampler_build_dist() from a row's summary (sample_row_summarize(), or a GPU's) instead of
- * its logits: the same distribution, bit for bit. ERR_UNSUPPORTED when the summary does not
- * suffice (then build from the row): penalties, no truncation, a nucleus past the summary's
- * candidates, or a summary that holds none. */
+ * its logits: the same distribution, bit for bit. penalised: the summary is of logits that
+ * carry the sampler's penalties already (else a sampler with penalties cannot use it).
+ * ERR_UNSUPPORTED when the summary does not suffice (then build from the row): penalties
+ * not applied, no truncation, a nucleus past the summary's candidates, or a summary that
+ * holds none. */
 int sampler_build_dist_sparse(struct sampler *s, const struct sample_row_summary *sum,
-                              const struct sample_dist **out);
+                              int penalised, const struct sample_dist **out);
 
 const struct sample_params *sampler_params(const struct sampler *s);
 struct penalty_counts *sampler_counts(struct sampler *s);

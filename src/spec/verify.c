@@ -6,12 +6,17 @@
 #include "base/log.h"
 #include "model/model.h"
 #include "sample/dist.h"
+#include "sample/penalty.h"
 #include "sample/residual.h"
 #include "sample/rng.h"
 #include "sample/sampler.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+static int penalties(const struct sample_params *sp) {
+    return sp->presence_penalty != 0.0f || sp->frequency_penalty != 0.0f;
+}
 
 int verify_init(struct verify *v, struct model *m, struct kv_cache *kv, struct sampler *s,
                 int max_draft, int top_logprobs, int tap_width) {
@@ -32,8 +37,8 @@ int verify_init(struct verify *v, struct model *m, struct kv_cache *kv, struct s
     v->greedy_ids = model_on_gpu(m) && sp->temperature <= 0 && sp->presence_penalty == 0 &&
                     sp->frequency_penalty == 0 && top_logprobs < 0;
     const char *env = getenv("DSPARK_GPU_SAMPLE_SUMMARY");
-    int summaries = model_on_gpu(m) && sp->temperature > 0 && sp->presence_penalty == 0 &&
-                    sp->frequency_penalty == 0 && top_logprobs < 0 && !(env && !strcmp(env, "0"));
+    int summaries =
+        model_on_gpu(m) && sp->temperature > 0 && top_logprobs < 0 && !(env && !strcmp(env, "0"));
     if (summaries && v->logits) {
         size_t rows = (size_t)v->max_draft + 1;
         v->req = calloc(1, sizeof *v->req + rows * sizeof(struct gpu_row_summary) +
@@ -49,6 +54,15 @@ int verify_init(struct verify *v, struct model *m, struct kv_cache *kv, struct s
             r[i].ids = ids + i * GPU_SAMPLE_CAP, r[i].logits = lg + i * GPU_SAMPLE_CAP;
         *v->req = (struct gpu_sample_req){
             .temperature = sp->temperature, .top_k = sp->top_k, .top_p = sp->top_p, .rows = r};
+        if (penalties(sp)) { /* the drafts' entries: row r has at most r */
+            size_t ext = rows * (rows - 1) / 2 + 1;
+            v->ext_at = malloc(sizeof(int) * rows), v->ext_n = malloc(sizeof(int) * rows);
+            v->ext_ids = malloc(sizeof(int32_t) * ext), v->ext_amt = malloc(sizeof(float) * ext);
+            if (!v->ext_at || !v->ext_n || !v->ext_ids || !v->ext_amt) {
+                verify_deinit(v);
+                return ERR_NOMEM;
+            }
+        }
     }
     if (!v->logits || !v->raw || !v->dense || (tap_width > 0 && !v->taps) || !v->ids) {
         verify_deinit(v);
@@ -64,6 +78,8 @@ void verify_deinit(struct verify *v) {
     free(v->taps);
     free(v->ids);
     free(v->req);
+    free(v->pen_ids), free(v->pen_amt);
+    free(v->ext_at), free(v->ext_n), free(v->ext_ids), free(v->ext_amt);
     memset(v, 0, sizeof *v);
 }
 
@@ -81,9 +97,11 @@ static int row_dist(struct verify *v, float *row, int i, const struct sample_dis
     if (v->req && v->req->filled) {
         const struct gpu_row_summary *g = &v->req->rows[i];
         struct sample_row_summary sum = {g->max, g->total, g->n, g->ids, g->logits};
-        int rc = sampler_build_dist_sparse(v->s, &sum, p);
+        int rc = sampler_build_dist_sparse(v->s, &sum, v->req->penalised, p);
         if (rc != ERR_UNSUPPORTED) return rc;
         if ((rc = fetch_row(v, i, row))) return rc;
+        /* the device penalised the row it kept */
+        if (v->req->penalised) return sampler_build_dist_penalised(v->s, row, p);
     }
     return sampler_build_dist(v->s, row, NULL, 0, p);
 }
@@ -117,7 +135,8 @@ static int decide(struct verify *v, float *row, const struct draft *d, int i, in
     const struct gpu_row_summary *g = v->req && v->req->filled ? &v->req->rows[i] : NULL;
     /* an untruncated draft's probability comes from its summary (the bits of the full
      * distribution's p(t)): the distribution is built only if a draw needs it */
-    int lazy = has_draft && g && g->n == 0 && untruncated(sp, V);
+    int lazy =
+        has_draft && g && g->n == 0 && untruncated(sp, V) && (v->req->penalised || !penalties(sp));
     const struct sample_dist *p = NULL;
     int rc;
     if (!has_draft && g && g->drawn >= 0) {
@@ -197,10 +216,54 @@ int verify_decide(struct verify *v, const struct draft *d, verify_commit_fn *cb,
     return rc;
 }
 
-struct model_batch_item verify_item(const struct verify *v, const int32_t *in, int n) {
+/* The penalties' lists for a pass over in[0..n) (gpu.h's gpu_sample_req): the counts before
+ * the pass, and for row r the ids among in[1..r] (the drafts that row r's decision counts as
+ * committed) with their counts then. 0 when they cannot be made (out of memory). */
+static int pen_lists(struct verify *v, const int32_t *in, int n) {
+    const struct sample_params *sp = sampler_params(v->s);
+    const struct penalty_counts *c = sampler_counts(v->s);
+    float pr = sp->presence_penalty, fr = sp->frequency_penalty;
+    if (c->n_seen > v->pen_cap) {
+        int cap = c->n_seen * 2;
+        int32_t *ids = realloc(v->pen_ids, sizeof(int32_t) * (size_t)cap);
+        if (ids) v->pen_ids = ids;
+        float *amt = realloc(v->pen_amt, sizeof(float) * (size_t)cap);
+        if (amt) v->pen_amt = amt;
+        if (!ids || !amt) return 0;
+        v->pen_cap = cap;
+    }
+    for (int i = 0; i < c->n_seen; i++)
+        v->pen_ids[i] = c->ids[i], v->pen_amt[i] = penalty_amount(pr, fr, c->counts[i]);
+    int at = 0;
+    for (int r = 0; r < n; r++) {
+        v->ext_at[r] = at;
+        for (int k = 1; k <= r; k++) {
+            int first = 1, occ = 0;
+            for (int j = 1; j < k && first; j++) first = in[j] != in[k];
+            if (!first) continue;
+            for (int j = k; j <= r; j++) occ += in[j] == in[k];
+            v->ext_ids[at] = in[k];
+            v->ext_amt[at++] = penalty_amount(pr, fr, penalty_count(c, in[k]) + occ);
+        }
+        v->ext_n[r] = at - v->ext_at[r];
+    }
+    struct gpu_sample_req *q = v->req;
+    q->n_pen = c->n_seen, q->pen_ids = v->pen_ids, q->pen_amt = v->pen_amt;
+    q->ext_at = v->ext_at, q->ext_n = v->ext_n, q->ext_ids = v->ext_ids, q->ext_amt = v->ext_amt;
+    return 1;
+}
+
+struct model_batch_item verify_item(struct verify *v, const int32_t *in, int n) {
     int ids = v->greedy_ids;
-    if (v->req) {
-        v->req->filled = 0;
+    struct gpu_sample_req *req = v->req;
+    if (req) {
+        req->filled = 0;
+        const struct sample_params *sp = sampler_params(v->s);
+        /* with penalties, the device applies them, or the pass sends the logits */
+        req->penalised = penalties(sp) && pen_lists(v, in, n);
+        if (penalties(sp) && !req->penalised) req = NULL;
+    }
+    if (req) {
         /* Without truncation the device draws the last row at the number the rng will give
          * it when every draft before it is accepted (each acceptance takes one number). */
         const struct sample_params *sp = sampler_params(v->s);
@@ -212,7 +275,7 @@ struct model_batch_item verify_item(const struct verify *v, const int32_t *in, i
         }
     }
     return (struct model_batch_item){
-        v->kv, in, n, ids ? NULL : v->logits, v->taps, ids ? v->ids : NULL, 0, v->req};
+        v->kv, in, n, ids ? NULL : v->logits, v->taps, ids ? v->ids : NULL, 0, req};
 }
 
 int verify_round(struct verify *v, int32_t pending, const struct draft *d, verify_commit_fn *cb,

@@ -37,14 +37,20 @@ struct verify {
      * target reports only each row's greedy token into ids[], not its logits. */
     int greedy_ids;
     int32_t *ids; /* [max_draft + 1] */
-    /* Other sampled rounds on a GPU target (no penalties, no logprobs): the target reports
-     * each row's sampling summary (backend/gpu.h) and keeps its logits on the device; without
-     * truncation the device also draws the last row at the number the rng will give it. A
+    /* Other sampled rounds on a GPU target (no logprobs): the target reports
+     * each row's sampling summary (backend/gpu.h) and keeps its logits on the device; it
+     * applies the penalties first, and without truncation it also draws the last row at the
+     * number the rng will give it. A
      * row's logits come back only when its decision needs the whole distribution (a rejected
      * untruncated draft's residual, or a nucleus wider than the summary). The decisions are
      * those the logits would give, bit for bit. NULL otherwise (or with
      * DSPARK_GPU_SAMPLE_SUMMARY=0). */
     struct gpu_sample_req *req;
+    /* with penalties, the lists req carries for the device to apply them (backend/gpu.h) */
+    int32_t *pen_ids, *ext_ids;
+    float *pen_amt, *ext_amt;
+    int *ext_at, *ext_n; /* [max_draft + 1] */
+    int pen_cap;
     int n_summarised; /* rounds decided from summaries */
     int n_fetched;    /* rows of those whose logits came back */
 };
@@ -66,7 +72,7 @@ int verify_round(struct verify *v, int32_t pending, const struct draft *d, verif
                  void *ctx, int *n_accepted, int *stopped);
 /* The target pass of a round over in[0..n) as v decides from it: every row's logits into
  * v->logits, or with greedy_ids only their greedy tokens into v->ids; taps into v->taps. */
-struct model_batch_item verify_item(const struct verify *v, const int32_t *in, int n);
+struct model_batch_item verify_item(struct verify *v, const int32_t *in, int n);
 /* The decision half of verify_round(), on logits already in v->logits (rows 0..d->n), or with
  * greedy_ids on the greedy tokens in v->ids: commits through cb and leaves the cache alone.
  * Exposed so tests can replay one round many times. */

@@ -17,6 +17,9 @@
 #include "sample/dist.h"
 #include "sample/rng.h"
 #include "spec/block_model.h"
+#include "spec/verify.h"
+#include "sample/sampler.h"
+#include "sample/penalty.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -873,6 +876,70 @@ TEST(gpu_sample_draw) {
     CHECK(dirs_run >= 1 && same == compared && compared == dirs_run * 72);
 }
 
+/* Presence and frequency penalties applied on the device (sample.cu, from the lists that
+ * verify_item() makes): each row of a verify pass holds, bit for bit, the row brought back
+ * raw and penalised by penalty_apply() with the drafts before it as extras, for several
+ * histories, draft repeats and penalty settings. */
+TEST(gpu_sample_penalties) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m) == 0);
+    const int V = model_config(m)->vocab_size, W = 9;
+    static const float pen[][2] = {{0.5f, 0.3f}, {0, 0.7f}, {1.2f, 0}, {-0.4f, 0.25f}};
+    float *lg = malloc(sizeof(float) * V * W), *raw = malloc(sizeof(float) * V * W),
+          *row = malloc(sizeof(float) * V);
+    REQUIRE(lg && raw && row);
+    int compared = 0, same = 0, changed = 0;
+    for (int c = 0; c < 4; c++)
+        for (int trial = 0; trial < 4; trial++) {
+            struct sample_params sp = {0.9f, 0.95f, 0, pen[c][0], pen[c][1], 9};
+            struct sampler *s = sampler_new(&sp, V);
+            struct kv_cache *kv;
+            REQUIRE(s && kv_new(m, 200, &kv) == 0);
+            int32_t ids[120];
+            for (int i = 0; i < 120; i++) ids[i] = 20 + (i * 977 + c * 31) % 8000;
+            int P = 60 + 10 * trial;
+            CHECK(model_forward(m, kv, ids, P, NULL, 0) == 0);
+            /* the completion so far: the prompt's last tokens, some repeated */
+            for (int h = 0; h < 10 + 20 * trial; h++)
+                REQUIRE(sampler_accept(s, ids[P - 1 - h % (5 + trial)]) == 0);
+            int32_t in[16];
+            for (int i = 0; i < W; i++) /* drafts: seen ids, repeats among them, and new ones */
+                in[i] = i % 3 == 0 ? ids[P - 1 - i % 4] : i % 3 == 1 ? in[i / 2] : ids[P + i];
+            struct verify v;
+            setenv("DSPARK_GPU_SAMPLE_SUMMARY", "0", 1);
+            REQUIRE(verify_init(&v, m, kv, s, W - 1, -1, 0) == 0);
+            unsetenv("DSPARK_GPU_SAMPLE_SUMMARY");
+            struct model_batch_item it = verify_item(&v, in, W);
+            CHECK(it.sample == NULL && model_forward_batch(m, &it, 1) == 0);
+            memcpy(raw, v.logits, sizeof(float) * V * W);
+            verify_deinit(&v);
+            kv_truncate(kv, P);
+            REQUIRE(verify_init(&v, m, kv, s, W - 1, -1, 0) == 0);
+            it = verify_item(&v, in, W);
+            CHECK(it.sample && it.sample->penalised && model_forward_batch(m, &it, 1) == 0);
+            CHECK(v.req->filled);
+            for (int r = 0; r < W && v.req->filled; r++) {
+                CHECK(model_logits_row(m, v.req, r, row) == 0);
+                float *want = raw + (size_t)r * V;
+                float was = want[in[1]];
+                penalty_apply(sampler_counts(s), pen[c][0], pen[c][1], want, V, in + 1, r);
+                changed += want[in[1]] != was;
+                compared++, same += !memcmp(row, want, sizeof(float) * V);
+            }
+            verify_deinit(&v);
+            kv_free(kv);
+            sampler_free(s);
+        }
+    printf("  penalties on the device: %d of %d rows equal penalty_apply() on the raw row (%d "
+           "with a draft's logit changed)\n",
+           same, compared, changed);
+    CHECK(compared == 16 * W && same == compared && changed >= 8 * W);
+    free(lg), free(raw), free(row);
+    model_free(m);
+}
+
 /* Sampled generation with the summaries equals sampled generation with the logits copied back,
  * token for token, in every mode and for several sampling settings (the same seeds): the
  * decisions from a summary are those the row gives. */
@@ -888,7 +955,8 @@ TEST(gpu_sample_summary_modes) {
     static const struct sample_params sps[] = {{0.7f, 0.9f, 0, 0, 0, 1},
                                                {1.0f, 1.0f, 0, 0, 0, 2},
                                                {0.8f, 0.95f, 40, 0, 0, 3},
-                                               {0.5f, 1.0f, 0, 0.4f, 0, 4}};
+                                               {0.5f, 1.0f, 0, 0.4f, 0, 4},
+                                               {0.8f, 0.95f, 40, 0.3f, 0.5f, 5}};
     int runs = 0, equal = 0, accepted = 0, summarised = 0, rounds = 0, fetched = 0, base_drawn = 0;
     for (int p = 0; p < 6; p++) {
         int n = 10 + p * 3;
@@ -912,12 +980,12 @@ TEST(gpu_sample_summary_modes) {
                 runs++;
                 equal += a.n_ids == b.n_ids && !memcmp(a.ids, b.ids, sizeof(int32_t) * a.n_ids);
                 accepted += b.stats.accepted;
-                if (!sps[s].presence_penalty && mode != GEN_BASELINE)
+                if (mode != GEN_BASELINE)
                     rounds += b.stats.rounds, summarised += b.stats.summary_rounds,
                         fetched += b.stats.rows_fetched;
                 /* baseline's rounds are lone rows: they bring back their logits, unless the
-                 * device draws them (no truncation, no penalties) */
-                int drawn = sps[s].top_p >= 1 && sps[s].top_k <= 0 && !sps[s].presence_penalty;
+                 * device draws them (no truncation) */
+                int drawn = sps[s].top_p >= 1 && sps[s].top_k <= 0;
                 CHECK(a.stats.summary_rounds == 0 &&
                       (mode != GEN_BASELINE ||
                        (drawn ? b.stats.summary_rounds == b.stats.rounds && !b.stats.rows_fetched
@@ -927,7 +995,7 @@ TEST(gpu_sample_summary_modes) {
             }
     }
     printf("  sampled generation, summaries against logits: %d of %d runs equal (%d drafts "
-           "accepted); %d of %d speculative rounds without penalties decided from summaries, "
+           "accepted); %d of %d speculative rounds decided from summaries, "
            "%d rows fetched for a draw; %d baseline steps drawn on the device\n",
            equal, runs, accepted, summarised, rounds, fetched, base_drawn);
     CHECK(equal == runs && accepted > 0 && summarised * 2 >= rounds && fetched > 0 &&
@@ -1414,5 +1482,6 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_sample_summary")) RUN(gpu_sample_summary);
     if (wanted(argc, argv, "gpu_sample_summary_modes")) RUN(gpu_sample_summary_modes);
     if (wanted(argc, argv, "gpu_sample_draw")) RUN(gpu_sample_draw);
+    if (wanted(argc, argv, "gpu_sample_penalties")) RUN(gpu_sample_penalties);
     return test_report();
 }

@@ -12,6 +12,7 @@
 #include "engine/generate.h"
 #include "model/model.h"
 #include "sample/dist.h"
+#include "sample/penalty.h"
 #include "sample/rng.h"
 #include "sample/sampler.h"
 #include "spec/drafter.h"
@@ -224,12 +225,25 @@ TEST(sampling_matches_target_distribution) {
     model_free(t);
 }
 
+/* Row r of a pass penalised as backend/cuda/sample.cu does it from a request's lists: the
+ * base entries whose id is not among the row's own, then the row's own. */
+static void apply_lists(float *row, const struct gpu_sample_req *q, int r) {
+    const int32_t *own = q->ext_ids + q->ext_at[r];
+    for (int i = 0; i < q->n_pen; i++) {
+        int mine = 0;
+        for (int e = 0; e < q->ext_n[r]; e++) mine |= own[e] == q->pen_ids[i];
+        if (!mine) row[q->pen_ids[i]] -= q->pen_amt[i];
+    }
+    for (int e = 0; e < q->ext_n[r]; e++) row[own[e]] -= q->ext_amt[q->ext_at[r] + e];
+}
+
 /* Rounds decided from sampling summaries (what a GPU target sends instead of its logits, see
  * spec/verify.h) commit what rounds decided from the logits commit, and draw the same random
  * numbers: untruncated drafts tested from the summary alone, truncated rows built from their
  * candidates, rows whose summary does not suffice (a small capacity) built from the row; drafts
- * one-hot or drawn from a q, accepted or not. The summaries come from sample_row_summarize(),
- * the CPU's reference that the GPU's kernel matches bit for bit. */
+ * one-hot or drawn from a q, accepted or not; with penalties, the rows penalised from the lists
+ * verify_item() makes for the device. The summaries come from sample_row_summarize(), the
+ * CPU's reference that the GPU's kernel matches bit for bit. */
 TEST(summaries_decide_as_logits) {
     if (!fs_exists(TARGET)) SKIP("tests/data/golden is absent");
     struct model *t = load(TARGET);
@@ -238,9 +252,13 @@ TEST(summaries_decide_as_logits) {
     static const struct {
         float t, p;
         int k, cap;
-    } set[] = {{1.0f, 1.0f, 0, 1024},   {0.8f, 0.9f, 0, 1024}, {1.2f, 1.0f, 12, 1024},
-               {0.7f, 0.95f, 20, 1024}, {1.5f, 0.99f, 0, 8},   {0.6f, 1.0f, 30, 16},
-               {0.6f, 1.0f, 0, 8},      {1.7f, 1.0f, 0, 1024}};
+        float pres, freq;
+    } set[] = {{1.0f, 1.0f, 0, 1024, 0, 0},       {0.8f, 0.9f, 0, 1024, 0, 0},
+               {1.2f, 1.0f, 12, 1024, 0, 0},      {0.7f, 0.95f, 20, 1024, 0, 0},
+               {1.5f, 0.99f, 0, 8, 0, 0},         {0.6f, 1.0f, 30, 16, 0, 0},
+               {0.6f, 1.0f, 0, 8, 0, 0},          {1.7f, 1.0f, 0, 1024, 0, 0},
+               {1.0f, 1.0f, 0, 1024, 0.5f, 0.3f}, {0.8f, 0.9f, 0, 1024, 0.4f, 0.2f},
+               {1.2f, 1.0f, 12, 1024, 0, 0.6f},   {0.7f, 0.95f, 20, 8, 0.3f, 0.3f}};
     void *qmem = malloc(sample_dist_bytes(V)), *q2mem = malloc(sample_dist_bytes(V));
     float *qrow = malloc(sizeof(float) * V);
     REQUIRE(qmem && q2mem && qrow);
@@ -248,9 +266,12 @@ TEST(summaries_decide_as_logits) {
     sample_dist_init(&q, qmem, V);
     sample_dist_init(&q2, q2mem, V);
     int rounds = 0, same = 0, accepted = 0, from_summary = 0, drawn_rows = 0, drawn_used = 0;
+    int pen_rows = 0, pen_same = 0;
     for (size_t c = 0; c < sizeof set / sizeof *set; c++)
         for (int trial = 0; trial < 150; trial++) {
-            struct sample_params sp = {set[c].t, set[c].p, set[c].k, 0, 0, 100u * c + trial};
+            struct sample_params sp = {set[c].t,    set[c].p,    set[c].k,
+                                       set[c].pres, set[c].freq, 100u * c + trial};
+            int pen = set[c].pres != 0 || set[c].freq != 0;
             struct sampler *s1 = sampler_new(&sp, V), *s2 = sampler_new(&sp, V);
             struct kv_cache *kv;
             REQUIRE(s1 && s2 && kv_new(t, 16, &kv) == 0);
@@ -274,15 +295,43 @@ TEST(summaries_decide_as_logits) {
                 REQUIRE(sample_dist_build(&q, qrow, 1.0f, 0, 1) == 0);
                 for (int i = 0; i < K; i++) qs[i] = &q;
             }
+            /* a completion so far, counted by both samplers: drafts among it sometimes */
+            for (int h = 0; pen && h < 25; h++) {
+                int32_t tok = h % 4 == 0   ? ids[h % K]
+                              : h % 4 == 1 ? h % 5
+                                           : (int32_t)rng_below(&r, (uint32_t)V);
+                REQUIRE(sampler_accept(s1, tok) == 0 && sampler_accept(s2, tok) == 0);
+            }
             /* v2 decides from the rows' summaries, as after a GPU pass */
             size_t per = (size_t)set[c].cap;
             v2.req =
                 calloc(1, sizeof *v2.req + (K + 1) * (sizeof(struct gpu_row_summary) +
                                                       per * (sizeof(int32_t) + sizeof(float))));
             REQUIRE(v2.req);
+            if (pen) { /* verify_init() gives these to GPU targets with penalties */
+                v2.ext_at = malloc(sizeof(int) * (K + 1)), v2.ext_n = malloc(sizeof(int) * (K + 1));
+                v2.ext_ids = malloc(sizeof(int32_t) * (K * (K + 1) / 2 + 1));
+                v2.ext_amt = malloc(sizeof(float) * (K * (K + 1) / 2 + 1));
+                REQUIRE(v2.ext_at && v2.ext_n && v2.ext_ids && v2.ext_amt);
+            }
             struct gpu_row_summary *rows = (struct gpu_row_summary *)(v2.req + 1);
             int32_t *cid = (int32_t *)(rows + K + 1);
             float *clg = (float *)(cid + (K + 1) * per);
+            *v2.req = (struct gpu_sample_req){
+                .temperature = set[c].t, .top_k = set[c].k, .top_p = set[c].p, .rows = rows};
+            int32_t in[8] = {3};
+            memcpy(in + 1, ids, sizeof(int32_t) * K);
+            struct model_batch_item it = verify_item(&v2, in, K + 1);
+            CHECK(it.sample == v2.req && v2.req->penalised == pen);
+            /* the penalties, as sample.cu applies the pass's lists to its rows, against
+             * penalty_apply() with the drafts before each row as extras */
+            for (int i = 0; pen && i <= K; i++) {
+                float *row = v2.logits + (size_t)i * V;
+                memcpy(qrow, row, sizeof(float) * V);
+                penalty_apply(sampler_counts(s1), set[c].pres, set[c].freq, qrow, V, ids, i);
+                apply_lists(row, v2.req, i);
+                pen_rows++, pen_same += !memcmp(qrow, row, sizeof(float) * V);
+            }
             for (int i = 0; i <= K; i++) {
                 const float *row = v2.logits + (size_t)i * V;
                 struct sample_row_summary sum = {0, 0, 0, cid + i * per, clg + i * per};
@@ -296,13 +345,9 @@ TEST(summaries_decide_as_logits) {
                                                    .ids = sum.ids,
                                                    .logits = sum.logits};
             }
-            *v2.req = (struct gpu_sample_req){
-                .temperature = set[c].t, .top_k = set[c].k, .top_p = set[c].p, .rows = rows};
             /* untruncated: the last row drawn "on the device" (sample_dist_draw_u() at the u
-             * verify_item() picks, as sample.cu draws); every fifth trial a u that the rng
+             * verify_item() picked, as sample.cu draws); every fifth trial a u that the rng
              * never gives with a wrong token, which the host must not use */
-            int32_t in[8] = {0};
-            verify_item(&v2, in, K + 1);
             if (v2.req->draw) {
                 REQUIRE(sample_dist_build(&q2, v2.logits + (size_t)K * V, set[c].t, 0, 1) == 0);
                 rows[K].drawn = sample_dist_draw_u(&q2, v2.req->u);
@@ -330,10 +375,11 @@ TEST(summaries_decide_as_logits) {
             sampler_free(s1), sampler_free(s2);
         }
     printf("  sampled rounds from summaries: %d of %d decided as from the logits (%d drafts "
-           "accepted; %d last rows drawn as on the device, %d of them committed)\n",
-           same, rounds, accepted, drawn_rows, drawn_used);
-    CHECK(same == rounds && from_summary == rounds && accepted > rounds / 2 && drawn_rows == 450 &&
-          drawn_used >= 20);
+           "accepted; %d last rows drawn as on the device, %d of them committed; %d of %d rows "
+           "penalised from the lists as by penalty_apply)\n",
+           same, rounds, accepted, drawn_rows, drawn_used, pen_same, pen_rows);
+    CHECK(same == rounds && from_summary == rounds && accepted > rounds / 2 && drawn_rows == 600 &&
+          drawn_used >= 20 && pen_same == pen_rows && pen_rows == 4 * 150 * (K + 1));
     free(qmem), free(q2mem), free(qrow);
     model_free(t);
 }

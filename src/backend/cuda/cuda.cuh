@@ -350,6 +350,9 @@ struct samp_job {
     float temp, inv_t, top_p;
     int draw;  /* 1: draw the row (untruncated) at u */
     double u;
+    /* penalties: entries [pen_at, + n_pen) of the pass's list apply unless their id is among
+     * [ext_at, + n_ext), which apply instead (gpu_sample_req's lists) */
+    int pen_at, n_pen, ext_at, n_ext;
 };
 
 struct gpu_model {
@@ -405,6 +408,9 @@ struct gpu_model {
     samp_job *jobs, *hjobs;        /* [GPU_ROWS] the rows they summarise, pinned copy */
     int32_t *samp_ids, *hsamp_ids; /* [GPU_ROWS][SAMP_CAP] their candidates */
     float *samp_lg, *hsamp_lg;
+    int32_t *pen_ids, *hpen_ids; /* [pen_cap] the pass's penalty lists, pinned copy */
+    float *pen_amt, *hpen_amt;
+    int pen_cap;
     unsigned n_pass; /* passes run: what gpu_logits_row checks */
     int32_t *hsel;    /* pinned copy */
     cudaStream_t stream;

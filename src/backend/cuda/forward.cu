@@ -134,6 +134,10 @@ extern "C" void gpu_model_free(gpu_model *g) {
     if (g->hsamp_ids) cudaFreeHost(g->hsamp_ids);
     if (g->hsamp_lg) cudaFreeHost(g->hsamp_lg);
     if (g->hjobs) cudaFreeHost(g->hjobs);
+    if (g->pen_ids) cudaFree(g->pen_ids);
+    if (g->pen_amt) cudaFree(g->pen_amt);
+    if (g->hpen_ids) cudaFreeHost(g->hpen_ids);
+    if (g->hpen_amt) cudaFreeHost(g->hpen_amt);
     free(g->allocs);
     free(g->layers);
     free(g);
@@ -570,6 +574,38 @@ static int samp_alloc(gpu_model *g) {
     return OK;
 }
 
+/* room for n penalty entries in the pass's lists (they grow by doubling; a failure leaves
+ * the pass on the logits path) */
+static int pen_room(gpu_model *g, int n) {
+    if (n <= g->pen_cap) return OK;
+    int cap = g->pen_cap ? g->pen_cap : 4096;
+    while (cap < n) cap *= 2;
+    int32_t *di = NULL, *hi = NULL;
+    float *da = NULL, *ha = NULL;
+    if (cudaMalloc((void **)&di, sizeof(int32_t) * cap) != cudaSuccess ||
+        cudaMalloc((void **)&da, sizeof(float) * cap) != cudaSuccess ||
+        cudaMallocHost((void **)&hi, sizeof(int32_t) * cap) != cudaSuccess ||
+        cudaMallocHost((void **)&ha, sizeof(float) * cap) != cudaSuccess) {
+        cudaGetLastError(); /* or the pass would report it */
+        if (di) cudaFree(di);
+        if (da) cudaFree(da);
+        if (hi) cudaFreeHost(hi);
+        return ERR_NOMEM;
+    }
+    if (g->pen_ids) cudaFree(g->pen_ids), cudaFree(g->pen_amt);
+    if (g->hpen_ids) cudaFreeHost(g->hpen_ids), cudaFreeHost(g->hpen_amt);
+    g->pen_ids = di, g->pen_amt = da, g->hpen_ids = hi, g->hpen_amt = ha, g->pen_cap = cap;
+    return OK;
+}
+
+/* a request's penalty entries in a pass of rows rows (its lists) */
+static int pen_entries(const gpu_sample_req *q, int rows) {
+    if (!q->penalised) return 0;
+    int n = q->n_pen;
+    for (int r = 0; r < rows; r++) n += q->ext_n[r];
+    return n;
+}
+
 /* whether a request keeps every token (its draws need the whole row) */
 static int untruncated(const gpu_model *g, const gpu_sample_req *q) {
     return (q->top_k <= 0 || q->top_k >= g->V) && !(q->top_p < 1.0f);
@@ -603,14 +639,17 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
     /* Summaries where at least two rows of the pass take them, or a row drawn on the device:
      * one launch summarises them all, a block a row; for a lone row that the host draws from,
      * bringing it back costs less than the launch. */
-    int summ_rows = 0, n_draw = 0;
+    int summ_rows = 0, n_draw = 0, pen_need = 0, n_pen = 0;
     for (int i = 0; i < n; i++) {
         int rows = rows_out(&io[i], done[i], ps[i].n);
         int yes = summarisable(g, &io[i], rows, one_pass);
         summ_rows += yes ? rows : 0;
         n_draw += yes && draws(g, io[i].sample);
+        pen_need += yes ? pen_entries(io[i].sample, rows) : 0;
     }
-    const int summarise = (summ_rows >= 2 || n_draw) && samp_alloc(g) == OK;
+    const int summarise = (summ_rows >= 2 || n_draw) && samp_alloc(g) == OK &&
+                          pen_room(g, pen_need) == OK;
+    int eager[GPU_SEQS]; /* sequences whose last row comes back with the summaries */
     for (int i = 0, row = 0, k = 0; i < n; row += ps[i].n, i++) {
         gpu_seq_io *s = &io[i];
         int rows = rows_out(s, done[i], ps[i].n), r0 = row + ps[i].n - rows;
@@ -618,12 +657,19 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
         /* MODE_LAST computes only the pass's last row; SEL the wanted rows in order */
         dev[i] = all_mode ? r0 : sel_mode ? k : 0;
         if (rows && wants_rows(g, s)) k += rows;
-        summ[i] = -1;
+        summ[i] = -1, eager[i] = 0;
         if (s->sample) s->sample->filled = 0;
         if (summarise && summarisable(g, s, rows, one_pass)) {
             const gpu_sample_req *q = s->sample;
             int top_k = q->top_k > 0 && q->top_k < g->V ? q->top_k : 0;
-            for (int r = 0; r < rows; r++) /* the last row of a round has no draft */
+            int base = n_pen, nb = q->penalised ? q->n_pen : 0;
+            if (nb) {
+                memcpy(g->hpen_ids + n_pen, q->pen_ids, sizeof(int32_t) * nb);
+                memcpy(g->hpen_amt + n_pen, q->pen_amt, sizeof(float) * nb);
+                n_pen += nb;
+            }
+            for (int r = 0; r < rows; r++) { /* the last row of a round has no draft */
+                int ne = q->penalised ? q->ext_n[r] : 0;
                 g->hjobs[n_summ + r] = {dev[i] + r,
                                         r0 + r,
                                         s->all_rows && r < rows - 1,
@@ -632,14 +678,22 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
                                         1.0f / q->temperature,
                                         q->top_p,
                                         r == rows - 1 && draws(g, q),
-                                        q->u};
+                                        q->u,
+                                        base,
+                                        nb,
+                                        n_pen,
+                                        ne};
+                if (ne) {
+                    memcpy(g->hpen_ids + n_pen, q->ext_ids + q->ext_at[r], sizeof(int32_t) * ne);
+                    memcpy(g->hpen_amt + n_pen, q->ext_amt + q->ext_at[r], sizeof(float) * ne);
+                    n_pen += ne;
+                }
+            }
             summ[i] = n_summ;
             n_summ += rows;
-            /* the last row has no draft: its draw needs the row, unless the device draws it */
-            if (untruncated(g, q) && !draws(g, q))
-                CK(cudaMemcpyAsync(s->logits + (at + rows - 1) * V,
-                                   g->logits + (size_t)(dev[i] + rows - 1) * V, sizeof(float) * V,
-                                   cudaMemcpyDeviceToHost, g->stream));
+            /* the last row has no draft: its draw needs the row, unless the device draws it
+             * (copied after the summaries, which apply the penalties) */
+            eager[i] = untruncated(g, q) && !draws(g, q);
         } else if (rows && s->logits)
             CK(cudaMemcpyAsync(s->logits + at * V, g->logits + (size_t)dev[i] * V,
                                sizeof(float) * (size_t)rows * V, cudaMemcpyDeviceToHost,
@@ -655,7 +709,21 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
                                cudaMemcpyDeviceToHost, g->stream));
     }
     if (n_summ) {
+        if (n_pen) {
+            CK(cudaMemcpyAsync(g->pen_ids, g->hpen_ids, sizeof(int32_t) * n_pen,
+                               cudaMemcpyHostToDevice, g->stream));
+            CK(cudaMemcpyAsync(g->pen_amt, g->hpen_amt, sizeof(float) * n_pen,
+                               cudaMemcpyHostToDevice, g->stream));
+        }
         CK(summary_launch(g, n_summ));
+        for (int i = 0; i < n; i++) {
+            if (!eager[i]) continue;
+            int rows = rows_out(&io[i], done[i], ps[i].n);
+            size_t at = io[i].all_rows ? (size_t)done[i] : 0;
+            CK(cudaMemcpyAsync(io[i].logits + (at + rows - 1) * V,
+                               g->logits + (size_t)(dev[i] + rows - 1) * V, sizeof(float) * V,
+                               cudaMemcpyDeviceToHost, g->stream));
+        }
         CK(cudaMemcpyAsync(g->hsamp, g->samp, sizeof(samp_head) * n_summ, cudaMemcpyDeviceToHost,
                            g->stream));
         CK(cudaMemcpyAsync(g->hsamp_ids, g->samp_ids, sizeof(int32_t) * n_summ * SAMP_CAP,

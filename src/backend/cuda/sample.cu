@@ -191,16 +191,31 @@ __device__ int draw_row(const float *x, int V, float m, float inv_t, double tota
 /* Block r summarises job r: logits row job.lrow; its draft, if it has one, is the pass's
  * input after its own row; with job.draw, it also draws the row (untruncated) at job.u. */
 __global__ void __launch_bounds__(ST)
-    k_summary(const float *logits, int V, const step_params *sp, const samp_job *jobs,
-              samp_head *head, int32_t *cids, float *clg, int cap) {
+    k_summary(float *logits, int V, const step_params *sp, const samp_job *jobs,
+              samp_head *head, int32_t *cids, float *clg, int cap, const int32_t *pen_ids,
+              const float *pen_amt) {
     __shared__ samp_smem s;
     extern __shared__ double cs[]; /* draw_row()'s, a double a chunk */
     const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const samp_job job = jobs[r];
     const float temp = job.temp, inv_t = job.inv_t, top_p = job.top_p;
     const int top_k = job.top_k;
-    const float *x = logits + (size_t)job.lrow * V;
+    float *xw = logits + (size_t)job.lrow * V;
+    const float *x = xw;
     samp_head *h = head + r;
+    if (job.n_pen + job.n_ext) { /* the penalties, in place: each id once, before all else */
+        for (int i = tid; i < job.n_pen; i += ST) {
+            const int32_t id = pen_ids[job.pen_at + i];
+            int own = 0; /* the row's own entry replaces the base's */
+            for (int e = 0; e < job.n_ext; e++) own |= pen_ids[job.ext_at + e] == id;
+            if (!own) xw[id] = __fsub_rn(xw[id], pen_amt[job.pen_at + i]);
+        }
+        for (int e = tid; e < job.n_ext; e += ST) {
+            const int32_t id = pen_ids[job.ext_at + e];
+            xw[id] = __fsub_rn(xw[id], pen_amt[job.ext_at + e]);
+        }
+        __syncthreads();
+    }
     /* the max, and whether any value is NaN */
     float m = -INFINITY;
     int nan = 0;
@@ -299,6 +314,6 @@ cudaError_t summary_launch(gpu_model *g, int n) {
                         g->stream);
     if (e != cudaSuccess) return e;
     k_summary<<<n, ST, dyn, g->stream>>>(g->logits, g->V, g->dsp, g->jobs, g->samp, g->samp_ids,
-                                         g->samp_lg, SAMP_CAP);
+                                         g->samp_lg, SAMP_CAP, g->pen_ids, g->pen_amt);
     return cudaGetLastError();
 }
