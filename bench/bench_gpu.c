@@ -17,8 +17,8 @@
  * fills the GPU) and with a launch per 32 rows (a second copy of the model loaded with
  * DSPARK_GPU_GEMM=0): their times, and whether all 256 rows' logits are the same bits.
  * --sampled: sampled verify rounds of 1, 5 and 17 rows, and sampled steps of 16 sequences
- * (five sampling settings, two with penalties), with the rows' sampling summaries brought back
- * against their logits, pass and host decisions included.
+ * (five sampling settings, two with penalties, and greedy with penalties), with the rows' sampling
+ * summaries brought back against their logits, pass and host decisions included.
  * --inputs exact: matmul inputs as three bf16 terms, exact products (DSPARK_GPU_INPUTS=exact,
  * the default of every model it loads; default bf16, inputs rounded).
  * Times are the median of repeated runs (minimum in brackets). */
@@ -435,7 +435,8 @@ int main(int argc, char **argv) {
                    {"temperature 0.7, top_p 0.9", {0.7f, 0.9f, 0, 0, 0, 7}},
                    {"temperature 0.8, top_k 40", {0.8f, 1.0f, 40, 0, 0, 7}},
                    {"temperature 1, penalties", {1.0f, 1.0f, 0, 0.5f, 0.3f, 7}},
-                   {"top_k 40, penalties", {0.8f, 1.0f, 40, 0.5f, 0.3f, 7}}};
+                   {"top_k 40, penalties", {0.8f, 1.0f, 40, 0.5f, 0.3f, 7}},
+                   {"greedy, penalties", {0, 1.0f, 0, 0.5f, 0.3f, 7}}};
         static const int widths[] = {1, 5, 17};
         printf("sampled verify rounds at context %d (pass, what comes back, the host's decision; "
                "median [min] ms):\n",

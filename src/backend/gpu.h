@@ -101,7 +101,8 @@ struct gpu_row_summary {
     int in_logits; /* 1: the row's logits came back too (an untruncated row with no draft,
                     * whose draw needs them unless a draft before it is rejected) */
     int32_t drawn; /* the token the device drew for this row with the request's u (the
-                    * request's last row, when it asked for a draw), else -1 */
+                    * request's last row, when it asked for a draw), or for a greedy request
+                    * (temperature 0, with penalties) every row's argmax; else -1 */
     int32_t *ids;  /* [cap] */
     float *logits; /* [cap] */
 };
@@ -109,7 +110,7 @@ struct gpu_row_summary {
 /* A sequence's rows summarised (with its logits also given: they come back instead when the
  * pass cannot keep them on the device, and then filled stays 0). */
 struct gpu_sample_req {
-    float temperature;
+    float temperature;            /* <= 0: greedy, which asks for summaries only with penalties */
     int top_k;                    /* <= 0 or >= vocab: none */
     float top_p;                  /* >= 1: none */
     struct gpu_row_summary *rows; /* [rows asked for], ids/logits of GPU_SAMPLE_CAP entries */

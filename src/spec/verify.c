@@ -37,8 +37,9 @@ int verify_init(struct verify *v, struct model *m, struct kv_cache *kv, struct s
     v->greedy_ids = model_on_gpu(m) && sp->temperature <= 0 && sp->presence_penalty == 0 &&
                     sp->frequency_penalty == 0 && top_logprobs < 0;
     const char *env = getenv("DSPARK_GPU_SAMPLE_SUMMARY");
-    int summaries =
-        model_on_gpu(m) && sp->temperature > 0 && top_logprobs < 0 && !(env && !strcmp(env, "0"));
+    /* greedy rounds with penalties: the device applies them and takes each row's argmax */
+    int summaries = model_on_gpu(m) && (sp->temperature > 0 || penalties(sp)) && top_logprobs < 0 &&
+                    !(env && !strcmp(env, "0"));
     if (summaries && v->logits) {
         size_t rows = (size_t)v->max_draft + 1;
         v->req = calloc(1, sizeof *v->req + rows * sizeof(struct gpu_row_summary) +
@@ -125,6 +126,11 @@ static int decide(struct verify *v, float *row, const struct draft *d, int i, in
     int has_draft = i < d->n;
     *accepted = 0;
     if (sp->temperature <= 0) {
+        if (v->req && v->req->filled) { /* the device's argmax of the penalised row */
+            *id = v->req->rows[i].drawn;
+            *accepted = has_draft && d->ids[i] == *id;
+            return OK;
+        }
         penalty_apply(sampler_counts(v->s), sp->presence_penalty, sp->frequency_penalty, row, V,
                       NULL, 0);
         *id = sample_greedy(row, V);
@@ -267,7 +273,7 @@ struct model_batch_item verify_item(struct verify *v, const int32_t *in, int n) 
         /* Without truncation the device draws the last row at the number the rng will give
          * it when every draft before it is accepted (each acceptance takes one number). */
         const struct sample_params *sp = sampler_params(v->s);
-        v->req->draw = untruncated(sp, model_config(v->m)->vocab_size);
+        v->req->draw = sp->temperature > 0 && untruncated(sp, model_config(v->m)->vocab_size);
         if (v->req->draw) {
             struct rng ahead = *sampler_rng(v->s);
             for (int i = 0; i < n - 1; i++) rng_next(&ahead);

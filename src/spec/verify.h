@@ -37,14 +37,13 @@ struct verify {
      * target reports only each row's greedy token into ids[], not its logits. */
     int greedy_ids;
     int32_t *ids; /* [max_draft + 1] */
-    /* Other sampled rounds on a GPU target (no logprobs): the target reports
-     * each row's sampling summary (backend/gpu.h) and keeps its logits on the device; it
-     * applies the penalties first, and without truncation it also draws the last row at the
-     * number the rng will give it. A
-     * row's logits come back only when its decision needs the whole distribution (a rejected
-     * untruncated draft's residual, or a nucleus wider than the summary). The decisions are
-     * those the logits would give, bit for bit. NULL otherwise (or with
-     * DSPARK_GPU_SAMPLE_SUMMARY=0). */
+    /* Other rounds on a GPU target (sampled, or greedy with penalties; no logprobs): the
+     * target reports each row's sampling summary (backend/gpu.h) and keeps its logits on the
+     * device; it applies the penalties first, takes greedy rows' argmax, and without
+     * truncation draws the last row at the number the rng will give it. A row's logits come
+     * back only when its decision needs the whole distribution (a rejected untruncated
+     * draft's residual, or a nucleus wider than the summary). The decisions are those the
+     * logits would give, bit for bit. NULL otherwise (or with DSPARK_GPU_SAMPLE_SUMMARY=0). */
     struct gpu_sample_req *req;
     /* with penalties, the lists req carries for the device to apply them (backend/gpu.h) */
     int32_t *pen_ids, *ext_ids;

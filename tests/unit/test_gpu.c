@@ -952,11 +952,9 @@ TEST(gpu_sample_summary_modes) {
     REQUIRE(model_load("models/pycoder-draft", &(struct model_opts){.n_threads = 2}, &dm) == 0);
     REQUIRE(block_model_load("models/pycoder-dspark", m, &ds) == 0);
     REQUIRE(block_model_load("models/pycoder-dflash", m, &df) == 0);
-    static const struct sample_params sps[] = {{0.7f, 0.9f, 0, 0, 0, 1},
-                                               {1.0f, 1.0f, 0, 0, 0, 2},
-                                               {0.8f, 0.95f, 40, 0, 0, 3},
-                                               {0.5f, 1.0f, 0, 0.4f, 0, 4},
-                                               {0.8f, 0.95f, 40, 0.3f, 0.5f, 5}};
+    static const struct sample_params sps[] = {
+        {0.7f, 0.9f, 0, 0, 0, 1},    {1.0f, 1.0f, 0, 0, 0, 2},         {0.8f, 0.95f, 40, 0, 0, 3},
+        {0.5f, 1.0f, 0, 0.4f, 0, 4}, {0.8f, 0.95f, 40, 0.3f, 0.5f, 5}, {0, 1.0f, 0, 0.4f, 0.2f, 6}};
     int runs = 0, equal = 0, accepted = 0, summarised = 0, rounds = 0, fetched = 0, base_drawn = 0;
     for (int p = 0; p < 6; p++) {
         int n = 10 + p * 3;

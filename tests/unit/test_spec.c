@@ -258,7 +258,8 @@ TEST(summaries_decide_as_logits) {
                {1.5f, 0.99f, 0, 8, 0, 0},         {0.6f, 1.0f, 30, 16, 0, 0},
                {0.6f, 1.0f, 0, 8, 0, 0},          {1.7f, 1.0f, 0, 1024, 0, 0},
                {1.0f, 1.0f, 0, 1024, 0.5f, 0.3f}, {0.8f, 0.9f, 0, 1024, 0.4f, 0.2f},
-               {1.2f, 1.0f, 12, 1024, 0, 0.6f},   {0.7f, 0.95f, 20, 8, 0.3f, 0.3f}};
+               {1.2f, 1.0f, 12, 1024, 0, 0.6f},   {0.7f, 0.95f, 20, 8, 0.3f, 0.3f},
+               {0, 1.0f, 0, 1024, 0.5f, 0.4f}};
     void *qmem = malloc(sample_dist_bytes(V)), *q2mem = malloc(sample_dist_bytes(V));
     float *qrow = malloc(sizeof(float) * V);
     REQUIRE(qmem && q2mem && qrow);
@@ -266,7 +267,7 @@ TEST(summaries_decide_as_logits) {
     sample_dist_init(&q, qmem, V);
     sample_dist_init(&q2, q2mem, V);
     int rounds = 0, same = 0, accepted = 0, from_summary = 0, drawn_rows = 0, drawn_used = 0;
-    int pen_rows = 0, pen_same = 0;
+    int pen_rows = 0, pen_same = 0, greedy_rows = 0;
     for (size_t c = 0; c < sizeof set / sizeof *set; c++)
         for (int trial = 0; trial < 150; trial++) {
             struct sample_params sp = {set[c].t,    set[c].p,    set[c].k,
@@ -345,6 +346,13 @@ TEST(summaries_decide_as_logits) {
                                                    .ids = sum.ids,
                                                    .logits = sum.logits};
             }
+            /* greedy with penalties: every row's argmax of its penalised logits, as the device
+             * gives it; the rows themselves are not at hand */
+            for (int i = 0; set[c].t <= 0 && i <= K; i++) {
+                rows[i].drawn = sample_greedy(v2.logits + (size_t)i * V, V);
+                rows[i].in_logits = 0;
+                greedy_rows++;
+            }
             /* untruncated: the last row drawn "on the device" (sample_dist_draw_u() at the u
              * verify_item() picked, as sample.cu draws); every fifth trial a u that the rng
              * never gives with a wrong token, which the host must not use */
@@ -376,10 +384,12 @@ TEST(summaries_decide_as_logits) {
         }
     printf("  sampled rounds from summaries: %d of %d decided as from the logits (%d drafts "
            "accepted; %d last rows drawn as on the device, %d of them committed; %d of %d rows "
-           "penalised from the lists as by penalty_apply)\n",
-           same, rounds, accepted, drawn_rows, drawn_used, pen_same, pen_rows);
+           "penalised from the lists as by penalty_apply; %d greedy rows decided from their "
+           "device argmax)\n",
+           same, rounds, accepted, drawn_rows, drawn_used, pen_same, pen_rows, greedy_rows);
     CHECK(same == rounds && from_summary == rounds && accepted > rounds / 2 && drawn_rows == 600 &&
-          drawn_used >= 20 && pen_same == pen_rows && pen_rows == 4 * 150 * (K + 1));
+          drawn_used >= 20 && pen_same == pen_rows && pen_rows == 5 * 150 * (K + 1) &&
+          greedy_rows == 150 * (K + 1));
     free(qmem), free(q2mem), free(qrow);
     model_free(t);
 }

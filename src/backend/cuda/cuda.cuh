@@ -348,7 +348,7 @@ struct samp_head {
 struct samp_job {
     int lrow, prow, has_draft, top_k;
     float temp, inv_t, top_p;
-    int draw;  /* 1: draw the row (untruncated) at u */
+    int draw;  /* 1: draw the row (untruncated) at u; 2: its argmax (greedy) */
     double u;
     /* penalties: entries [pen_at, + n_pen) of the pass's list apply unless their id is among
      * [ext_at, + n_ext), which apply instead (gpu_sample_req's lists) */

@@ -611,9 +611,10 @@ static int untruncated(const gpu_model *g, const gpu_sample_req *q) {
     return (q->top_k <= 0 || q->top_k >= g->V) && !(q->top_p < 1.0f);
 }
 
-/* whether an untruncated request's last row is drawn on the device */
+/* whether the device decides a request's last row itself: greedy rows (their argmax after
+ * the penalties) and an untruncated request's last row (drawn) */
 static int draws(const gpu_model *g, const gpu_sample_req *q) {
-    return q->draw && untruncated(g, q);
+    return !(q->temperature > 0) || (q->draw && untruncated(g, q));
 }
 
 /* whether sequence s's rows of this pass may come back as sampling summaries: it asked, the
@@ -621,7 +622,8 @@ static int draws(const gpu_model *g, const gpu_sample_req *q) {
  * and a summary can spare a row's logits (not a lone untruncated row, unless the device
  * draws it) */
 static int summarisable(const gpu_model *g, const gpu_seq_io *s, int rows, int one_pass) {
-    return s->sample && s->logits && rows && one_pass && s->sample->temperature > 0 &&
+    return s->sample && s->logits && rows && one_pass &&
+           (s->sample->temperature > 0 || s->sample->penalised) && /* greedy: after penalties */
            g->V <= SAMP_MAX_VOCAB && s->sample->top_k <= SAMP_CAP && /* else past the cap */
            !(rows == 1 && untruncated(g, s->sample) && !draws(g, s->sample));
 }
@@ -662,6 +664,7 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
         if (summarise && summarisable(g, s, rows, one_pass)) {
             const gpu_sample_req *q = s->sample;
             int top_k = q->top_k > 0 && q->top_k < g->V ? q->top_k : 0;
+            int greedy = !(q->temperature > 0); /* every row's argmax */
             int base = n_pen, nb = q->penalised ? q->n_pen : 0;
             if (nb) {
                 memcpy(g->hpen_ids + n_pen, q->pen_ids, sizeof(int32_t) * nb);
@@ -677,7 +680,7 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
                                         q->temperature,
                                         1.0f / q->temperature,
                                         q->top_p,
-                                        r == rows - 1 && draws(g, q),
+                                        greedy ? 2 : r == rows - 1 && draws(g, q),
                                         q->u,
                                         base,
                                         nb,
@@ -693,7 +696,7 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
             n_summ += rows;
             /* the last row has no draft: its draw needs the row, unless the device draws it
              * (copied after the summaries, which apply the penalties) */
-            eager[i] = untruncated(g, q) && !draws(g, q);
+            eager[i] = !greedy && untruncated(g, q) && !draws(g, q);
         } else if (rows && s->logits)
             CK(cudaMemcpyAsync(s->logits + at * V, g->logits + (size_t)dev[i] * V,
                                sizeof(float) * (size_t)rows * V, cudaMemcpyDeviceToHost,
@@ -749,7 +752,7 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
             const samp_head *h = &g->hsamp[summ[i] + r];
             gpu_row_summary *o = &q->rows[r];
             o->max = h->max, o->logit_t = h->logit_t, o->total = h->total, o->n = h->n;
-            o->in_logits = r == rows - 1 && untruncated(g, q) && !draws(g, q);
+            o->in_logits = eager[i] && r == rows - 1;
             o->drawn = h->drawn;
             if (h->n > 0) {
                 memcpy(o->ids, g->hsamp_ids + (size_t)(summ[i] + r) * SAMP_CAP,

@@ -11,7 +11,8 @@
  *   (found by a radix select over order-preserving keys); with nucleus only, every token at or
  *   above max - 8 * temperature (the CPU's first stage); none without truncation;
  * - where asked (no truncation), the token that sample_dist_draw_u() draws from the row at a
- *   given u, so that the row never leaves the device.
+ *   given u, so that the row never leaves the device; for greedy rows only the argmax;
+ * - all of it after the presence and frequency penalties, which it applies in place.
  * One block of 1024 threads per row. The exp is kern.h's kern_exp itself, compiled for the
  * device; the other arithmetic that must match the CPU's uses the _rn intrinsics, so that nvcc
  * cannot contract it into other roundings. */
@@ -216,6 +217,28 @@ __global__ void __launch_bounds__(ST)
         }
         __syncthreads();
     }
+    if (job.draw == 2) { /* greedy: the first index of the largest value, NaN ignored */
+        float m = -INFINITY;
+        int at = -1;
+        for (int i = tid; i < V; i += ST)
+            if (x[i] > m) m = x[i], at = i;
+        for (int o = 16; o; o >>= 1) {
+            const float mo = __shfl_xor_sync(0xffffffffu, m, o);
+            const int ao = __shfl_xor_sync(0xffffffffu, at, o);
+            if (ao >= 0 && (at < 0 || mo > m || (mo == m && ao < at))) m = mo, at = ao;
+        }
+        if (lane == 0) s.fred[warp] = m, s.ired[warp] = at;
+        __syncthreads();
+        if (tid == 0) {
+            for (int w = 0; w < ST / 32; w++) {
+                const float mo = s.fred[w];
+                const int ao = s.ired[w];
+                if (ao >= 0 && (at < 0 || mo > m || (mo == m && ao < at))) m = mo, at = ao;
+            }
+            h->max = m, h->logit_t = 0, h->total = 0, h->n = 0, h->drawn = at >= 0 ? at : 0;
+        }
+        return;
+    }
     /* the max, and whether any value is NaN */
     float m = -INFINITY;
     int nan = 0;
@@ -302,7 +325,7 @@ cudaError_t summary_launch(gpu_model *g, int n) {
     static size_t room = 48 * 1024 - sizeof(samp_smem); /* dynamic shared memory allowed */
     if (g->V > SUM_MAX * SUM_BLOCK) return cudaErrorInvalidValue;
     int draws = 0;
-    for (int i = 0; i < n; i++) draws |= g->hjobs[i].draw;
+    for (int i = 0; i < n; i++) draws |= g->hjobs[i].draw == 1;
     const size_t dyn = draws ? sizeof(double) * ((g->V + DRAW_CHUNK - 1) / DRAW_CHUNK) : 0;
     cudaError_t e = cudaSuccess;
     if (dyn > room) {
