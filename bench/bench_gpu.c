@@ -17,6 +17,7 @@
  * fills the GPU) and with a launch per 32 rows (a second copy of the model loaded with
  * DSPARK_GPU_GEMM=0): their times, and whether all 256 rows' logits are the same bits.
  * --sampled: sampled verify rounds of 1, 5 and 17 rows, and sampled steps of 16 sequences
+ * (--sampled-sets MASK: only the settings of MASK's bits, 1 = the first)
  * (five sampling settings, two with penalties, and greedy with penalties), with the rows' sampling
  * summaries brought back against their logits, pass and host decisions included.
  * --inputs exact: matmul inputs as three bf16 terms, exact products (DSPARK_GPU_INPUTS=exact,
@@ -345,6 +346,8 @@ int main(int argc, char **argv) {
             setenv("DSPARK_GPU_INPUTS", argv[++i], 1);
         else if (!strcmp(argv[i], "--sampled"))
             sampled = 1;
+        else if (!strcmp(argv[i], "--sampled-sets") && i + 1 < argc) /* a bitmask of them */
+            sampled = atoi(argv[++i]) << 1;
     }
     double t_load = timer_now();
     struct model *m;
@@ -444,7 +447,9 @@ int main(int argc, char **argv) {
         kv_truncate(kv, 0);
         if (model_forward(m, kv, ids, P, NULL, 0)) return 1;
         for (size_t k = 0; k < sizeof set / sizeof *set; k++)
-            for (size_t w = 0; w < sizeof widths / sizeof *widths; w++) {
+            for (size_t w = 0;
+                 (sampled == 1 || (sampled >> (k + 1) & 1)) && w < sizeof widths / sizeof *widths;
+                 w++) {
                 struct stat2 a = time_sampled(m, kv, P, ids + P, widths[w], &set[k].sp, 0, 20);
                 struct stat2 b = time_sampled(m, kv, P, ids + P, widths[w], &set[k].sp, 1, 20);
                 printf("  %-30s %2d rows: logits %.3f [%.3f], summaries %.3f [%.3f]\n", set[k].name,
@@ -455,6 +460,7 @@ int main(int argc, char **argv) {
         for (; nk < 16; nk++)
             if (kv_new(m, P + 2, &kvs[nk]) || model_forward(m, kvs[nk], ids, P, NULL, 0)) break;
         for (size_t k = 0; nk == 16 && k < sizeof set / sizeof *set; k++) {
+            if (sampled != 1 && !(sampled >> (k + 1) & 1)) continue;
             struct stat2 a = time_sampled_batch(m, kvs, 16, P, ids, &set[k].sp, 0, 20);
             struct stat2 b = time_sampled_batch(m, kvs, 16, P, ids, &set[k].sp, 1, 20);
             printf("  %-30s B=16: logits %.3f [%.3f], summaries %.3f [%.3f]\n", set[k].name,

@@ -18,7 +18,8 @@
 
 enum {
     CHUNK = SAMPLE_DRAW_CHUNK, /* draw granularity: one double add per chunk while skipping */
-    BLOCK = 64,                /* top-k: logits tested at once against the heap minimum */
+    SPAN = SAMPLE_DRAW_SPAN * SAMPLE_DRAW_CHUNK, /* and one per span of chunks before that */
+    BLOCK = 64, /* top-k: logits tested at once against the heap minimum */
 };
 
 size_t sample_dist_bytes(int n_vocab) {
@@ -54,9 +55,17 @@ static double chunk_sum(const float *p, int n) {
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
+/* Sum of one span (up to SPAN entries): its chunks' sums added in order. */
+static double span_sum(const float *p, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i += CHUNK) s += chunk_sum(p + i, n - i < CHUNK ? n - i : CHUNK);
+    return s;
+}
+
+/* The spans' sums added in order. */
 static double mass_of(const float *p, int n) {
     double m = 0;
-    for (int i = 0; i < n; i += CHUNK) m += chunk_sum(p + i, n - i < CHUNK ? n - i : CHUNK);
+    for (int i = 0; i < n; i += SPAN) m += span_sum(p + i, n - i < SPAN ? n - i : SPAN);
     return m;
 }
 
@@ -68,23 +77,38 @@ int32_t sample_dist_draw(const struct sample_dist *d, struct rng *r) {
     return sample_dist_draw_u(d, rng_double(r));
 }
 
-int32_t sample_dist_draw_u(const struct sample_dist *d, double u) {
-    assert(d->n > 0);
-    const float *p = d->probs;
-    double target = u * d->mass, cum = 0;
-    for (int i = 0; i < d->n; i += CHUNK) {
-        int len = d->n - i < CHUNK ? d->n - i : CHUNK;
+/* The entry of span p[0..n) that takes the running total cum past target, or -1. */
+static int span_draw(const float *p, int n, double cum, double target) {
+    for (int i = 0; i < n; i += CHUNK) {
+        int len = n - i < CHUNK ? n - i : CHUNK;
         double c = chunk_sum(p + i, len);
         if (cum + c > target) {
             for (int j = 0; j < len; j++) {
                 cum += (double)p[i + j];
-                if (cum > target && p[i + j] > 0) return d->ids[i + j];
+                if (cum > target && p[i + j] > 0) return i + j;
             }
-            break;
+            return -1;
         }
         cum += c;
     }
-    /* Rounding (summing inside a chunk in another order, or u * mass == mass) left the
+    return -1;
+}
+
+int32_t sample_dist_draw_u(const struct sample_dist *d, double u) {
+    assert(d->n > 0);
+    const float *p = d->probs;
+    double target = u * d->mass, cum = 0;
+    for (int i = 0; i < d->n; i += SPAN) {
+        int len = d->n - i < SPAN ? d->n - i : SPAN;
+        double s = span_sum(p + i, len);
+        if (cum + s > target) {
+            int j = span_draw(p + i, len, cum, target);
+            if (j >= 0) return d->ids[i + j];
+            break;
+        }
+        cum += s;
+    }
+    /* Rounding (summing a span or a chunk in another order, or u * mass == mass) left the
      * target unreached: take the last entry with positive probability. */
     int j = d->n - 1;
     while (j > 0 && !(p[j] > 0)) j--;

@@ -96,13 +96,17 @@ void sample_dist_update(struct sample_dist *d);
 
 /* Draws one token: one rng_double() u, then sample_dist_draw_u(d, u). */
 int32_t sample_dist_draw(const struct sample_dist *d, struct rng *r);
-/* The entry a uniform u in [0, 1) picks: entries are taken in chunks of SAMPLE_DRAW_CHUNK
- * (each summed as mass sums it), a running double total of the chunks before; the first chunk whose
- * sum takes it past u * mass is walked entry by entry, and the first positive entry that takes it
- * past is the result. Should rounding leave the target unreached, the last positive entry. A device
- * that draws must repeat these steps (backend/cuda/sample.cu does, for untruncated rows). */
+/* The entry a uniform u in [0, 1) picks. The entries are cut into chunks of SAMPLE_DRAW_CHUNK
+ * (summed in eight lanes and a tree; a short last chunk in order) and the chunks into spans of
+ * SAMPLE_DRAW_SPAN (their chunks' sums added in order); mass is the spans' sums added in order.
+ * A running double total walks the spans, then the chunks of the first span that takes it
+ * past u * mass, then the entries of the first such chunk: the first positive entry that
+ * takes it past is the result. Should rounding leave the target unreached at any level, the
+ * last positive entry. Three short walks, so that a device can repeat them on one thread
+ * (backend/cuda/sample.cu does, for untruncated rows). */
 int32_t sample_dist_draw_u(const struct sample_dist *d, double u);
-#define SAMPLE_DRAW_CHUNK 64 /* the draw's and the mass's chunks */
+#define SAMPLE_DRAW_CHUNK 64 /* entries a chunk */
+#define SAMPLE_DRAW_SPAN  32 /* chunks a span */
 
 /* Probability of id (0 if absent). O(1) for an unsorted dist, O(n) for a sorted one. */
 float sample_dist_prob(const struct sample_dist *d, int32_t id);

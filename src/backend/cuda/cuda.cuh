@@ -353,6 +353,7 @@ struct samp_job {
     /* penalties: entries [pen_at, + n_pen) of the pass's list apply unless their id is among
      * [ext_at, + n_ext), which apply instead (gpu_sample_req's lists) */
     int pen_at, n_pen, ext_at, n_ext;
+    int eslot, pad; /* a draw's row of exps in samp_e (summary_launch sets it) */
 };
 
 struct gpu_model {
@@ -408,6 +409,7 @@ struct gpu_model {
     samp_job *jobs, *hjobs;        /* [GPU_ROWS] the rows they summarise, pinned copy */
     int32_t *samp_ids, *hsamp_ids; /* [GPU_ROWS][SAMP_CAP] their candidates */
     float *samp_lg, *hsamp_lg;
+    float *samp_e;               /* [GPU_SEQS][V] the exps of rows drawn on the device */
     int32_t *pen_ids, *hpen_ids; /* [pen_cap] the pass's penalty lists, pinned copy */
     float *pen_amt, *hpen_amt;
     int pen_cap;

@@ -134,6 +134,7 @@ extern "C" void gpu_model_free(gpu_model *g) {
     if (g->hsamp_ids) cudaFreeHost(g->hsamp_ids);
     if (g->hsamp_lg) cudaFreeHost(g->hsamp_lg);
     if (g->hjobs) cudaFreeHost(g->hjobs);
+    if (g->samp_e) cudaFree(g->samp_e);
     if (g->pen_ids) cudaFree(g->pen_ids);
     if (g->pen_amt) cudaFree(g->pen_amt);
     if (g->hpen_ids) cudaFreeHost(g->hpen_ids);
@@ -685,7 +686,9 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
                                         base,
                                         nb,
                                         n_pen,
-                                        ne};
+                                        ne,
+                                        0,
+                                        0};
                 if (ne) {
                     memcpy(g->hpen_ids + n_pen, q->ext_ids + q->ext_at[r], sizeof(int32_t) * ne);
                     memcpy(g->hpen_amt + n_pen, q->ext_amt + q->ext_at[r], sizeof(float) * ne);

@@ -24,6 +24,9 @@
 #define SUM_BLOCK KERN_SUM_BLOCK               /* kern_sum's blocks */
 #define SUM_MAX   (SAMP_MAX_VOCAB / SUM_BLOCK) /* blocks of a row at most */
 #define DRAW_CHUNK SAMPLE_DRAW_CHUNK               /* sample_dist_draw_u()'s chunks */
+#define DRAW_SPAN  SAMPLE_DRAW_SPAN                /* and its spans of chunks */
+#define LOADS      8 /* values a thread loads before it uses them, in the compaction and selection */
+static_assert(SAMP_CAP <= ST, "top-k's floor takes the k-th of ST thread maxima");
 
 /* ascending order-preserving key of a (non-NaN) float, -0 and +0 equal */
 __device__ __forceinline__ unsigned ukey(float f) {
@@ -36,6 +39,7 @@ __device__ __forceinline__ float ukey_float(unsigned k) {
 
 struct samp_smem {
     double bsum[SUM_MAX];
+    float tmax[ST]; /* each thread's max of its values (a floor for top-k) */
     unsigned hist[2048];
     int wsum[ST / 32];
     float fred[ST / 32];
@@ -60,43 +64,65 @@ __device__ int block_scan(int v, int *total, samp_smem &s) {
     return before + x - v;
 }
 
-/* thread t's contiguous part of a row of V values, for passes that keep id order */
-__device__ __forceinline__ void chunk_of(int V, int *b, int *e) {
-    const int per = (V + ST - 1) / ST;
-    *b = min(V, (int)threadIdx.x * per), *e = min(V, *b + per);
-}
-
-/* The candidates x[i] >= thr, i in id order, into ids/lg (at most cap); returns their number:
- * each thread counts its part, one scan gives the places, each writes its part. */
+/* The candidates x[i] >= thr, i in id order, into ids/lg (at most cap); returns their number.
+ * Each warp takes a contiguous segment (its lanes reading neighbours): it counts its
+ * candidates, a scan over the warps gives each segment's place, and each warp writes its
+ * own in order, a ballot at a time. */
 __device__ int compact(const float *x, int V, float thr, int32_t *ids, float *lg, int cap,
                        samp_smem &s) {
-    int b, e, c = 0, total;
-    chunk_of(V, &b, &e);
-#pragma unroll 8
-    for (int i = b; i < e; i++) c += x[i] >= thr;
-    int at = block_scan(c, &total, s);
-    for (int i = b; i < e && at < cap; i++) {
-        const float v = x[i];
-        if (v >= thr) ids[at] = i, lg[at] = v, at++;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, NW = ST / 32;
+    const int seg = ((V + NW - 1) / NW + 31) & ~31, b = min(V, warp * seg), e = min(V, b + seg);
+    int c = 0;
+    for (int i0 = b + lane; i0 < e + lane; i0 += 32 * LOADS) { /* LOADS tiles in flight */
+        float v[LOADS];
+#pragma unroll
+        for (int q = 0; q < LOADS; q++) v[q] = i0 + 32 * q < e ? x[i0 + 32 * q] : 0.0f;
+#pragma unroll
+        for (int q = 0; q < LOADS; q++)
+            c += __popc(__ballot_sync(0xffffffffu, i0 + 32 * q < e && v[q] >= thr));
+    }
+    if (lane == 0) s.wsum[warp] = c;
+    __syncthreads();
+    int at = 0, total = 0;
+    for (int w = 0; w < NW; w++) at += w < warp ? s.wsum[w] : 0, total += s.wsum[w];
+    __syncthreads();
+    for (int i0 = b + lane; i0 < e + lane && at < cap; i0 += 32 * LOADS) {
+        float v[LOADS];
+#pragma unroll
+        for (int q = 0; q < LOADS; q++) v[q] = i0 + 32 * q < e ? x[i0 + 32 * q] : 0.0f;
+#pragma unroll
+        for (int q = 0; q < LOADS; q++) {
+            const int i = i0 + 32 * q;
+            const bool take = i < e && v[q] >= thr;
+            const unsigned bits = __ballot_sync(0xffffffffu, take);
+            const int to = at + __popc(bits & ((1u << lane) - 1));
+            if (take && to < cap) ids[to] = i, lg[to] = v[q];
+            at += __popc(bits);
+        }
     }
     return total;
 }
 
 /* the key of the k-th largest value of x (no NaN): a radix select over 11, 11 and 10 bits,
- * each pass a histogram in shared memory of the values that share the bits chosen so far */
-__device__ unsigned kth_largest(const float *x, int V, int k, samp_smem &s) {
+ * each pass a histogram in shared memory of the values that share the bits chosen so far.
+ * Values below floor are left out: floor must be at most the answer. */
+__device__ unsigned kth_largest(const float *x, int V, int k, float floor, samp_smem &s) {
     const int tid = threadIdx.x;
-    int b, e;
-    chunk_of(V, &b, &e);
     unsigned prefix = 0, hi = 0; /* the key bits chosen so far, and their mask */
     for (int pass = 0; pass < 3; pass++) {
         const int shift = pass == 0 ? 21 : pass == 1 ? 10 : 0, nb = pass == 2 ? 1024 : 2048;
         for (int i = tid; i < 2048; i += ST) s.hist[i] = 0;
         __syncthreads();
-#pragma unroll 4
-        for (int i = b; i < e; i++) {
-            const unsigned u = ukey(x[i]);
-            if ((u & hi) == prefix) atomicAdd(&s.hist[(u >> shift) & (nb - 1)], 1u);
+        for (int i0 = tid; i0 < V; i0 += LOADS * ST) { /* the loads first, then the atomics */
+            float v[LOADS];
+#pragma unroll
+            for (int q = 0; q < LOADS; q++) v[q] = i0 + q * ST < V ? x[i0 + q * ST] : -INFINITY;
+#pragma unroll
+            for (int q = 0; q < LOADS; q++) {
+                const unsigned u = ukey(v[q]);
+                if (i0 + q * ST < V && v[q] >= floor && (u & hi) == prefix)
+                    atomicAdd(&s.hist[(u >> shift) & (nb - 1)], 1u);
+            }
         }
         __syncthreads();
         /* thread t holds bins nb - 1 - 2t and nb - 2 - 2t: the scan counts from the top */
@@ -117,21 +143,18 @@ __device__ unsigned kth_largest(const float *x, int V, int k, samp_smem &s) {
     return prefix;
 }
 
-/* sample_dist_build()'s probability of a logit v when it truncates nothing */
-__device__ __forceinline__ float prob_of(float v, float m, float inv_t, float inv) {
-    return __fmul_rn(kern_exp(__fmul_rn(__fsub_rn(v, m), inv_t)), inv);
-}
-
 /* sample_dist_draw_u() at u over the row's untruncated distribution, as the CPU builds it
- * (probabilities kern_exp(..) * (float)(1 / total), in id order): the chunks' sums of
- * SAMPLE_DRAW_CHUNK probabilities in parallel (eight lanes and a tree; a short last chunk in
- * order), their running total by one thread in chunk order (cs[c] then holds the total
- * through chunk c; the last is the mass), the first chunk whose total passes u * mass (the
- * totals never decrease), then that chunk's entries in order. cs: a double a chunk. */
-__device__ int draw_row(const float *x, int V, float m, float inv_t, double total, double u,
-                        double *cs, samp_smem &s) {
+ * (probabilities e * (float)(1 / total), e the row's kern_exp((x - max) * inv_t) kept by the
+ * sum's pass, in id order): the chunks' sums of
+ * DRAW_CHUNK probabilities in parallel (eight lanes and a tree; a short last chunk in order),
+ * each span's sum of its chunks' in order on its own thread, then thread 0 walks the spans,
+ * the chunks of the span it stops in and the entries of the chunk, as the host does.
+ * cs: a double a chunk, then one a span. */
+__device__ int draw_row(const float *e, int V, double total, double u, double *cs,
+                        samp_smem &s) {
     const int tid = threadIdx.x, nch = (V + DRAW_CHUNK - 1) / DRAW_CHUNK;
-    const int g8 = tid >> 3, j = tid & 7;
+    const int nsp = (nch + DRAW_SPAN - 1) / DRAW_SPAN, g8 = tid >> 3, j = tid & 7;
+    double *ss = cs + nch;
     const float inv = __double2float_rn(__ddiv_rn(1.0, total));
     for (int c0 = 0; c0 < nch; c0 += ST / 8) {
         const int c = c0 + g8, base = c * DRAW_CHUNK;
@@ -140,10 +163,10 @@ __device__ int draw_row(const float *x, int V, float m, float inv_t, double tota
         if (len == DRAW_CHUNK) {
 #pragma unroll
             for (int i = 0; i < DRAW_CHUNK / 8; i++)
-                acc = __dadd_rn(acc, (double)prob_of(x[base + j + 8 * i], m, inv_t, inv));
+                acc = __dadd_rn(acc, (double)__fmul_rn(e[base + j + 8 * i], inv));
         } else if (j == 0) {
             for (int i = 0; i < len; i++)
-                seq = __dadd_rn(seq, (double)prob_of(x[base + i], m, inv_t, inv));
+                seq = __dadd_rn(seq, (double)__fmul_rn(e[base + i], inv));
         }
         acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 1));
         acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 2));
@@ -151,39 +174,46 @@ __device__ int draw_row(const float *x, int V, float m, float inv_t, double tota
         if (j == 0 && len > 0) cs[c] = len == DRAW_CHUNK ? acc : seq;
     }
     __syncthreads();
-    if (tid == 0) {
-        double cum = 0;
-#pragma unroll 8
-        for (int c = 0; c < nch; c++) cs[c] = cum = __dadd_rn(cum, cs[c]);
-        s.pick[0] = 0xffffffffu;
+    for (int k = tid; k < nsp; k += ST) { /* a span's chunks in order */
+        double sum = 0;
+        for (int c = k * DRAW_SPAN; c < min(nch, (k + 1) * DRAW_SPAN); c++)
+            sum = __dadd_rn(sum, cs[c]);
+        ss[k] = sum;
     }
     __syncthreads();
-    const double target = __dmul_rn(u, cs[nch - 1]);
-    for (int c = tid; c < nch; c += ST)
-        if (cs[c] > target && (c == 0 || !(cs[c - 1] > target))) s.pick[0] = (unsigned)c;
-    __syncthreads();
-    const unsigned hit = s.pick[0];
-    int id = -1;
-    if (hit != 0xffffffffu) { /* walk the chunk: every thread the same steps, no divergence */
-        const int base = (int)hit * DRAW_CHUNK, len = min(DRAW_CHUNK, V - base);
-        double cum = hit ? cs[hit - 1] : 0;
-        for (int i = 0; i < len; i++) {
-            const float p = prob_of(x[base + i], m, inv_t, inv);
-            cum = __dadd_rn(cum, (double)p);
-            if (cum > target && p > 0) {
-                id = base + i;
-                break;
+    if (tid == 0) {
+        double mass = 0;
+        for (int k = 0; k < nsp; k++) mass = __dadd_rn(mass, ss[k]);
+        const double target = __dmul_rn(u, mass);
+        double cum = 0;
+        int id = -1, k = 0;
+        for (; k < nsp && !(__dadd_rn(cum, ss[k]) > target); k++) cum = __dadd_rn(cum, ss[k]);
+        if (k < nsp) { /* the span's chunks, then the chunk's entries */
+            int c = k * DRAW_SPAN;
+            const int cend = min(nch, (k + 1) * DRAW_SPAN);
+            for (; c < cend && !(__dadd_rn(cum, cs[c]) > target); c++) cum = __dadd_rn(cum, cs[c]);
+            if (c < cend) {
+                const int base = c * DRAW_CHUNK, len = min(DRAW_CHUNK, V - base);
+                for (int i = 0; i < len; i++) {
+                    const float p = __fmul_rn(e[base + i], inv);
+                    cum = __dadd_rn(cum, (double)p);
+                    if (cum > target && p > 0) {
+                        id = base + i;
+                        break;
+                    }
+                }
             }
         }
+        s.pick[0] = (unsigned)id;
+        s.pick[1] = 0;
     }
+    __syncthreads();
+    const int id = (int)s.pick[0];
     if (id >= 0) return id;
     /* rounding left the target unreached: the last entry with a positive probability */
-    __syncthreads();
-    if (tid == 0) s.pick[1] = 0;
-    __syncthreads();
     int last = 0;
     for (int i = tid; i < V; i += ST)
-        if (prob_of(x[i], m, inv_t, inv) > 0) last = i;
+        if (__fmul_rn(e[i], inv) > 0) last = i;
     atomicMax(&s.pick[1], (unsigned)last);
     __syncthreads();
     return (int)s.pick[1];
@@ -191,12 +221,12 @@ __device__ int draw_row(const float *x, int V, float m, float inv_t, double tota
 
 /* Block r summarises job r: logits row job.lrow; its draft, if it has one, is the pass's
  * input after its own row; with job.draw, it also draws the row (untruncated) at job.u. */
-__global__ void __launch_bounds__(ST)
+__global__ void __launch_bounds__(ST, 1)
     k_summary(float *logits, int V, const step_params *sp, const samp_job *jobs,
               samp_head *head, int32_t *cids, float *clg, int cap, const int32_t *pen_ids,
-              const float *pen_amt) {
+              const float *pen_amt, float *exps) {
     __shared__ samp_smem s;
-    extern __shared__ double cs[]; /* draw_row()'s, a double a chunk */
+    extern __shared__ double cs[]; /* draw_row()'s, a double a chunk and a span */
     const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const samp_job job = jobs[r];
     const float temp = job.temp, inv_t = job.inv_t, top_p = job.top_p;
@@ -248,6 +278,7 @@ __global__ void __launch_bounds__(ST)
         nan |= v != v;
         m = v > m ? v : m;
     }
+    s.tmax[tid] = m; /* read after the barriers below */
     for (int o = 16; o; o >>= 1) {
         const float mo = __shfl_xor_sync(0xffffffffu, m, o);
         m = mo > m ? mo : m;
@@ -268,20 +299,21 @@ __global__ void __launch_bounds__(ST)
         return;
     }
     /* the sum of exp over the row, in kern_sum's order: 8 threads a block of 256 values */
+    float *ex = job.draw == 1 ? exps + (size_t)job.eslot * V : NULL;
     const int nblk = (V + SUM_BLOCK - 1) / SUM_BLOCK, g8 = tid >> 3, j = tid & 7;
     for (int b0 = 0; b0 < nblk; b0 += ST / 8) {
         const int b = b0 + g8, base = b * SUM_BLOCK;
         const int len = b < nblk ? min(SUM_BLOCK, V - base) : 0;
-        float y[SUM_BLOCK / 8];
+        double acc = 0;
 #pragma unroll
         for (int i = 0; i < SUM_BLOCK / 8; i++) {
             const int at = j + 8 * i;
-            y[i] = at < len ? kern_exp(__fmul_rn(__fsub_rn(x[base + at], m), inv_t)) : 0.0f;
+            if (at < len) {
+                const float y = kern_exp(__fmul_rn(__fsub_rn(x[base + at], m), inv_t));
+                if (ex) ex[base + at] = y; /* kept for the draw */
+                acc = __dadd_rn(acc, (double)y);
+            }
         }
-        double acc = 0;
-#pragma unroll
-        for (int i = 0; i < SUM_BLOCK / 8; i++)
-            if (j + 8 * i < len) acc = __dadd_rn(acc, (double)y[i]);
         acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 1));
         acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 2));
         acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 4));
@@ -306,13 +338,17 @@ __global__ void __launch_bounds__(ST)
         return;
     }
     if (job.draw) {
-        const int id = draw_row(x, V, m, inv_t, total, job.u, cs, s);
+        const int id = draw_row(ex, V, total, job.u, cs, s);
         if (tid == 0) h->drawn = id;
     }
     /* the candidates */
     int nc = 0;
     if (top_k > 0) {
-        const float h0 = ukey_float(kth_largest(x, V, top_k, s));
+        /* The k-th largest of the threads' maxima (k <= ST) is a floor: k values are at least
+         * that. Near-flat rows then give the passes a few thousand values, not the row. */
+        float h0 = -INFINITY; /* the floor, then the k-th largest (one call site: inlined) */
+        for (int step = 0; step < 2; step++)
+            h0 = ukey_float(kth_largest(step ? x : s.tmax, step ? V : ST, top_k, h0, s));
         nc = compact(x, V, h0, cids + (size_t)r * cap, clg + (size_t)r * cap, cap, s);
     } else if (top_p < 1.0f) {
         const float thr = __fsub_rn(m, __fmul_rn(SAMPLE_NUCLEUS_NATS, temp));
@@ -324,10 +360,16 @@ __global__ void __launch_bounds__(ST)
 cudaError_t summary_launch(gpu_model *g, int n) {
     static size_t room = 48 * 1024 - sizeof(samp_smem); /* dynamic shared memory allowed */
     if (g->V > SUM_MAX * SUM_BLOCK) return cudaErrorInvalidValue;
-    int draws = 0;
-    for (int i = 0; i < n; i++) draws |= g->hjobs[i].draw == 1;
-    const size_t dyn = draws ? sizeof(double) * ((g->V + DRAW_CHUNK - 1) / DRAW_CHUNK) : 0;
     cudaError_t e = cudaSuccess;
+    int draws = 0;
+    for (int i = 0; i < n; i++)
+        if (g->hjobs[i].draw == 1) g->hjobs[i].eslot = draws++; /* at most one a sequence */
+    if (draws && !g->samp_e) {
+        e = cudaMalloc((void **)&g->samp_e, sizeof(float) * GPU_SEQS * g->V);
+        if (e != cudaSuccess) return e;
+    }
+    const int nch = (g->V + DRAW_CHUNK - 1) / DRAW_CHUNK;
+    const size_t dyn = draws ? sizeof(double) * (nch + (nch + DRAW_SPAN - 1) / DRAW_SPAN) : 0;
     if (dyn > room) {
         e = cudaFuncSetAttribute(k_summary, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn);
         if (e != cudaSuccess) return e;
@@ -337,6 +379,7 @@ cudaError_t summary_launch(gpu_model *g, int n) {
                         g->stream);
     if (e != cudaSuccess) return e;
     k_summary<<<n, ST, dyn, g->stream>>>(g->logits, g->V, g->dsp, g->jobs, g->samp, g->samp_ids,
-                                         g->samp_lg, SAMP_CAP, g->pen_ids, g->pen_amt);
+                                         g->samp_lg, SAMP_CAP, g->pen_ids, g->pen_amt,
+                                         g->samp_e);
     return cudaGetLastError();
 }
