@@ -546,6 +546,9 @@ cudaError_t argmax_launch(gpu_model *g, int n);
 /* summaries of the n rows in g->jobs (copied there from g->hjobs first) into g->samp[0, n)
  * (sample.cu) */
 cudaError_t summary_launch(gpu_model *g, int n);
+/* 1 when summary_launch() can draw rows (its buffer and shared memory are there; a failure
+ * is cleared, and the pass then brings its rows back instead) */
+int summary_draw_ready(gpu_model *g);
 cudaError_t split_launch(gpu_model *g, uint16_t *xb, const float *x, int K, int KT, int T);
 /* xb rows t < n (K = r) = rows ids[t] (device) of the row-major [*, r] matrix w of type dt */
 cudaError_t gather_launch(gpu_model *g, uint16_t *xb, const void *w, int dt, int r,

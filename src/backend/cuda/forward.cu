@@ -642,16 +642,17 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
     /* Summaries where at least two rows of the pass take them, or a row drawn on the device:
      * one launch summarises them all, a block a row; for a lone row that the host draws from,
      * bringing it back costs less than the launch. */
-    int summ_rows = 0, n_draw = 0, pen_need = 0, n_pen = 0;
+    int summ_rows = 0, n_draw = 0, n_exp = 0, pen_need = 0, n_pen = 0;
     for (int i = 0; i < n; i++) {
         int rows = rows_out(&io[i], done[i], ps[i].n);
         int yes = summarisable(g, &io[i], rows, one_pass);
         summ_rows += yes ? rows : 0;
         n_draw += yes && draws(g, io[i].sample);
+        n_exp += yes && draws(g, io[i].sample) && io[i].sample->temperature > 0;
         pen_need += yes ? pen_entries(io[i].sample, rows) : 0;
     }
     const int summarise = (summ_rows >= 2 || n_draw) && samp_alloc(g) == OK &&
-                          pen_room(g, pen_need) == OK;
+                          pen_room(g, pen_need) == OK && (!n_exp || summary_draw_ready(g));
     int eager[GPU_SEQS]; /* sequences whose last row comes back with the summaries */
     for (int i = 0, row = 0, k = 0; i < n; row += ps[i].n, i++) {
         gpu_seq_io *s = &io[i];

@@ -357,24 +357,39 @@ __global__ void __launch_bounds__(ST, 1)
     if (tid == 0) h->n = nc <= cap ? nc : -1;
 }
 
-cudaError_t summary_launch(gpu_model *g, int n) {
+/* dynamic shared memory of a launch with draws */
+static size_t draw_smem(int V) {
+    const int nch = (V + DRAW_CHUNK - 1) / DRAW_CHUNK;
+    return sizeof(double) * (nch + (nch + DRAW_SPAN - 1) / DRAW_SPAN);
+}
+
+int summary_draw_ready(gpu_model *g) {
     static size_t room = 48 * 1024 - sizeof(samp_smem); /* dynamic shared memory allowed */
+    const size_t dyn = draw_smem(g->V);
+    if (dyn > room) {
+        if (cudaFuncSetAttribute(k_summary, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)dyn) != cudaSuccess) {
+            cudaGetLastError(); /* or the pass would report it */
+            return 0;
+        }
+        room = dyn;
+    }
+    if (!g->samp_e && cudaMalloc((void **)&g->samp_e, sizeof(float) * GPU_SEQS * g->V)) {
+        g->samp_e = NULL;
+        cudaGetLastError();
+        return 0;
+    }
+    return 1;
+}
+
+cudaError_t summary_launch(gpu_model *g, int n) {
     if (g->V > SUM_MAX * SUM_BLOCK) return cudaErrorInvalidValue;
     cudaError_t e = cudaSuccess;
     int draws = 0;
     for (int i = 0; i < n; i++)
         if (g->hjobs[i].draw == 1) g->hjobs[i].eslot = draws++; /* at most one a sequence */
-    if (draws && !g->samp_e) {
-        e = cudaMalloc((void **)&g->samp_e, sizeof(float) * GPU_SEQS * g->V);
-        if (e != cudaSuccess) return e;
-    }
-    const int nch = (g->V + DRAW_CHUNK - 1) / DRAW_CHUNK;
-    const size_t dyn = draws ? sizeof(double) * (nch + (nch + DRAW_SPAN - 1) / DRAW_SPAN) : 0;
-    if (dyn > room) {
-        e = cudaFuncSetAttribute(k_summary, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn);
-        if (e != cudaSuccess) return e;
-        room = dyn;
-    }
+    if (draws > GPU_SEQS || (draws && !g->samp_e)) return cudaErrorInvalidValue;
+    const size_t dyn = draws ? draw_smem(g->V) : 0;
     e = cudaMemcpyAsync(g->jobs, g->hjobs, sizeof(samp_job) * n, cudaMemcpyHostToDevice,
                         g->stream);
     if (e != cudaSuccess) return e;
