@@ -429,6 +429,49 @@ TEST(draw_skips_zero_probability) {
     dist_free(d1);
 }
 
+/* sample_dist_draw_u() walks spans, chunks and entries (dist.h; the GPU repeats the walk):
+ * over distributions of sizes around the chunk (64) and span (2,048) boundaries, u at 0, just
+ * below 1 and on a grid, the entry picked has positive probability, moves forward as u grows,
+ * and is the entry whose cumulative interval holds u * mass (a long double reference), up to
+ * rounding of the running total. */
+TEST(draw_u_walks_the_mass) {
+    static const int sizes[] = {1, 63, 64, 65, 2047, 2048, 2049, 4100, BIG_VOCAB};
+    struct rng r;
+    rng_seed(&r, 21);
+    int checked = 0, ok_all = 1;
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        const int n = sizes[si];
+        float *l = malloc(sizeof(float) * n);
+        int32_t *pos_of = malloc(sizeof(int32_t) * n);
+        long double *cum = malloc(sizeof(long double) * (n + 1));
+        struct sample_dist *d = dist_new(n);
+        REQUIRE(l && pos_of && cum && d);
+        for (int i = 0; i < n; i++)
+            l[i] = i % 7 == 3 && n > 1 ? -INFINITY : 4.0f * (rng_float(&r) - 0.5f);
+        for (int pass = 0; pass < 2; pass++) { /* untruncated, then a nucleus */
+            REQUIRE(sample_dist_build(d, l, 1.0f, 0, pass ? 0.9f : 1.0f) == OK);
+            cum[0] = 0;
+            for (int j = 0; j < d->n; j++) cum[j + 1] = cum[j] + d->probs[j], pos_of[d->ids[j]] = j;
+            int first = 0;
+            while (!(d->probs[first] > 0)) first++;
+            int prev = -1, ok = sample_dist_draw_u(d, 0) == d->ids[first];
+            for (int k = 0; k <= 4096 && ok; k++) {
+                double u = k < 4096 ? k / 4096.0 : 1 - 0x1p-53;
+                int j = pos_of[sample_dist_draw_u(d, u)];
+                long double t = (long double)u * cum[d->n];
+                ok = d->probs[j] > 0 && j >= prev && cum[j] <= t + 1e-12L * cum[d->n] &&
+                     t <= cum[j + 1] + 1e-12L * cum[d->n];
+                prev = j, checked++;
+            }
+            if (!ok) printf("  size %d pass %d: the walk missed\n", n, pass);
+            ok_all &= ok;
+        }
+        free(l), free(pos_of), free(cum);
+        dist_free(d);
+    }
+    CHECK(ok_all && checked == 18 * 4097);
+}
+
 TEST(big_vocab_valid) {
     float *l = malloc(BIG_VOCAB * sizeof *l);
     struct sample_dist *d = dist_new(BIG_VOCAB);
@@ -482,6 +525,7 @@ int main(void) {
     RUN(random_against_reference);
     RUN(nucleus_reaches_far_tail);
     RUN(draw_skips_zero_probability);
+    RUN(draw_u_walks_the_mass);
     RUN(big_vocab_valid);
     return test_report();
 }
