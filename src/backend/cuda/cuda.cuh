@@ -543,12 +543,25 @@ cudaError_t prescale_launch(gpu_model *g, uint16_t *xb, const float *w, double *
 cudaError_t norm_sel_launch(gpu_model *g, uint16_t *xb, const float *w, const int32_t *sel, int n);
 cudaError_t swiglu_launch(gpu_model *g, int T);
 cudaError_t argmax_launch(gpu_model *g, int n);
-/* summaries of the n rows in g->jobs (copied there from g->hjobs first) into g->samp[0, n)
- * (sample.cu) */
-cudaError_t summary_launch(gpu_model *g, int n);
-/* 1 when summary_launch() can draw rows (its buffer and shared memory are there; a failure
- * is cleared, and the pass then brings its rows back instead) */
-int summary_draw_ready(gpu_model *g);
+/* ---- sampling summaries (sample.cu) ---- */
+/* whether a request keeps every token (its draws need the whole row) */
+int summary_untruncated(const gpu_model *g, const gpu_sample_req *q);
+/* whether the device decides a request's last row itself: greedy rows (their argmax after
+ * the penalties) and an untruncated request's last row (drawn) */
+int summary_draws(const gpu_model *g, const gpu_sample_req *q);
+/* a request's penalty entries in a pass of rows rows (its lists) */
+int summary_pen_entries(const gpu_sample_req *q, int rows);
+/* 1 when the summaries' buffers are there for pen_need penalty entries, and with draws for
+ * drawn rows (made on first use; a failure is cleared, and the pass then brings its rows
+ * back instead) */
+int summary_ready(gpu_model *g, int pen_need, int draws);
+int summary_jobs(gpu_model *g, const gpu_sample_req *q, int dev_row, int pass_row, int rows,
+                 int drafts, int first, int *n_pen);
+/* the pass's penalty lists (n_pen entries) and its n jobs (g->hjobs) to the device, the
+ * summaries into g->samp[0, n), and their copies back to the pinned g->hsamp.. */
+cudaError_t summary_launch(gpu_model *g, int n, int n_pen);
+void summary_read(gpu_model *g, gpu_sample_req *q, int first, int rows, int eager, int dev_row);
+void summary_free(gpu_model *g);
 cudaError_t split_launch(gpu_model *g, uint16_t *xb, const float *x, int K, int KT, int T);
 /* xb rows t < n (K = r) = rows ids[t] (device) of the row-major [*, r] matrix w of type dt */
 cudaError_t gather_launch(gpu_model *g, uint16_t *xb, const void *w, int dt, int r,

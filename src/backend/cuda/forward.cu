@@ -130,15 +130,7 @@ extern "C" void gpu_model_free(gpu_model *g) {
     if (g->hsp) cudaFreeHost(g->hsp);
     if (g->hids) cudaFreeHost(g->hids);
     if (g->hsel) cudaFreeHost(g->hsel);
-    if (g->hsamp) cudaFreeHost(g->hsamp);
-    if (g->hsamp_ids) cudaFreeHost(g->hsamp_ids);
-    if (g->hsamp_lg) cudaFreeHost(g->hsamp_lg);
-    if (g->hjobs) cudaFreeHost(g->hjobs);
-    if (g->samp_e) cudaFree(g->samp_e);
-    if (g->pen_ids) cudaFree(g->pen_ids);
-    if (g->pen_amt) cudaFree(g->pen_amt);
-    if (g->hpen_ids) cudaFreeHost(g->hpen_ids);
-    if (g->hpen_amt) cudaFreeHost(g->hpen_amt);
+    summary_free(g);
     free(g->allocs);
     free(g->layers);
     free(g);
@@ -550,74 +542,6 @@ static int rows_out(const gpu_seq_io *s, int done, int n) {
     return s->all_rows ? n : done + n == s->n ? 1 : 0;
 }
 
-/* the sampling summaries' buffers, on first use; g->samp is set last, when all are there
- * (a failure leaves the pass on the logits path) */
-static int samp_alloc(gpu_model *g) {
-    if (g->samp) return OK;
-    const size_t R = GPU_ROWS;
-    samp_head *samp;
-    if ((!g->samp_ids && dev_alloc(g, (void **)&g->samp_ids, sizeof(int32_t) * R * SAMP_CAP)) ||
-        (!g->samp_lg && dev_alloc(g, (void **)&g->samp_lg, sizeof(float) * R * SAMP_CAP)) ||
-        (!g->jobs && dev_alloc(g, (void **)&g->jobs, sizeof(samp_job) * R)))
-        return ERR_NOMEM;
-    void **host[4] = {(void **)&g->hjobs, (void **)&g->hsamp, (void **)&g->hsamp_ids,
-                      (void **)&g->hsamp_lg};
-    const size_t bytes[4] = {sizeof(samp_job) * R, sizeof(samp_head) * R,
-                             sizeof(int32_t) * R * SAMP_CAP, sizeof(float) * R * SAMP_CAP};
-    for (int i = 0; i < 4; i++)
-        if (!*host[i] && cudaMallocHost(host[i], bytes[i]) != cudaSuccess) {
-            *host[i] = NULL;
-            cudaGetLastError(); /* or the pass would report it */
-            return ERR_NOMEM;
-        }
-    if (dev_alloc(g, (void **)&samp, sizeof(samp_head) * R)) return ERR_NOMEM;
-    g->samp = samp;
-    return OK;
-}
-
-/* room for n penalty entries in the pass's lists (they grow by doubling; a failure leaves
- * the pass on the logits path) */
-static int pen_room(gpu_model *g, int n) {
-    if (n <= g->pen_cap) return OK;
-    int cap = g->pen_cap ? g->pen_cap : 4096;
-    while (cap < n) cap *= 2;
-    int32_t *di = NULL, *hi = NULL;
-    float *da = NULL, *ha = NULL;
-    if (cudaMalloc((void **)&di, sizeof(int32_t) * cap) != cudaSuccess ||
-        cudaMalloc((void **)&da, sizeof(float) * cap) != cudaSuccess ||
-        cudaMallocHost((void **)&hi, sizeof(int32_t) * cap) != cudaSuccess ||
-        cudaMallocHost((void **)&ha, sizeof(float) * cap) != cudaSuccess) {
-        cudaGetLastError(); /* or the pass would report it */
-        if (di) cudaFree(di);
-        if (da) cudaFree(da);
-        if (hi) cudaFreeHost(hi);
-        return ERR_NOMEM;
-    }
-    if (g->pen_ids) cudaFree(g->pen_ids), cudaFree(g->pen_amt);
-    if (g->hpen_ids) cudaFreeHost(g->hpen_ids), cudaFreeHost(g->hpen_amt);
-    g->pen_ids = di, g->pen_amt = da, g->hpen_ids = hi, g->hpen_amt = ha, g->pen_cap = cap;
-    return OK;
-}
-
-/* a request's penalty entries in a pass of rows rows (its lists) */
-static int pen_entries(const gpu_sample_req *q, int rows) {
-    if (!q->penalised) return 0;
-    int n = q->n_pen;
-    for (int r = 0; r < rows; r++) n += q->ext_n[r];
-    return n;
-}
-
-/* whether a request keeps every token (its draws need the whole row) */
-static int untruncated(const gpu_model *g, const gpu_sample_req *q) {
-    return (q->top_k <= 0 || q->top_k >= g->V) && !(q->top_p < 1.0f);
-}
-
-/* whether the device decides a request's last row itself: greedy rows (their argmax after
- * the penalties) and an untruncated request's last row (drawn) */
-static int draws(const gpu_model *g, const gpu_sample_req *q) {
-    return !(q->temperature > 0) || (q->draw && untruncated(g, q));
-}
-
 /* whether sequence s's rows of this pass may come back as sampling summaries: it asked, the
  * whole batch runs in this one pass (so that its logits stay on the device until the next),
  * and a summary can spare a row's logits (not a lone untruncated row, unless the device
@@ -626,7 +550,7 @@ static int summarisable(const gpu_model *g, const gpu_seq_io *s, int rows, int o
     return s->sample && s->logits && rows && one_pass &&
            (s->sample->temperature > 0 || s->sample->penalised) && /* greedy: after penalties */
            g->V <= SAMP_MAX_VOCAB && s->sample->top_k <= SAMP_CAP && /* else past the cap */
-           !(rows == 1 && untruncated(g, s->sample) && !draws(g, s->sample));
+           !(rows == 1 && summary_untruncated(g, s->sample) && !summary_draws(g, s->sample));
 }
 
 /* The outputs of a pass that its sequences asked for: logits and greedy ids of every row
@@ -647,12 +571,11 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
         int rows = rows_out(&io[i], done[i], ps[i].n);
         int yes = summarisable(g, &io[i], rows, one_pass);
         summ_rows += yes ? rows : 0;
-        n_draw += yes && draws(g, io[i].sample);
-        n_exp += yes && draws(g, io[i].sample) && io[i].sample->temperature > 0;
-        pen_need += yes ? pen_entries(io[i].sample, rows) : 0;
+        n_draw += yes && summary_draws(g, io[i].sample);
+        n_exp += yes && summary_draws(g, io[i].sample) && io[i].sample->temperature > 0;
+        pen_need += yes ? summary_pen_entries(io[i].sample, rows) : 0;
     }
-    const int summarise = (summ_rows >= 2 || n_draw) && samp_alloc(g) == OK &&
-                          pen_room(g, pen_need) == OK && (!n_exp || summary_draw_ready(g));
+    const int summarise = (summ_rows >= 2 || n_draw) && summary_ready(g, pen_need, n_exp);
     int eager[GPU_SEQS]; /* sequences whose last row comes back with the summaries */
     for (int i = 0, row = 0, k = 0; i < n; row += ps[i].n, i++) {
         gpu_seq_io *s = &io[i];
@@ -664,43 +587,9 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
         summ[i] = -1, eager[i] = 0;
         if (s->sample) s->sample->filled = 0;
         if (summarise && summarisable(g, s, rows, one_pass)) {
-            const gpu_sample_req *q = s->sample;
-            int top_k = q->top_k > 0 && q->top_k < g->V ? q->top_k : 0;
-            int greedy = !(q->temperature > 0); /* every row's argmax */
-            int base = n_pen, nb = q->penalised ? q->n_pen : 0;
-            if (nb) {
-                memcpy(g->hpen_ids + n_pen, q->pen_ids, sizeof(int32_t) * nb);
-                memcpy(g->hpen_amt + n_pen, q->pen_amt, sizeof(float) * nb);
-                n_pen += nb;
-            }
-            for (int r = 0; r < rows; r++) { /* the last row of a round has no draft */
-                int ne = q->penalised ? q->ext_n[r] : 0;
-                g->hjobs[n_summ + r] = {dev[i] + r,
-                                        r0 + r,
-                                        s->all_rows && r < rows - 1,
-                                        top_k,
-                                        q->temperature,
-                                        1.0f / q->temperature,
-                                        q->top_p,
-                                        greedy ? 2 : r == rows - 1 && draws(g, q),
-                                        q->u,
-                                        base,
-                                        nb,
-                                        n_pen,
-                                        ne,
-                                        0,
-                                        0};
-                if (ne) {
-                    memcpy(g->hpen_ids + n_pen, q->ext_ids + q->ext_at[r], sizeof(int32_t) * ne);
-                    memcpy(g->hpen_amt + n_pen, q->ext_amt + q->ext_at[r], sizeof(float) * ne);
-                    n_pen += ne;
-                }
-            }
+            eager[i] = summary_jobs(g, s->sample, dev[i], r0, rows, s->all_rows, n_summ, &n_pen);
             summ[i] = n_summ;
             n_summ += rows;
-            /* the last row has no draft: its draw needs the row, unless the device draws it
-             * (copied after the summaries, which apply the penalties) */
-            eager[i] = !greedy && untruncated(g, q) && !draws(g, q);
         } else if (rows && s->logits)
             CK(cudaMemcpyAsync(s->logits + at * V, g->logits + (size_t)dev[i] * V,
                                sizeof(float) * (size_t)rows * V, cudaMemcpyDeviceToHost,
@@ -716,13 +605,7 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
                                cudaMemcpyDeviceToHost, g->stream));
     }
     if (n_summ) {
-        if (n_pen) {
-            CK(cudaMemcpyAsync(g->pen_ids, g->hpen_ids, sizeof(int32_t) * n_pen,
-                               cudaMemcpyHostToDevice, g->stream));
-            CK(cudaMemcpyAsync(g->pen_amt, g->hpen_amt, sizeof(float) * n_pen,
-                               cudaMemcpyHostToDevice, g->stream));
-        }
-        CK(summary_launch(g, n_summ));
+        CK(summary_launch(g, n_summ, n_pen));
         for (int i = 0; i < n; i++) {
             if (!eager[i]) continue;
             int rows = rows_out(&io[i], done[i], ps[i].n);
@@ -731,12 +614,6 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
                                g->logits + (size_t)(dev[i] + rows - 1) * V, sizeof(float) * V,
                                cudaMemcpyDeviceToHost, g->stream));
         }
-        CK(cudaMemcpyAsync(g->hsamp, g->samp, sizeof(samp_head) * n_summ, cudaMemcpyDeviceToHost,
-                           g->stream));
-        CK(cudaMemcpyAsync(g->hsamp_ids, g->samp_ids, sizeof(int32_t) * n_summ * SAMP_CAP,
-                           cudaMemcpyDeviceToHost, g->stream));
-        CK(cudaMemcpyAsync(g->hsamp_lg, g->samp_lg, sizeof(float) * n_summ * SAMP_CAP,
-                           cudaMemcpyDeviceToHost, g->stream));
     }
     int greedy = mode == MODE_GREEDY_ALL || mode == MODE_GREEDY_LAST || mode == MODE_GREEDY_SEL;
     if (greedy) {
@@ -748,25 +625,10 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
     }
     CK(cudaStreamSynchronize(g->stream)); /* the pinned parameters are reused next pass */
     CK(cudaGetLastError());
-    for (int i = 0; i < n; i++) {
-        gpu_sample_req *q = io[i].sample;
-        if (summ[i] < 0) continue;
-        int rows = rows_out(&io[i], done[i], ps[i].n);
-        for (int r = 0; r < rows; r++) {
-            const samp_head *h = &g->hsamp[summ[i] + r];
-            gpu_row_summary *o = &q->rows[r];
-            o->max = h->max, o->logit_t = h->logit_t, o->total = h->total, o->n = h->n;
-            o->in_logits = eager[i] && r == rows - 1;
-            o->drawn = h->drawn;
-            if (h->n > 0) {
-                memcpy(o->ids, g->hsamp_ids + (size_t)(summ[i] + r) * SAMP_CAP,
-                       sizeof(int32_t) * (size_t)h->n);
-                memcpy(o->logits, g->hsamp_lg + (size_t)(summ[i] + r) * SAMP_CAP,
-                       sizeof(float) * (size_t)h->n);
-            }
-        }
-        q->filled = 1, q->dev_row = dev[i], q->pass = g->n_pass;
-    }
+    for (int i = 0; i < n; i++)
+        if (summ[i] >= 0)
+            summary_read(g, io[i].sample, summ[i], rows_out(&io[i], done[i], ps[i].n), eager[i],
+                         dev[i]);
     if (!greedy) return OK;
     for (int i = 0; i < n; i++) {
         gpu_seq_io *s = &io[i];

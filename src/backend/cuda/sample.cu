@@ -47,6 +47,14 @@ struct samp_smem {
     unsigned pick[2];
 };
 
+/* eight neighbouring lanes' values added as kern_sum adds its lanes: ((0 + 1) + (2 + 3)) +
+ * ((4 + 5) + (6 + 7)) (each add commutes exactly); every lane of the warp must call it */
+__device__ __forceinline__ double lanes8_sum(double acc) {
+    acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 1));
+    acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 2));
+    return __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 4));
+}
+
 /* exclusive prefix sum of v over the block's threads (thread order); *total gets the sum */
 __device__ int block_scan(int v, int *total, samp_smem &s) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -168,9 +176,7 @@ __device__ int draw_row(const float *e, int V, double total, double u, double *c
             for (int i = 0; i < len; i++)
                 seq = __dadd_rn(seq, (double)__fmul_rn(e[base + i], inv));
         }
-        acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 1));
-        acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 2));
-        acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 4));
+        acc = lanes8_sum(acc);
         if (j == 0 && len > 0) cs[c] = len == DRAW_CHUNK ? acc : seq;
     }
     __syncthreads();
@@ -314,9 +320,7 @@ __global__ void __launch_bounds__(ST, 1)
                 acc = __dadd_rn(acc, (double)y);
             }
         }
-        acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 1));
-        acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 2));
-        acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 4));
+        acc = lanes8_sum(acc);
         if (j == 0 && b < nblk) s.bsum[b] = acc;
     }
     __syncthreads();
@@ -357,13 +361,149 @@ __global__ void __launch_bounds__(ST, 1)
     if (tid == 0) h->n = nc <= cap ? nc : -1;
 }
 
+/* the sampling summaries' buffers, on first use; g->samp is set last, when all are there
+ * (a failure leaves the pass on the logits path) */
+static int samp_alloc(gpu_model *g) {
+    if (g->samp) return OK;
+    const size_t R = GPU_ROWS;
+    samp_head *samp;
+    if ((!g->samp_ids && dev_alloc(g, (void **)&g->samp_ids, sizeof(int32_t) * R * SAMP_CAP)) ||
+        (!g->samp_lg && dev_alloc(g, (void **)&g->samp_lg, sizeof(float) * R * SAMP_CAP)) ||
+        (!g->jobs && dev_alloc(g, (void **)&g->jobs, sizeof(samp_job) * R)))
+        return ERR_NOMEM;
+    void **host[4] = {(void **)&g->hjobs, (void **)&g->hsamp, (void **)&g->hsamp_ids,
+                      (void **)&g->hsamp_lg};
+    const size_t bytes[4] = {sizeof(samp_job) * R, sizeof(samp_head) * R,
+                             sizeof(int32_t) * R * SAMP_CAP, sizeof(float) * R * SAMP_CAP};
+    for (int i = 0; i < 4; i++)
+        if (!*host[i] && cudaMallocHost(host[i], bytes[i]) != cudaSuccess) {
+            *host[i] = NULL;
+            cudaGetLastError(); /* or the pass would report it */
+            return ERR_NOMEM;
+        }
+    if (dev_alloc(g, (void **)&samp, sizeof(samp_head) * R)) return ERR_NOMEM;
+    g->samp = samp;
+    return OK;
+}
+
+/* room for n penalty entries in the pass's lists (they grow by doubling; a failure leaves
+ * the pass on the logits path) */
+static int pen_room(gpu_model *g, int n) {
+    if (n <= g->pen_cap) return OK;
+    int cap = g->pen_cap ? g->pen_cap : 4096;
+    while (cap < n) cap *= 2;
+    int32_t *di = NULL, *hi = NULL;
+    float *da = NULL, *ha = NULL;
+    if (cudaMalloc((void **)&di, sizeof(int32_t) * cap) != cudaSuccess ||
+        cudaMalloc((void **)&da, sizeof(float) * cap) != cudaSuccess ||
+        cudaMallocHost((void **)&hi, sizeof(int32_t) * cap) != cudaSuccess ||
+        cudaMallocHost((void **)&ha, sizeof(float) * cap) != cudaSuccess) {
+        cudaGetLastError(); /* or the pass would report it */
+        if (di) cudaFree(di);
+        if (da) cudaFree(da);
+        if (hi) cudaFreeHost(hi);
+        return ERR_NOMEM;
+    }
+    if (g->pen_ids) cudaFree(g->pen_ids), cudaFree(g->pen_amt);
+    if (g->hpen_ids) cudaFreeHost(g->hpen_ids), cudaFreeHost(g->hpen_amt);
+    g->pen_ids = di, g->pen_amt = da, g->hpen_ids = hi, g->hpen_amt = ha, g->pen_cap = cap;
+    return OK;
+}
+
+int summary_pen_entries(const gpu_sample_req *q, int rows) {
+    if (!q->penalised) return 0;
+    int n = q->n_pen;
+    for (int r = 0; r < rows; r++) n += q->ext_n[r];
+    return n;
+}
+
+int summary_untruncated(const gpu_model *g, const gpu_sample_req *q) {
+    return (q->top_k <= 0 || q->top_k >= g->V) && !(q->top_p < 1.0f);
+}
+
+int summary_draws(const gpu_model *g, const gpu_sample_req *q) {
+    return !(q->temperature > 0) || (q->draw && summary_untruncated(g, q));
+}
+
+/* Fills the jobs [first, + rows) of a sequence's rows in the pass (its first at dev_row of
+ * the logits and pass_row of the pass; drafts: its rows are a round's, each but the last
+ * followed by its draft) and appends its penalty entries at *n_pen. Returns whether its last
+ * row must also come back whole (an untruncated draw the host makes). */
+int summary_jobs(gpu_model *g, const gpu_sample_req *q, int dev_row, int pass_row, int rows,
+                 int drafts, int first, int *n_pen) {
+    int top_k = q->top_k > 0 && q->top_k < g->V ? q->top_k : 0;
+    int greedy = !(q->temperature > 0); /* every row's argmax */
+    int base = *n_pen, nb = q->penalised ? q->n_pen : 0;
+    if (nb) {
+        memcpy(g->hpen_ids + *n_pen, q->pen_ids, sizeof(int32_t) * nb);
+        memcpy(g->hpen_amt + *n_pen, q->pen_amt, sizeof(float) * nb);
+        *n_pen += nb;
+    }
+    for (int r = 0; r < rows; r++) { /* the last row of a round has no draft */
+        int ne = q->penalised ? q->ext_n[r] : 0;
+        g->hjobs[first + r] = {dev_row + r,
+                               pass_row + r,
+                               drafts && r < rows - 1,
+                               top_k,
+                               q->temperature,
+                               1.0f / q->temperature,
+                               q->top_p,
+                               greedy ? 2 : r == rows - 1 && summary_draws(g, q),
+                               q->u,
+                               base,
+                               nb,
+                               *n_pen,
+                               ne,
+                               0,
+                               0};
+        if (ne) {
+            memcpy(g->hpen_ids + *n_pen, q->ext_ids + q->ext_at[r], sizeof(int32_t) * ne);
+            memcpy(g->hpen_amt + *n_pen, q->ext_amt + q->ext_at[r], sizeof(float) * ne);
+            *n_pen += ne;
+        }
+    }
+    /* the last row has no draft: its draw needs the row, unless the device draws it (copied
+     * after the summaries, which apply the penalties) */
+    return !greedy && summary_untruncated(g, q) && !summary_draws(g, q);
+}
+
+/* After the pass's synchronisation: the summaries of jobs [first, + rows) into q's rows. */
+void summary_read(gpu_model *g, gpu_sample_req *q, int first, int rows, int eager, int dev_row) {
+    for (int r = 0; r < rows; r++) {
+        const samp_head *h = &g->hsamp[first + r];
+        gpu_row_summary *o = &q->rows[r];
+        o->max = h->max, o->logit_t = h->logit_t, o->total = h->total, o->n = h->n;
+        o->in_logits = eager && r == rows - 1;
+        o->drawn = h->drawn;
+        if (h->n > 0) {
+            memcpy(o->ids, g->hsamp_ids + (size_t)(first + r) * SAMP_CAP,
+                   sizeof(int32_t) * (size_t)h->n);
+            memcpy(o->logits, g->hsamp_lg + (size_t)(first + r) * SAMP_CAP,
+                   sizeof(float) * (size_t)h->n);
+        }
+    }
+    q->filled = 1, q->dev_row = dev_row, q->pass = g->n_pass;
+}
+
+void summary_free(gpu_model *g) {
+    if (g->hsamp) cudaFreeHost(g->hsamp);
+    if (g->hsamp_ids) cudaFreeHost(g->hsamp_ids);
+    if (g->hsamp_lg) cudaFreeHost(g->hsamp_lg);
+    if (g->hjobs) cudaFreeHost(g->hjobs);
+    if (g->samp_e) cudaFree(g->samp_e);
+    if (g->pen_ids) cudaFree(g->pen_ids);
+    if (g->pen_amt) cudaFree(g->pen_amt);
+    if (g->hpen_ids) cudaFreeHost(g->hpen_ids);
+    if (g->hpen_amt) cudaFreeHost(g->hpen_amt);
+}
+
 /* dynamic shared memory of a launch with draws */
 static size_t draw_smem(int V) {
     const int nch = (V + DRAW_CHUNK - 1) / DRAW_CHUNK;
     return sizeof(double) * (nch + (nch + DRAW_SPAN - 1) / DRAW_SPAN);
 }
 
-int summary_draw_ready(gpu_model *g) {
+static int summary_draw_ready(gpu_model *g) {
     static size_t room = 48 * 1024 - sizeof(samp_smem); /* dynamic shared memory allowed */
     const size_t dyn = draw_smem(g->V);
     if (dyn > room) {
@@ -382,7 +522,12 @@ int summary_draw_ready(gpu_model *g) {
     return 1;
 }
 
-cudaError_t summary_launch(gpu_model *g, int n) {
+int summary_ready(gpu_model *g, int pen_need, int draws) {
+    return samp_alloc(g) == OK && pen_room(g, pen_need) == OK &&
+           (!draws || summary_draw_ready(g));
+}
+
+cudaError_t summary_launch(gpu_model *g, int n, int n_pen) {
     if (g->V > SUM_MAX * SUM_BLOCK) return cudaErrorInvalidValue;
     cudaError_t e = cudaSuccess;
     int draws = 0;
@@ -390,11 +535,23 @@ cudaError_t summary_launch(gpu_model *g, int n) {
         if (g->hjobs[i].draw == 1) g->hjobs[i].eslot = draws++; /* at most one a sequence */
     if (draws > GPU_SEQS || (draws && !g->samp_e)) return cudaErrorInvalidValue;
     const size_t dyn = draws ? draw_smem(g->V) : 0;
+    if (n_pen && ((e = cudaMemcpyAsync(g->pen_ids, g->hpen_ids, sizeof(int32_t) * n_pen,
+                                       cudaMemcpyHostToDevice, g->stream)) != cudaSuccess ||
+                  (e = cudaMemcpyAsync(g->pen_amt, g->hpen_amt, sizeof(float) * n_pen,
+                                       cudaMemcpyHostToDevice, g->stream)) != cudaSuccess))
+        return e;
     e = cudaMemcpyAsync(g->jobs, g->hjobs, sizeof(samp_job) * n, cudaMemcpyHostToDevice,
                         g->stream);
     if (e != cudaSuccess) return e;
     k_summary<<<n, ST, dyn, g->stream>>>(g->logits, g->V, g->dsp, g->jobs, g->samp, g->samp_ids,
                                          g->samp_lg, SAMP_CAP, g->pen_ids, g->pen_amt,
                                          g->samp_e);
-    return cudaGetLastError();
+    if ((e = cudaGetLastError()) != cudaSuccess ||
+        (e = cudaMemcpyAsync(g->hsamp, g->samp, sizeof(samp_head) * n, cudaMemcpyDeviceToHost,
+                             g->stream)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(g->hsamp_ids, g->samp_ids, sizeof(int32_t) * n * SAMP_CAP,
+                             cudaMemcpyDeviceToHost, g->stream)) != cudaSuccess)
+        return e;
+    return cudaMemcpyAsync(g->hsamp_lg, g->samp_lg, sizeof(float) * n * SAMP_CAP,
+                           cudaMemcpyDeviceToHost, g->stream);
 }
