@@ -262,9 +262,9 @@ static int pen_lists(struct verify *v, const int32_t *in, int n) {
 struct model_batch_item verify_item(struct verify *v, const int32_t *in, int n) {
     int ids = v->greedy_ids;
     struct gpu_sample_req *req = v->req;
+    const struct sample_params *sp = sampler_params(v->s);
     if (req) {
         req->filled = 0;
-        const struct sample_params *sp = sampler_params(v->s);
         /* with penalties, the device applies them, or the pass sends the logits */
         req->penalised = penalties(sp) && pen_lists(v, in, n);
         if (penalties(sp) && !req->penalised) req = NULL;
@@ -272,12 +272,11 @@ struct model_batch_item verify_item(struct verify *v, const int32_t *in, int n) 
     if (req) {
         /* Without truncation the device draws the last row at the number the rng will give
          * it when every draft before it is accepted (each acceptance takes one number). */
-        const struct sample_params *sp = sampler_params(v->s);
-        v->req->draw = sp->temperature > 0 && untruncated(sp, model_config(v->m)->vocab_size);
-        if (v->req->draw) {
+        req->draw = sp->temperature > 0 && untruncated(sp, model_config(v->m)->vocab_size);
+        if (req->draw) {
             struct rng ahead = *sampler_rng(v->s);
             for (int i = 0; i < n - 1; i++) rng_next(&ahead);
-            v->req->u = rng_double(&ahead);
+            req->u = rng_double(&ahead);
         }
     }
     return (struct model_batch_item){
