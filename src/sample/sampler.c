@@ -45,19 +45,6 @@ void sampler_reset(struct sampler *s) {
     rng_seed(&s->rng, s->params.seed);
 }
 
-int sampler_build_dist(struct sampler *s, float *logits, const int32_t *extra, int n_extra,
-                       const struct sample_dist **out) {
-    const struct sample_params *p = &s->params;
-    *out = NULL;
-    if (!(p->temperature > 0)) return ERR_ARG;
-    penalty_apply(&s->counts, p->presence_penalty, p->frequency_penalty, logits, s->n_vocab, extra,
-                  n_extra);
-    int err = sample_dist_build(&s->dist, logits, p->temperature, p->top_k, p->top_p);
-    if (err) return err;
-    *out = &s->dist;
-    return OK;
-}
-
 int sampler_build_dist_penalised(struct sampler *s, const float *logits,
                                  const struct sample_dist **out) {
     const struct sample_params *p = &s->params;
@@ -67,6 +54,16 @@ int sampler_build_dist_penalised(struct sampler *s, const float *logits,
     if (err) return err;
     *out = &s->dist;
     return OK;
+}
+
+int sampler_build_dist(struct sampler *s, float *logits, const int32_t *extra, int n_extra,
+                       const struct sample_dist **out) {
+    const struct sample_params *p = &s->params;
+    *out = NULL;
+    if (!(p->temperature > 0)) return ERR_ARG; /* before the logits are touched */
+    penalty_apply(&s->counts, p->presence_penalty, p->frequency_penalty, logits, s->n_vocab, extra,
+                  n_extra);
+    return sampler_build_dist_penalised(s, logits, out);
 }
 
 int sampler_build_dist_sparse(struct sampler *s, const struct sample_row_summary *sum,
