@@ -6,13 +6,15 @@
  * run on the GPU machine:
  *   bench_gpu MODEL_DIR [--bw GBps] [--ctx N,N..] [--long N] [--cpu-check N] [--quick]
  *             [--decode-only] [--lab] [--batch B,B..] [--mixed C]
- *             [--gemm-check] [--probe W,N] [--inputs exact|bf16] [--sampled]
+ *             [--gemm-check] [--prefill-only] [--probe W,N] [--inputs exact|bf16] [--sampled]
  * --lab: prefill of 512 tokens (and --long's), decode, the verify curve and the kernel table
  * (for comparing variants).
  * --batch: continuous-batching decode, B sequences at the first context stepping one token
  * each per pass (model_forward_batch, greedy ids back): aggregate tokens/s against B = 1.
  * --mixed C (with --batch): a pass of 16 such sequences and the first C rows of a prompt.
- * --probe W,N: only N passes of W rows at the first context (for a profiler), then exit.
+ * --prefill-only: the prefill lines (512 tokens and --long's, best of 3), then exit.
+ * --probe W,N: only N passes of W rows at the first context (for a profiler), then exit;
+ * W up to --long's + 64 less that context (e.g. --ctx 1 --long 512 --probe 512,1: a prompt).
  * --gemm-check: prefill with one matmul launch over all rows of a pass (the default where it
  * fills the GPU) and with a launch per 32 rows (a second copy of the model loaded with
  * DSPARK_GPU_GEMM=0): their times, and whether all 256 rows' logits are the same bits.
@@ -318,7 +320,8 @@ int main(int argc, char **argv) {
     }
     double bw = 4300;
     int ctxs[8] = {512}, n_ctx = 1, longp = 0, check = 0, quick = 0, decode_only = 0, lab = 0;
-    int batches[8], n_batch = 0, mixed = 0, gemm_check = 0, probe[2] = {0, 0}, sampled = 0;
+    int batches[8], n_batch = 0, mixed = 0, gemm_check = 0, prefill_only = 0, probe[2] = {0, 0},
+                    sampled = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc)
             bw = atof(argv[++i]);
@@ -338,6 +341,8 @@ int main(int argc, char **argv) {
             n_batch = parse_list(argv[++i], batches, 8);
         else if (!strcmp(argv[i], "--mixed") && i + 1 < argc)
             mixed = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--prefill-only"))
+            prefill_only = 1;
         else if (!strcmp(argv[i], "--gemm-check"))
             gemm_check = 1;
         else if (!strcmp(argv[i], "--probe") && i + 1 < argc)
@@ -371,8 +376,9 @@ int main(int argc, char **argv) {
 
     model_forward(m, kv, ids, 64, NULL, 0); /* warm-up */
     if (probe[0] > 0) { /* for a profiler: N passes of W rows after the first context */
-        if (probe[0] > 64) {
-            fprintf(stderr, "--probe: at most 64 rows a pass\n");
+        if (ctxs[0] + probe[0] > maxctx + 64) { /* ids and the cache hold maxctx + 64 */
+            fprintf(stderr, "--probe: at most %d rows a pass after context %d (raise --long)\n",
+                    maxctx + 64 - ctxs[0], ctxs[0]);
             return 2;
         }
         kv_truncate(kv, 0);
@@ -397,6 +403,7 @@ int main(int argc, char **argv) {
         }
         printf("prefill %d tokens: %.1f ms, %.0f tok/s\n", pre[i], best * 1e3, pre[i] / best);
     }
+    if (prefill_only) return gemm_check && gemm_compare(argv[1], m, kv, ids, pre[0], pre[1]);
 
     int reps = quick ? 10 : 40;
     for (int ci = 0; ci < n_ctx; ci++) {

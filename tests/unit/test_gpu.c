@@ -253,18 +253,20 @@ TEST(gpu_inputs_bf16) {
 
 /* Passes over GPU_GROUP rows in one launch (gemm.cu; forced here, since a small model's
  * matrices would not fill the GPU) give the bits of single steps and of the per-group
- * launches: rows 33..40 of a verify, a 77-row prompt, and every row of a 200-row prompt. */
+ * launches: rows 33..40 of a verify, a 77-row prompt, and every row of 200- and 300-row
+ * prompts (with bf16 inputs on sm_90a, 128-row tiles and the rest in 64-row tiles). */
 TEST(gpu_gemm_exact) {
     if (!gpu_available()) SKIP("no CUDA build or no GPU");
     if (!fs_exists("models/pycoder")) SKIP("models/ absent");
     struct model *m, *mg;
     REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m) == 0);
     REQUIRE(load_with("DSPARK_GPU_GEMM", "2", &mg) == 0);
-    int V = model_config(m)->vocab_size, P = 37, W = 40, L = 200;
-    int32_t ids[256];
-    for (int i = 0; i < 256; i++) ids[i] = 20 + (i * 131) % 8000;
+    enum { P = 37, W = 40, L = 300 };
+    int V = model_config(m)->vocab_size;
+    int32_t ids[L];
+    for (int i = 0; i < L; i++) ids[i] = 20 + (i * 131) % 8000;
     struct kv_cache *a, *b;
-    REQUIRE(kv_new(m, 256, &a) == 0 && kv_new(mg, 256, &b) == 0);
+    REQUIRE(kv_new(m, L, &a) == 0 && kv_new(mg, L, &b) == 0);
     float *la = malloc(sizeof(float) * V * L), *lb = malloc(sizeof(float) * V * L);
     REQUIRE(la && lb);
     CHECK(model_forward(m, a, ids, P, NULL, 0) == 0);
@@ -280,14 +282,19 @@ TEST(gpu_gemm_exact) {
     kv_truncate(b, 0);
     CHECK(model_forward(mg, b, ids, P + W, lb, 1) == 0);
     int prompt_same = !memcmp(la, lb + (size_t)P * V, sizeof(float) * V * W);
-    kv_truncate(a, 0), kv_truncate(b, 0);
-    CHECK(model_forward(m, a, ids, L, la, 1) == 0);
-    CHECK(model_forward(mg, b, ids, L, lb, 1) == 0);
-    int long_same = !memcmp(la, lb, sizeof(float) * V * L);
+    int long_same[2];
+    const int lens[2] = {200, L};
+    for (int i = 0; i < 2; i++) {
+        kv_truncate(a, 0), kv_truncate(b, 0);
+        CHECK(model_forward(m, a, ids, lens[i], la, 1) == 0);
+        CHECK(model_forward(mg, b, ids, lens[i], lb, 1) == 0);
+        long_same[i] = !memcmp(la, lb, sizeof(float) * V * lens[i]);
+    }
     printf("  one launch over all rows: widths 33..%d equal single steps: %s; a %d-row prompt: "
-           "%s; a %d-row prompt equals per-group launches: %s\n",
-           W, bad ? "NO" : "yes", P + W, prompt_same ? "yes" : "NO", L, long_same ? "yes" : "NO");
-    CHECK(bad == 0 && prompt_same && long_same);
+           "%s; %d- and %d-row prompts equal per-group launches: %s, %s\n",
+           W, bad ? "NO" : "yes", P + W, prompt_same ? "yes" : "NO", lens[0], lens[1],
+           long_same[0] ? "yes" : "NO", long_same[1] ? "yes" : "NO");
+    CHECK(bad == 0 && prompt_same && long_same[0] && long_same[1]);
     free(la), free(lb);
     kv_free(a), kv_free(b);
     model_free(m), model_free(mg);

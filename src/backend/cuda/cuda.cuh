@@ -18,7 +18,9 @@ extern "C" {
 #include "tensor/dtype.h"
 }
 
-#define GPU_ROWS      256 /* rows per chunk (MODEL_CHUNK_ROWS) */
+#ifndef GPU_ROWS
+#define GPU_ROWS 256 /* rows per chunk (MODEL_CHUNK_ROWS) */
+#endif
 #define GPU_GROUP     32  /* rows per matmul launch; graphs are captured for 1..GPU_GROUP rows */
 #define GPU_TERMS     3   /* bf16 terms per matmul input value, at most (below) */
 #define GPU_NT_MAX    ((GPU_TERMS * GPU_GROUP + 7) / 8) /* n-tiles of a full group of 3 terms */
@@ -429,6 +431,8 @@ struct gpu_model {
     int sms;  /* streaming multiprocessors */
     int gemm; /* passes over GPU_GROUP rows: 1 one launch (gemm.cu) where it fills the GPU, 2
                * always, 0 never */
+    int gemm4; /* of those, 128-row tiles with bf16 inputs (gemm.cu's k_mmg4): 1 where they
+                * fill the GPU, 2 always, 0 never */
     int launch_err; /* first launch error since the last check */
     void **allocs;
     int n_allocs, cap_allocs;

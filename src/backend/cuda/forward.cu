@@ -319,6 +319,7 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->early_merge = env_int("DSPARK_GPU_EARLY", 1);
     g->sel_rows = env_int("DSPARK_GPU_SEL", 1);
     g->gemm = env_int("DSPARK_GPU_GEMM", 1);
+    g->gemm4 = env_int("DSPARK_GPU_GEMM4", g->gemm == 2 ? 2 : 1);
     g->att_wide = env_int("DSPARK_GPU_ATT_WIDE", 1);
     g->att_early_kv = env_int("DSPARK_GPU_ATT_EARLY_KV", 1);
     g->att_pre_kv = env_int("DSPARK_GPU_ATT_PRE_KV", 1);

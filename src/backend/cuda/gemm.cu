@@ -334,7 +334,143 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
     mm_epilogue<TERMS>(e, g, val, 128 * rows, inv, pre, a.qe);
 }
 
+/* ---- Tiles of 128 rows (bf16 inputs, sm_90a): four whole row groups under one wgmma ----
+ * k_mmg's tiles of 64 rows read each weight stage once per 64 rows, and its wgmmas are
+ * m64n32k16, one per row group. Here a block's tile is one strip group by 128 rows (four
+ * whole groups): per k-tile each warpgroup issues one m64n128k16 whose B spans the four
+ * groups. The stage's inputs are copied k-tile by k-tile and group by group so that the 16
+ * n-tiles of a k-tile lie 256 bytes apart (wg_desc), as the four groups' 4 n-tiles each would
+ * if the groups were one. A column is a row and its sums never meet another column's, so the
+ * bits are k_mmg's (and gemv.cu's): per decode piece, k-tiles summed from zero in order,
+ * pieces added in order. Only whole 128-row tiles come here; mmg_launch gives the rest of a
+ * chunk to k_mmg. */
+#define M4_ROWS 128
+#ifndef M4_ST
+#define M4_ST 6 /* stages in the ring */
+#endif
+#define M4_B     (MG_KS * 4 * 64)  /* uint4 of a stage's inputs: [k-tile][group][n-tile] */
+#define M4_STAGE (MG_A + M4_B)     /* uint4: 32 KB */
+#define M4_SMEM  (M4_ST * M4_STAGE * 16)
+
+__global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R) {
+#if MG_WGMMA
+    extern __shared__ __align__(16) uint4 sm[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
+    const int g = blockIdx.x / R, t0 = (blockIdx.x % R) * M4_ROWS, KT = a.KT;
+    /* a whole group's input for one k-tile: 4 n-tiles of 256 bytes (64 uint4); a.xb is the
+     * group of a.row0 */
+    const uint4 *xg = (const uint4 *)(a.xb + (size_t)(t0 / GPU_GROUP) * xb_group_stride(KT));
+    const size_t gstride = xb_group_stride(KT) / 2; /* uint4 */
+    const uint4 *wg = a.w + (size_t)g * KT * 256;
+    const int nst = (KT + MG_KS - 1) / MG_KS;
+
+    __shared__ __align__(8) unsigned long long full[M4_ST], empty[M4_ST];
+    if (tid == 0) {
+        for (int i = 0; i < M4_ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 8);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    auto nkt = [&](int s) { return min(MG_KS, KT - s * MG_KS); };
+    auto copy_a = [&](int s) {
+        bulk_copy(sm + (s % M4_ST) * M4_STAGE, wg + (size_t)s * MG_KS * 256, nkt(s) * 4096u,
+                  &full[s % M4_ST]);
+    };
+    auto copy_b = [&](int s) {
+        const int kt0 = s * MG_KS, n = nkt(s);
+        uint4 *dst = sm + (s % M4_ST) * M4_STAGE + MG_A;
+        for (int kk = 0; kk < n; kk++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                bulk_copy(dst + (kk * 4 + r) * 64, xg + r * gstride + (size_t)(kt0 + kk) * 64,
+                          1024u, &full[s % M4_ST]);
+    };
+    if (tid == 0) /* weights never change: the first stages' before the wait */
+        for (int s = 0; s < M4_ST && s < nst; s++)
+            mbar_expect(&full[s], nkt(s) * 8192u), copy_a(s);
+    pdl_wait();
+    pdl_launch();
+    if (tid == 0)
+        for (int s = 0; s < M4_ST && s < nst; s++) copy_b(s);
+
+    float d[64], run[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) d[i] = 0.f, run[i] = 0.f;
+    int pend = mg_piece_end(a, g, 0);
+    bool first = true;
+    auto piece_end = [&]() { /* its value, added in order; a new piece from zero */
+#pragma unroll
+        for (int i = 0; i < 64; i++) run[i] = first ? d[i] : run[i] + d[i], d[i] = 0.f;
+        first = false;
+        if (pend < KT) pend = mg_piece_end(a, g, pend);
+    };
+    auto wait = [&]() {
+        wg_commit();
+        wg_wait0();
+        wg_keep(d);
+    };
+    for (int s = 0; s < nst; s++) {
+        if (tid == 0 && s > 0 && s - 1 + M4_ST < nst) { /* refill stage s - 1's slot */
+            const int r = s - 1 + M4_ST;
+            mbar_wait(&empty[r % M4_ST], ((s - 1) / M4_ST) & 1);
+            mbar_expect(&full[r % M4_ST], nkt(r) * 8192u);
+            copy_a(r);
+            copy_b(r);
+        }
+        mbar_wait(&full[s % M4_ST], (s / M4_ST) & 1);
+        const uint4 *as = sm + (s % M4_ST) * M4_STAGE, *bs = as + MG_A;
+        const int kt0 = s * MG_KS, n = nkt(s);
+        uint4 af[MG_KS]; /* held until the wgmma reading them is waited for */
+#pragma unroll
+        for (int kk = 0; kk < MG_KS; kk++)
+            af[kk] = kk < n ? as[kk * 256 + warp * 32 + lane] : make_uint4(0, 0, 0, 0);
+        if (n == MG_KS && !(pend > kt0 && pend < kt0 + MG_KS)) { /* no piece ends inside */
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < MG_KS; kk++) wgmma<128>(d, af[kk], wg_desc(bs + kk * 256));
+            wait();
+            if (kt0 + MG_KS == pend) piece_end();
+        } else {
+            for (int kk = 0; kk < n; kk++) {
+                wg_fence();
+                wgmma<128>(d, af[kk], wg_desc(bs + kk * 256));
+                wait();
+                if (kt0 + kk + 1 == pend) piece_end();
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < MG_KS; kk++) wg_keep(af[kk]);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s % M4_ST]);
+    }
+    __syncthreads(); /* every copy has landed and been used: the ring becomes the tile */
+
+    float *val = (float *)sm; /* [M4_ROWS][128]: row t, output g * 128 + i */
+    {
+        const int q4 = lane >> 2, q = lane & 3;
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                val[(8 * j + 2 * q + (e & 1)) * 128 + warp * 16 + q4 + 8 * (e >> 1)] =
+                    run[4 * j + e];
+    }
+    __syncthreads();
+    __shared__ float inv[MG_ROWS];
+    float *pre = val + M4_ROWS * 128; /* [64][128] residual rows, [128] norm weights */
+    for (int h = 0; h < M4_ROWS / MG_ROWS; h++) { /* the epilogue's buffers hold 64 rows */
+        mm_args e = a;
+        e.T = MG_ROWS, e.row0 = a.row0 + t0 + h * MG_ROWS;
+        if (h) __syncthreads(); /* the last half is done with inv and pre */
+        mm_epi_gather(e, g, 128 * MG_ROWS, inv, pre);
+        mm_epilogue<1>(e, g, val + h * MG_ROWS * 128, 128 * MG_ROWS, inv, pre, a.qe);
+    }
+#else
+    __trap(); /* launched only where the sm_90a code runs (mmg_init) */
+#endif
+}
+
 static int mmg_ok; /* the device gives a block mg_smem(3) of shared memory */
+static int mmg4_ok; /* and k_mmg4's sm_90a code runs on it */
 
 int mmg_init(void) {
     int optin = 0;
@@ -344,6 +480,11 @@ int mmg_init(void) {
                                   mg_smem(3)) == cudaSuccess &&
              cudaFuncSetAttribute(k_mmg<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   mg_smem(1)) == cudaSuccess;
+    cudaFuncAttributes fa;
+    mmg4_ok = mmg_ok && optin >= M4_SMEM + 4096 &&
+              cudaFuncGetAttributes(&fa, k_mmg4) == cudaSuccess && fa.binaryVersion == 90 &&
+              cudaFuncSetAttribute(k_mmg4, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   M4_SMEM) == cudaSuccess;
     if (!mmg_ok) {
         cudaGetLastError();
         log_info("GPU: %d KB of shared memory a block; long passes run a launch per %d rows",
@@ -360,8 +501,34 @@ int mmg_wanted(const gpu_model *g, const dmat *w, int T) {
     return (long)cdiv(w->MS, 8) * cdiv(T, MG_ROWS) >= (long)g->sms * 3 / 4;
 }
 
+/* How many of a chunk's T rows (from a row group's start) go in k_mmg4's 128-row tiles: with
+ * bf16 inputs, always (g->gemm4 2, for tests) or where its waves of tiles are estimated to
+ * take less time than k_mmg's alone (1). A 128-row tile moves 32 KB a stage against a 64-row
+ * tile's 24 KB, so it is taken to cost 4/3 as much; a wave is one tile per SM, and the rest of
+ * the chunk is a launch of its own after them. */
+static int mmg4_rows(const gpu_model *g, const mm_args *a, int G) {
+    const int R4 = a->T / M4_ROWS;
+    if (!mmg4_ok || g->terms != 1 || !g->gemm4 || R4 == 0 || a->row0 % GPU_GROUP) return 0;
+    if (g->gemm4 == 1) {
+        const long sms = g->sms, w64 = cdiv((size_t)G * cdiv(a->T, MG_ROWS), sms),
+                   w4 = cdiv((size_t)G * R4, sms),
+                   wrest = cdiv((size_t)G * cdiv(a->T - R4 * M4_ROWS, MG_ROWS), sms);
+        if (4 * w4 + 3 * wrest >= 3 * w64) return 0;
+    }
+    return R4 * M4_ROWS;
+}
+
 cudaError_t mmg_launch(gpu_model *g, const mm_args *a) {
-    int R = (int)cdiv(a->T, MG_ROWS), G = (int)cdiv(a->MS, 8);
+    int G = (int)cdiv(a->MS, 8), T4 = mmg4_rows(g, a, G);
+    if (T4 > 0) {
+        const int R4 = T4 / M4_ROWS;
+        cudaError_t e = launch(k_mmg4, dim3(G * R4), dim3(256), M4_SMEM, g->stream, *a, R4);
+        if (e != cudaSuccess || T4 == a->T) return e;
+        mm_args t = *a; /* the rest of the chunk */
+        t.T -= T4, t.row0 += T4, t.xb += (size_t)(T4 / GPU_GROUP) * xb_group_stride(a->KT);
+        return mmg_launch(g, &t);
+    }
+    int R = (int)cdiv(a->T, MG_ROWS);
     if (g->terms == 1)
         return launch(k_mmg<1>, dim3(G * R), dim3(256), mg_smem(1), g->stream, *a, R);
     return launch(k_mmg<3>, dim3(G * R), dim3(256), mg_smem(3), g->stream, *a, R);
