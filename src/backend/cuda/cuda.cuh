@@ -18,9 +18,9 @@ extern "C" {
 #include "tensor/dtype.h"
 }
 
-#ifndef GPU_ROWS
-#define GPU_ROWS 256 /* rows per chunk (MODEL_CHUNK_ROWS) */
-#endif
+/* rows per pass at most (gpu_model.rows, a model's chunk); step_params holds a byte per row and
+ * the q|k|v epilogues copy it whole into shared memory */
+#define GPU_ROWS_MAX  512
 #define GPU_GROUP     32  /* rows per matmul launch; graphs are captured for 1..GPU_GROUP rows */
 #define GPU_TERMS     3   /* bf16 terms per matmul input value, at most (below) */
 #define GPU_NT_MAX    ((GPU_TERMS * GPU_GROUP + 7) / 8) /* n-tiles of a full group of 3 terms */
@@ -287,8 +287,8 @@ struct seq_params {
 struct step_params {
     int n_seq;
     seq_params seq[GPU_SEQS];
-    uint8_t row_seq[GPU_ROWS]; /* the sequence of each row */
-    int32_t ids[GPU_ROWS];
+    uint8_t row_seq[GPU_ROWS_MAX]; /* the sequence of each row */
+    int32_t ids[GPU_ROWS_MAX];
 };
 /* row t's position and cache line (layer, kv head h): a row of the sequence's own (a pass
  * writes at positions >= nb only) */
@@ -363,9 +363,9 @@ struct gpu_model {
     /* a block drafter's: its context rows come from the target's taps (fc, hidden_norm) */
     dmat fc;
     float *hidden_norm;
-    float *ctx_in; /* [GPU_ROWS, fc K] fused taps of a context chunk */
+    float *ctx_in; /* [rows, fc K] fused taps of a context chunk */
     uint16_t *xt;  /* their xb */
-    float *hid;    /* [GPU_ROWS, H] rows after the final norm, brought back with the logits */
+    float *hid;    /* [rows, H] rows after the final norm, brought back with the logits */
     dmat markov;   /* DSpark's Markov W2 [V, r] (markov.w NULL: none) */
     const void *markov_w1; /* W1 [V, r] row-major in its stored type */
     int markov_dtype;
@@ -376,7 +376,7 @@ struct gpu_model {
     dmat lm_head;
     float *final_norm, *inv_freq;
     dlayer *layers;
-    /* activations, sized for GPU_ROWS rows */
+    /* activations, sized for g->rows rows */
     float *x;                   /* [T, H] the residual stream */
     float *qkv;                 /* [T, QD + 2KD] */
     float *q;                   /* [T, QD] after norm and RoPE */
@@ -391,13 +391,13 @@ struct gpu_model {
     float *att_acc;             /* [att_rows][n_heads][att_spans][D] per-span partials */
     float *att_ml;              /* [att_rows][n_heads][att_spans][2] */
     int att_spans;              /* spans the scratch holds (att_reserve: as the caches need) */
-    int att_rows;               /* rows per attention launch (GPU_GROUP..GPU_ROWS) */
+    int att_rows;               /* rows per attention launch (GPU_GROUP..rows) */
     int att_wide;               /* 0: GPU_GROUP rows per attention launch always */
     int att_grid;               /* attention blocks per launch (they loop over the work items) */
     int att_nb;  /* 2: the two-buffer attention kernel is there (one block a SM, loading the
                   * next item's tiles meanwhile), 1: only the one-buffer kernel (two a SM) */
     int att_few; /* this pass has at most one attention item per SM: two buffers (attn_choose) */
-    float *taps;                /* [GPU_ROWS][n_taps][H] hidden-state taps, or NULL */
+    float *taps;                /* [rows][n_taps][H] hidden-state taps, or NULL */
     int tap_of[GPU_MAX_LAYERS]; /* tap slot of each layer, -1 for none */
     int n_taps;
     float *amax_v; /* argmax partials [T][ARGMAX_BLOCKS] */
@@ -405,11 +405,11 @@ struct gpu_model {
     int32_t *out_ids; /* [T] greedy tokens */
     step_params *dsp; /* device copy */
     step_params *hsp; /* pinned host copy */
-    int32_t *hids;    /* pinned [GPU_ROWS] */
-    int32_t *dsel;    /* [GPU_ROWS] the rows of a pass whose logits are wanted (MODE_SEL) */
-    samp_head *samp, *hsamp;       /* [GPU_ROWS] sampling summaries (sample.cu), pinned copy */
-    samp_job *jobs, *hjobs;        /* [GPU_ROWS] the rows they summarise, pinned copy */
-    int32_t *samp_ids, *hsamp_ids; /* [GPU_ROWS][SAMP_CAP] their candidates */
+    int32_t *hids;    /* pinned [rows] */
+    int32_t *dsel;    /* [rows] the rows of a pass whose logits are wanted (MODE_SEL) */
+    samp_head *samp, *hsamp;       /* [rows] sampling summaries (sample.cu), pinned copy */
+    samp_job *jobs, *hjobs;        /* [rows] the rows they summarise, pinned copy */
+    int32_t *samp_ids, *hsamp_ids; /* [rows][SAMP_CAP] their candidates */
     float *samp_lg, *hsamp_lg;
     float *samp_e;               /* [GPU_SEQS][V] the exps of rows drawn on the device */
     int32_t *pen_ids, *hpen_ids; /* [pen_cap] the pass's penalty lists, pinned copy */
@@ -424,13 +424,14 @@ struct gpu_model {
     int att_early_kv, att_pre_kv; /* attn_args.early_kv, pre_kv */
     int pre_kt; /* mm_args.npre at most */
     int terms;  /* bf16 terms per matmul input value: 3 or 1 (the xb layout above) */
-    double *ss_a, *ss_f;  /* [GPU_ROWS][n_ssg] group sums of squares behind xa and xf
+    double *ss_a, *ss_f;  /* [rows][n_ssg] group sums of squares behind xa and xf
                            * (NULL unless prescale) */
     int n_ssg;            /* 128-column groups of a hidden row */
     unsigned lab_skip; /* profile.cu only: kinds of a layer's work (1 << LAB_*) a pass leaves out */
     int sms;  /* streaming multiprocessors */
     int gemm; /* passes over GPU_GROUP rows: 1 one launch (gemm.cu) where it fills the GPU, 2
                * always, 0 never */
+    int rows;  /* rows per pass: a prompt's chunk (DSPARK_GPU_ROWS, GPU_GROUP..GPU_ROWS_MAX) */
     int gemm4; /* of those, 128-row tiles with bf16 inputs (gemm.cu's k_mmg4): 1 where they
                 * fill the GPU, 2 always, 0 never */
     int launch_err; /* first launch error since the last check */

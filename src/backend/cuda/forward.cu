@@ -244,7 +244,7 @@ static int upload(gpu_model *g, const gpu_model_desc *d) {
 
 static int alloc_state(gpu_model *g) {
     const gpu_model_desc *d = &g->d;
-    size_t R = GPU_ROWS, groups = GPU_ROWS / GPU_GROUP;
+    size_t R = (size_t)g->rows, groups = R / GPU_GROUP;
     size_t parts = part_floats(&g->lm_head);
     if (g->fc.w && part_floats(&g->fc) > parts) parts = part_floats(&g->fc);
     if (g->markov.w && part_floats(&g->markov) > parts) parts = part_floats(&g->markov);
@@ -320,6 +320,9 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->sel_rows = env_int("DSPARK_GPU_SEL", 1);
     g->gemm = env_int("DSPARK_GPU_GEMM", 1);
     g->gemm4 = env_int("DSPARK_GPU_GEMM4", g->gemm == 2 ? 2 : 1);
+    /* longer chunks fill the GPU with the prompt kernels' tiles (docs/perf.md) */
+    g->rows = env_int("DSPARK_GPU_ROWS", 512) / GPU_GROUP * GPU_GROUP;
+    g->rows = g->rows < GPU_GROUP ? GPU_GROUP : g->rows > GPU_ROWS_MAX ? GPU_ROWS_MAX : g->rows;
     g->att_wide = env_int("DSPARK_GPU_ATT_WIDE", 1);
     g->att_early_kv = env_int("DSPARK_GPU_ATT_EARLY_KV", 1);
     g->att_pre_kv = env_int("DSPARK_GPU_ATT_PRE_KV", 1);
@@ -488,7 +491,7 @@ off:
 }
 
 /* One pass over the rows of seqs[0..n) (their ids at their positions, one after another,
- * T <= GPU_ROWS rows, n <= GPU_SEQS); outputs stay on the device until copied. */
+ * T <= g->rows rows, n <= GPU_SEQS); outputs stay on the device until copied. */
 struct pass_seq {
     gpu_kv *kv;
     int pos0, n;
@@ -643,7 +646,7 @@ static int collect(gpu_model *g, gpu_seq_io *io, const int *done, const pass_seq
 }
 
 extern "C" int gpu_logits_row(gpu_model *g, const gpu_sample_req *req, int row, float *out) {
-    if (!req->filled || req->pass != g->n_pass || row < 0 || req->dev_row + row >= GPU_ROWS)
+    if (!req->filled || req->pass != g->n_pass || row < 0 || req->dev_row + row >= g->rows)
         return ERR_UNSUPPORTED;
     CK(cudaMemcpyAsync(out, g->logits + (size_t)(req->dev_row + row) * g->V,
                        sizeof(float) * g->V, cudaMemcpyDeviceToHost, g->stream));
@@ -654,10 +657,10 @@ extern "C" int gpu_logits_row(gpu_model *g, const gpu_sample_req *req, int row, 
 extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
     int total_rows = 0;
     for (int i = 0; i < n; i++) total_rows += io[i].n;
-    const int one_pass = n <= GPU_SEQS && total_rows <= GPU_ROWS;
+    const int one_pass = n <= GPU_SEQS && total_rows <= g->rows;
     for (int i = 0; i < n; i++)
         if (io[i].n < 1 || io[i].pos0 < io[i].kv->nb || /* shared rows are never written */
-            (io[i].noncausal && io[i].n > GPU_ROWS))   /* a block runs in one pass */
+            (io[i].noncausal && io[i].n > g->rows))   /* a block runs in one pass */
             return ERR_ARG;
         else if (io[i].pos0 + io[i].n > io[i].kv->cap)
             return ERR_FULL;
@@ -669,10 +672,10 @@ extern "C" int gpu_forward_batch(gpu_model *g, gpu_seq_io *io, int n) {
         for (int i = 0; i < k; i++) done[i] = 0;
         for (;;) { /* passes until every sequence of this group has run all its rows */
             int T = 0, m = 0, idx[GPU_SEQS], ids = 0, out = 0, all = 0;
-            for (int i = 0; i < k && T < GPU_ROWS; i++) {
+            for (int i = 0; i < k && T < g->rows; i++) {
                 if (done[i] == io_k[i].n) continue;
                 int take = io_k[i].n - done[i];
-                if (take > GPU_ROWS - T) take = GPU_ROWS - T;
+                if (take > g->rows - T) take = g->rows - T;
                 if (io_k[i].noncausal && take < io_k[i].n) continue; /* whole, next pass */
                 ps[m] = (pass_seq){io_k[i].kv, io_k[i].pos0 + done[i], take, io_k[i].ids + done[i],
                                    io_k[i].noncausal};
@@ -729,7 +732,7 @@ extern "C" int gpu_forward_greedy(gpu_model *g, gpu_kv *kv, int pos0, const int3
     return gpu_forward_batch(g, &s, 1);
 }
 
-/* A drafter's context chunk of n <= GPU_ROWS rows at positions pos0..: the fused taps (in
+/* A drafter's context chunk of n <= g->rows rows at positions pos0..: the fused taps (in
  * ctx_in) through fc into x, hidden_norm into xa, and every layer's q|k|v matmul of those
  * rows, whose epilogue norms, ropes and writes k and v into the cache (q is not used). */
 static cudaError_t enqueue_ctx(gpu_model *g, int n) {
@@ -745,8 +748,8 @@ extern "C" int gpu_ctx_append(gpu_model *g, gpu_kv *kv, int pos0, const float *f
     if (n < 0 || pos0 < kv->nb) return ERR_ARG;
     if (pos0 + n > kv->cap) return ERR_FULL;
     const int K = g->fc.K;
-    for (int done = 0; done < n; done += GPU_ROWS) {
-        int m = n - done < GPU_ROWS ? n - done : GPU_ROWS;
+    for (int done = 0; done < n; done += g->rows) {
+        int m = n - done < g->rows ? n - done : g->rows;
         pass_seq ps = {kv, pos0 + done, m, NULL, 0};
         int rc = put_params(g, &ps, 1, m);
         if (rc) return rc;
@@ -765,8 +768,8 @@ extern "C" int gpu_markov_bias(gpu_model *g, const int32_t *prev, int n, float *
     if (!g->markov.w) return ERR_UNSUPPORTED;
     g->n_pass++; /* the logits buffer is overwritten */
     const int V = g->markov.M, r = g->markov.K;
-    for (int done = 0; done < n; done += GPU_ROWS) {
-        int m = n - done < GPU_ROWS ? n - done : GPU_ROWS;
+    for (int done = 0; done < n; done += g->rows) {
+        int m = n - done < g->rows ? n - done : g->rows;
         memcpy(g->hsel, prev + done, sizeof(int32_t) * (size_t)m);
         CK(cudaMemcpyAsync(g->dsel, g->hsel, sizeof(int32_t) * (size_t)m, cudaMemcpyHostToDevice,
                            g->stream));
@@ -789,7 +792,7 @@ extern "C" int gpu_set_taps(gpu_model *g, const int *layers, int n) {
     if (same) return OK; /* keep the captured graphs */
     if (n > 0 && !g->taps) {
         int rc =
-            dev_alloc(g, (void **)&g->taps, sizeof(float) * GPU_ROWS * (size_t)MAX_TAPS_GPU * g->H);
+            dev_alloc(g, (void **)&g->taps, sizeof(float) * (size_t)g->rows * MAX_TAPS_GPU * g->H);
         if (rc) return rc;
     }
     for (int i = 0; i < GPU_MAX_LAYERS; i++) g->tap_of[i] = -1;

@@ -345,15 +345,14 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
  * pieces added in order. Only whole 128-row tiles come here; mmg_launch gives the rest of a
  * chunk to k_mmg. */
 #define M4_ROWS 128
-#ifndef M4_ST
-#define M4_ST 6 /* stages in the ring */
-#endif
-#define M4_B     (MG_KS * 4 * 64)  /* uint4 of a stage's inputs: [k-tile][group][n-tile] */
-#define M4_STAGE (MG_A + M4_B)     /* uint4: 32 KB */
-#define M4_SMEM  (M4_ST * M4_STAGE * 16)
+#define M4_SLOTS 24                /* k-tiles of weights and inputs in the ring (8 KB each) */
+/* the ring; after the loop, the tile of values and the epilogue's inputs */
+#define M4_SMEM (M4_SLOTS * 8192)
 
+/* MG_KS k-tiles a stage (8 measured slower), 24 / MG_KS stages in the ring */
 __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R) {
 #if MG_WGMMA
+    constexpr int KS = MG_KS, ST = M4_SLOTS / KS, SA = KS * 256, STAGE = 2 * SA; /* uint4 */
     extern __shared__ __align__(16) uint4 sm[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
     const int g = blockIdx.x / R, t0 = (blockIdx.x % R) * M4_ROWS, KT = a.KT;
@@ -362,35 +361,34 @@ __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R) {
     const uint4 *xg = (const uint4 *)(a.xb + (size_t)(t0 / GPU_GROUP) * xb_group_stride(KT));
     const size_t gstride = xb_group_stride(KT) / 2; /* uint4 */
     const uint4 *wg = a.w + (size_t)g * KT * 256;
-    const int nst = (KT + MG_KS - 1) / MG_KS;
+    const int nst = (KT + KS - 1) / KS;
 
-    __shared__ __align__(8) unsigned long long full[M4_ST], empty[M4_ST];
+    __shared__ __align__(8) unsigned long long full[ST], empty[ST];
     if (tid == 0) {
-        for (int i = 0; i < M4_ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 8);
+        for (int i = 0; i < ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 8);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    auto nkt = [&](int s) { return min(MG_KS, KT - s * MG_KS); };
+    auto nkt = [&](int s) { return min(KS, KT - s * KS); };
     auto copy_a = [&](int s) {
-        bulk_copy(sm + (s % M4_ST) * M4_STAGE, wg + (size_t)s * MG_KS * 256, nkt(s) * 4096u,
-                  &full[s % M4_ST]);
+        bulk_copy(sm + (s % ST) * STAGE, wg + (size_t)s * KS * 256, nkt(s) * 4096u,
+                  &full[s % ST]);
     };
-    auto copy_b = [&](int s) {
-        const int kt0 = s * MG_KS, n = nkt(s);
-        uint4 *dst = sm + (s % M4_ST) * M4_STAGE + MG_A;
+    auto copy_b = [&](int s) { /* [k-tile][group][n-tile] */
+        const int kt0 = s * KS, n = nkt(s);
+        uint4 *dst = sm + (s % ST) * STAGE + SA;
         for (int kk = 0; kk < n; kk++)
 #pragma unroll
             for (int r = 0; r < 4; r++)
                 bulk_copy(dst + (kk * 4 + r) * 64, xg + r * gstride + (size_t)(kt0 + kk) * 64,
-                          1024u, &full[s % M4_ST]);
+                          1024u, &full[s % ST]);
     };
     if (tid == 0) /* weights never change: the first stages' before the wait */
-        for (int s = 0; s < M4_ST && s < nst; s++)
-            mbar_expect(&full[s], nkt(s) * 8192u), copy_a(s);
+        for (int s = 0; s < ST && s < nst; s++) mbar_expect(&full[s], nkt(s) * 8192u), copy_a(s);
     pdl_wait();
     pdl_launch();
     if (tid == 0)
-        for (int s = 0; s < M4_ST && s < nst; s++) copy_b(s);
+        for (int s = 0; s < ST && s < nst; s++) copy_b(s);
 
     float d[64], run[64];
 #pragma unroll
@@ -409,26 +407,26 @@ __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R) {
         wg_keep(d);
     };
     for (int s = 0; s < nst; s++) {
-        if (tid == 0 && s > 0 && s - 1 + M4_ST < nst) { /* refill stage s - 1's slot */
-            const int r = s - 1 + M4_ST;
-            mbar_wait(&empty[r % M4_ST], ((s - 1) / M4_ST) & 1);
-            mbar_expect(&full[r % M4_ST], nkt(r) * 8192u);
+        if (tid == 0 && s > 0 && s - 1 + ST < nst) { /* stage s - 1's slot, once released */
+            const int r = s - 1 + ST;
+            mbar_wait(&empty[r % ST], ((s - 1) / ST) & 1);
+            mbar_expect(&full[r % ST], nkt(r) * 8192u);
             copy_a(r);
             copy_b(r);
         }
-        mbar_wait(&full[s % M4_ST], (s / M4_ST) & 1);
-        const uint4 *as = sm + (s % M4_ST) * M4_STAGE, *bs = as + MG_A;
-        const int kt0 = s * MG_KS, n = nkt(s);
-        uint4 af[MG_KS]; /* held until the wgmma reading them is waited for */
+        mbar_wait(&full[s % ST], (s / ST) & 1);
+        const uint4 *as = sm + (s % ST) * STAGE, *bs = as + SA;
+        const int kt0 = s * KS, n = nkt(s);
+        uint4 af[KS]; /* held until the wgmma reading them is waited for */
 #pragma unroll
-        for (int kk = 0; kk < MG_KS; kk++)
+        for (int kk = 0; kk < KS; kk++)
             af[kk] = kk < n ? as[kk * 256 + warp * 32 + lane] : make_uint4(0, 0, 0, 0);
-        if (n == MG_KS && !(pend > kt0 && pend < kt0 + MG_KS)) { /* no piece ends inside */
+        if (n == KS && !(pend > kt0 && pend < kt0 + KS)) { /* no piece ends inside */
             wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < MG_KS; kk++) wgmma<128>(d, af[kk], wg_desc(bs + kk * 256));
+            for (int kk = 0; kk < KS; kk++) wgmma<128>(d, af[kk], wg_desc(bs + kk * 256));
             wait();
-            if (kt0 + MG_KS == pend) piece_end();
+            if (kt0 + KS == pend) piece_end();
         } else {
             for (int kk = 0; kk < n; kk++) {
                 wg_fence();
@@ -438,9 +436,9 @@ __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R) {
             }
         }
 #pragma unroll
-        for (int kk = 0; kk < MG_KS; kk++) wg_keep(af[kk]);
+        for (int kk = 0; kk < KS; kk++) wg_keep(af[kk]);
         __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[s % M4_ST]);
+        if (lane == 0) mbar_arrive(&empty[s % ST]);
     }
     __syncthreads(); /* every copy has landed and been used: the ring becomes the tile */
 

@@ -19,7 +19,7 @@ static int att_reserve(gpu_model *g, int cap) {
     size_t per_row = (size_t)g->d.n_heads * spans * (g->D + 2) * sizeof(float);
     size_t fit = ATT_SCRATCH / per_row / GPU_GROUP * GPU_GROUP;
     int att_rows = fit < GPU_GROUP || !g->att_wide ? GPU_GROUP
-                   : fit > GPU_ROWS                ? GPU_ROWS
+                   : fit > (size_t)g->rows          ? g->rows
                                                    : (int)fit;
     size_t rows = (size_t)att_rows * g->d.n_heads * spans;
     float *acc = NULL, *ml = NULL;

@@ -133,7 +133,7 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
 
 extern "C" int gpu_profile(gpu_model *g, gpu_kv **kv, int nseq, int pos0, int n, gpu_op_time *out,
                            int max) {
-    if (n < 1 || nseq < 1 || nseq > GPU_SEQS || (long)n * nseq > GPU_ROWS) return ERR_ARG;
+    if (n < 1 || nseq < 1 || nseq > GPU_SEQS || (long)n * nseq > g->rows) return ERR_ARG;
     g->n_pass++; /* the logits of the last pass are overwritten */
     step_params *sp = g->hsp;
     sp->n_seq = nseq;

@@ -365,7 +365,7 @@ __global__ void __launch_bounds__(ST, 1)
  * (a failure leaves the pass on the logits path) */
 static int samp_alloc(gpu_model *g) {
     if (g->samp) return OK;
-    const size_t R = GPU_ROWS;
+    const size_t R = (size_t)g->rows;
     samp_head *samp;
     if ((!g->samp_ids && dev_alloc(g, (void **)&g->samp_ids, sizeof(int32_t) * R * SAMP_CAP)) ||
         (!g->samp_lg && dev_alloc(g, (void **)&g->samp_lg, sizeof(float) * R * SAMP_CAP)) ||
