@@ -82,7 +82,7 @@ int cmd_serve(int argc, char **argv) {
         .default_top_k = -1,
         .prefix_cache_entries = 4,
         .prefix_cache_dir_mb = 4096,
-        .prefill_chunk = 0, /* 2048, or 256 with --gpu (below) */
+        .prefill_chunk = 0, /* 2048, or 256 with --gpu (below): streams stall one chunk */
         .show_progress = isatty(2),
     };
     int mb = 8, auto_mode = 0;
