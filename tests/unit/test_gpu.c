@@ -334,6 +334,52 @@ TEST(gpu_attention_buffers) {
     for (int k = 0; k < 2; k++) free(l[k]), model_free(m[k]);
 }
 
+/* A prompt's chunk (DSPARK_GPU_ROWS) never changes a row's bits: a 700-token prompt in chunks
+ * of 512 rows (the default), of 96, and of 256 with every pass over 32 rows in one matmul
+ * launch (128-row tiles where they apply), then a 16-row verify and single steps. */
+TEST(gpu_chunk_rows) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m[3];
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m[0]) ==
+            0);
+    REQUIRE(load_with("DSPARK_GPU_ROWS", "96", &m[1]) == 0);
+    const char *was = getenv("DSPARK_GPU_GEMM");
+    char *gemm = was ? strdup(was) : NULL;
+    setenv("DSPARK_GPU_GEMM", "2", 1);
+    int rc = load_with("DSPARK_GPU_ROWS", "256", &m[2]);
+    if (gemm)
+        setenv("DSPARK_GPU_GEMM", gemm, 1);
+    else
+        unsetenv("DSPARK_GPU_GEMM");
+    free(gemm);
+    REQUIRE(rc == 0);
+    enum { P = 700, W = 16, S = 4 };
+    int V = model_config(m[0])->vocab_size;
+    int32_t ids[P + W + S];
+    for (int i = 0; i < P + W + S; i++) ids[i] = 20 + (i * 389) % 8000;
+    float *l[3];
+    size_t n = (size_t)V * (P + W + S);
+    for (int k = 0; k < 3; k++) {
+        REQUIRE((l[k] = malloc(sizeof(float) * n)) != NULL);
+        struct kv_cache *kv;
+        REQUIRE(kv_new(m[k], P + W + S, &kv) == 0);
+        CHECK(model_forward(m[k], kv, ids, P, l[k], 1) == 0);
+        CHECK(model_forward(m[k], kv, ids + P, W, l[k] + (size_t)P * V, 1) == 0);
+        for (int i = 0; i < S; i++)
+            CHECK(model_forward(m[k], kv, ids + P + W + i, 1, l[k] + (size_t)(P + W + i) * V, 0) ==
+                  0);
+        kv_free(kv);
+    }
+    int same96 = !memcmp(l[0], l[1], sizeof(float) * n);
+    int same256 = !memcmp(l[0], l[2], sizeof(float) * n);
+    printf("  a %d-token prompt, a verify and steps in chunks of 512 rows equal chunks of 96: %s; "
+           "of 256 in one launch a matmul: %s\n",
+           P, same96 ? "yes" : "NO", same256 ? "yes" : "NO");
+    CHECK(same96 && same256);
+    for (int k = 0; k < 3; k++) free(l[k]), model_free(m[k]);
+}
+
 /* Whether two loads of a model give the same bits: a 300-token prompt, a 16-row verify, single
  * steps, and 16 sequences' steps in one pass (attention items of one row). */
 static void same_passes(struct model *m[2], int *same_seq, int *same_batch) {
@@ -1471,6 +1517,7 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_inputs_bf16")) RUN(gpu_inputs_bf16);
     if (wanted(argc, argv, "gpu_gemm_exact")) RUN(gpu_gemm_exact);
     if (wanted(argc, argv, "gpu_attention_buffers")) RUN(gpu_attention_buffers);
+    if (wanted(argc, argv, "gpu_chunk_rows")) RUN(gpu_chunk_rows);
     if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
     if (wanted(argc, argv, "gpu_attention_many_steps")) RUN(gpu_attention_many_steps);
     if (wanted(argc, argv, "gpu_many_heads_per_kv")) RUN(gpu_many_heads_per_kv);
