@@ -206,7 +206,8 @@ static int gemm_compare(const char *dir, struct model *m, struct kv_cache *kv, c
     setenv("DSPARK_GPU_GEMM", "0", 1);
     int rc = model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, &m0);
     unsetenv("DSPARK_GPU_GEMM");
-    if (rc || kv_new(m0, (n2 > 256 ? n2 : 256) + 1, &kv0)) return 1;
+    const int cap = n1 > n2 ? n1 : n2; /* the prompts it times, and the 256-row check */
+    if (rc || kv_new(m0, (cap > 256 ? cap : 256) + 1, &kv0)) return 1;
     const int L = 256, V = model_config(m)->vocab_size;
     float *a = malloc(sizeof(float) * (size_t)V * L), *b = malloc(sizeof(float) * (size_t)V * L);
     if (!a || !b) return 1;
