@@ -62,6 +62,8 @@ const char *gpu_device_name(void);
  * a CUDA build (and for a NULL model). */
 int gpu_input_terms(void);
 int gpu_model_input_terms(const struct gpu_model *g);
+/* rows a pass of the model holds: the chunk a prompt is split into (0 without a CUDA build) */
+int gpu_model_rows(const struct gpu_model *g);
 /* Versions as CUDA numbers them (1000 * major + 10 * minor) and device 0's memory, for
  * `dspark doctor`. ERR_UNSUPPORTED without a CUDA build, ERR_IO when CUDA finds no device. */
 int gpu_runtime_info(int *driver_version, int *runtime_version, size_t *mem_bytes);
@@ -174,7 +176,7 @@ int gpu_forward_greedy(struct gpu_model *g, struct gpu_kv *kv, int pos0, const i
 
 /* For benchmarks: each kind of step work timed alone (each matmul over all layers, attention
  * over the caches as they are, a plain HBM read), passes of nseq sequences of n rows each
- * (nseq * n <= 256 rows, launched as such a pass launches them) at position pos0 of each
+ * (nseq * n <= gpu_model_rows(g), launched as such a pass launches them) at position pos0 of each
  * sequence's cache. */
 struct gpu_op_time {
     char name[16];

@@ -293,7 +293,7 @@ int gen_seq_prefill(struct gen_seq *r, int max_rows) {
         r->failed = 1;
         return rc;
     }
-    st->target_forwards += (n - 1) / MODEL_CHUNK_ROWS + 1;
+    st->target_forwards += (n - 1) / model_pass_rows(r->e->target) + 1;
     st->prefill_s += timer_now() - t0;
     if (!last) return OK;
     r->prefilling = 0;

@@ -140,6 +140,10 @@ struct gpu_model *model_gpu(struct model *m) {
     return m->gpu;
 }
 
+int model_pass_rows(struct model *m) {
+    return m->gpu ? gpu_model_rows(m->gpu) : MODEL_CHUNK_ROWS;
+}
+
 /* Copies the weights to the GPU (they stay mapped on the host for drafters that share the
  * target's embedding and head). */
 static int upload_gpu(struct model *m) {

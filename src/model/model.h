@@ -126,6 +126,9 @@ int model_on_gpu(const struct model *m); /* 1 when the forward runs on the GPU *
  * to free; embedding, head and norms are the caller's to fill): for this model and for
  * models that run beside it, such as block drafters. */
 struct gpu_model *model_gpu(struct model *m);
+/* rows one forward pass holds: longer inputs run in passes of this many (MODEL_CHUNK_ROWS on
+ * the CPU; the GPU's chunk with --gpu) */
+int model_pass_rows(struct model *m);
 struct layer;
 struct gpu_model_desc;
 int model_gpu_desc(const struct hf_config *c, const struct layer *layers, const float *inv_freq,

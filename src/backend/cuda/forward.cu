@@ -101,6 +101,10 @@ extern "C" int gpu_model_input_terms(const gpu_model *g) {
     return g ? g->terms : 0;
 }
 
+extern "C" int gpu_model_rows(const gpu_model *g) {
+    return g ? g->rows : 0;
+}
+
 extern "C" const char *gpu_device_name(void) {
     static char name[256];
     cudaDeviceProp p;
@@ -320,7 +324,8 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->sel_rows = env_int("DSPARK_GPU_SEL", 1);
     g->gemm = env_int("DSPARK_GPU_GEMM", 1);
     g->gemm4 = env_int("DSPARK_GPU_GEMM4", g->gemm == 2 ? 2 : 1);
-    /* longer chunks fill the GPU with the prompt kernels' tiles (docs/perf.md) */
+    /* longer chunks fill the GPU with the prompt kernels' tiles (docs/perf.md); a drafter's
+     * block runs in one pass, so a setting below its block size fails its blocks */
     g->rows = env_int("DSPARK_GPU_ROWS", 512) / GPU_GROUP * GPU_GROUP;
     g->rows = g->rows < GPU_GROUP ? GPU_GROUP : g->rows > GPU_ROWS_MAX ? GPU_ROWS_MAX : g->rows;
     g->att_wide = env_int("DSPARK_GPU_ATT_WIDE", 1);

@@ -483,6 +483,7 @@ int mmg_init(void) {
               cudaFuncGetAttributes(&fa, k_mmg4) == cudaSuccess && fa.binaryVersion == 90 &&
               cudaFuncSetAttribute(k_mmg4, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    M4_SMEM) == cudaSuccess;
+    if (!mmg4_ok) cudaGetLastError(); /* k_mmg4 unavailable: k_mmg takes every tile */
     if (!mmg_ok) {
         cudaGetLastError();
         log_info("GPU: %d KB of shared memory a block; long passes run a launch per %d rows",
