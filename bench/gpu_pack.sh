@@ -34,7 +34,9 @@ if [ "${LAB:-0}" = 1 ]; then
         w6) v=-DMM_U4_MAX=6 ;; # 17-32 rows: two k-tiles a batch
         nm) v=-DDSPARK_LAB_NOMERGE ;; # no attention merge kernel (results wrong)
         x2) v=-DMM_LDM_X4=0 ;; # 30-32 rows: ldmatrix.x2, one n-tile at a time (results right)
-        *) echo "unknown LAB_BUILDS entry $name (nw lab1 lab2 st u1 w6 nm x2)" >&2 && exit 2 ;;
+        g1 | g2 | g3) v=-DDSPARK_LAB_MMG4=${name#g} ;; # prompt tiles: products alone, copies
+        # alone, no epilogue (results wrong; gemm.cu)
+        *) echo "unknown LAB_BUILDS entry $name (nw lab1 lab2 st u1 w6 nm x2 g1 g2 g3)" >&2 && exit 2 ;;
         esac
         make CUDA=1 BUILD="build/gpu$name" NVCC="nvcc $v" OPT="$OPT" -j2 \
             "build/gpu$name/bench_gpu"

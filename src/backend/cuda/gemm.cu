@@ -348,14 +348,27 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
 #define M4_SLOTS 24                /* k-tiles of weights and inputs in the ring (8 KB each) */
 /* the ring; after the loop, the tile of values and the epilogue's inputs */
 #define M4_SMEM (M4_SLOTS * 8192)
+/* measuring builds, results wrong (LAB_BUILDS g1 g2 g3 of bench/gpu_pack.sh): k_mmg4<0> with
+ * no refills past the ring's first fill (1: the products and the shared-memory reads alone),
+ * without its wgmmas (2: the copies alone), or without its epilogue (3) */
+#ifndef DSPARK_LAB_MMG4
+#define DSPARK_LAB_MMG4 0
+#endif
 
-/* MG_KS k-tiles a stage (8 measured slower), 24 / MG_KS stages in the ring */
-__global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R) {
+/* MG_KS k-tiles a stage (8 measured slower), 24 / MG_KS stages in the ring. Thread 0 refills
+ * a slot once every warp that reads it has released it (an mbarrier it waits on).
+ * PAIR: the tiles of rows r and r + 1 (r even) of one strip group are a cluster of two blocks
+ * that share the weights: each block copies half of a stage's weights into both blocks' slots
+ * (a multicast bulk copy), so the weights cross from L2 once per 256 rows, and a slot is
+ * refilled once the warps of both blocks have released it. The products and their order do
+ * not change, so neither do the bits. */
+template <int PAIR> __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R) {
 #if MG_WGMMA
     constexpr int KS = MG_KS, ST = M4_SLOTS / KS, SA = KS * 256, STAGE = 2 * SA; /* uint4 */
     extern __shared__ __align__(16) uint4 sm[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
     const int g = blockIdx.x / R, t0 = (blockIdx.x % R) * M4_ROWS, KT = a.KT;
+    const unsigned rank = PAIR ? blockIdx.x & 1 : 0; /* in the cluster (R is even) */
     /* a whole group's input for one k-tile: 4 n-tiles of 256 bytes (64 uint4); a.xb is the
      * group of a.row0 */
     const uint4 *xg = (const uint4 *)(a.xb + (size_t)(t0 / GPU_GROUP) * xb_group_stride(KT));
@@ -365,14 +378,24 @@ __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R) {
 
     __shared__ __align__(8) unsigned long long full[ST], empty[ST];
     if (tid == 0) {
-        for (int i = 0; i < ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 8);
+        for (int i = 0; i < ST; i++)
+            mbar_init(&full[i], 1), mbar_init(&empty[i], PAIR ? 16 : 8);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
+    if (PAIR) /* the other block's barriers exist before anything lands on them */
+        cluster_sync();
+    else
+        __syncthreads();
     auto nkt = [&](int s) { return min(KS, KT - s * KS); };
     auto copy_a = [&](int s) {
-        bulk_copy(sm + (s % ST) * STAGE, wg + (size_t)s * KS * 256, nkt(s) * 4096u,
-                  &full[s % ST]);
+        if (PAIR) { /* this block's half, into both blocks' slots */
+            const unsigned h = nkt(s) * 2048u;
+            bulk_copy_mc(sm + (s % ST) * STAGE + rank * (h / 16),
+                         wg + (size_t)s * KS * 256 + rank * (h / 16), h, &full[s % ST], 3);
+        } else {
+            bulk_copy(sm + (s % ST) * STAGE, wg + (size_t)s * KS * 256, nkt(s) * 4096u,
+                      &full[s % ST]);
+        }
     };
     auto copy_b = [&](int s) { /* [k-tile][group][n-tile] */
         const int kt0 = s * KS, n = nkt(s);
@@ -407,14 +430,15 @@ __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R) {
         wg_keep(d);
     };
     for (int s = 0; s < nst; s++) {
-        if (tid == 0 && s > 0 && s - 1 + ST < nst) { /* stage s - 1's slot, once released */
+        if (tid == 0 && s > 0 && s - 1 + ST < nst && DSPARK_LAB_MMG4 != 1) {
+            /* stage s - 1's slot, once released (in both blocks of a pair) */
             const int r = s - 1 + ST;
-            mbar_wait(&empty[r % ST], ((s - 1) / ST) & 1);
+            mbar_wait_cluster(&empty[r % ST], ((s - 1) / ST) & 1);
             mbar_expect(&full[r % ST], nkt(r) * 8192u);
             copy_a(r);
             copy_b(r);
         }
-        mbar_wait(&full[s % ST], (s / ST) & 1);
+        if (DSPARK_LAB_MMG4 != 1 || s < ST) mbar_wait(&full[s % ST], (s / ST) & 1);
         const uint4 *as = sm + (s % ST) * STAGE, *bs = as + SA;
         const int kt0 = s * KS, n = nkt(s);
         uint4 af[KS]; /* held until the wgmma reading them is waited for */
@@ -424,7 +448,8 @@ __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R) {
         if (n == KS && !(pend > kt0 && pend < kt0 + KS)) { /* no piece ends inside */
             wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < KS; kk++) wgmma<128>(d, af[kk], wg_desc(bs + kk * 256));
+            for (int kk = 0; kk < KS; kk++)
+                if (DSPARK_LAB_MMG4 != 2) wgmma<128>(d, af[kk], wg_desc(bs + kk * 256));
             wait();
             if (kt0 + KS == pend) piece_end();
         } else {
@@ -438,7 +463,10 @@ __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R) {
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) wg_keep(af[kk]);
         __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[s % ST]);
+        if (lane == 0) {
+            mbar_arrive(&empty[s % ST]);
+            if (PAIR) mbar_arrive_peer(&empty[s % ST], rank ^ 1);
+        }
     }
     __syncthreads(); /* every copy has landed and been used: the ring becomes the tile */
 
@@ -455,13 +483,15 @@ __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R) {
     __syncthreads();
     __shared__ float inv[MG_ROWS];
     float *pre = val + M4_ROWS * 128; /* [64][128] residual rows, [128] norm weights */
-    for (int h = 0; h < M4_ROWS / MG_ROWS; h++) { /* the epilogue's buffers hold 64 rows */
+    for (int h = 0; h < M4_ROWS / MG_ROWS && DSPARK_LAB_MMG4 != 3; h++) {
+        /* the epilogue's buffers hold 64 rows */
         mm_args e = a;
         e.T = MG_ROWS, e.row0 = a.row0 + t0 + h * MG_ROWS;
         if (h) __syncthreads(); /* the last half is done with inv and pre */
         mm_epi_gather(e, g, 128 * MG_ROWS, inv, pre);
         mm_epilogue<1>(e, g, val + h * MG_ROWS * 128, 128 * MG_ROWS, inv, pre, a.qe);
     }
+    if (PAIR) cluster_sync(); /* the other block's last arrivals on this one's barriers */
 #else
     __trap(); /* launched only where the sm_90a code runs (mmg_init) */
 #endif
@@ -469,6 +499,7 @@ __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R) {
 
 static int mmg_ok; /* the device gives a block mg_smem(3) of shared memory */
 static int mmg4_ok; /* and k_mmg4's sm_90a code runs on it */
+static int mmg4_pairs; /* clusters of two k_mmg4 blocks that fit at once; 0: not used */
 
 int mmg_init(void) {
     int optin = 0;
@@ -480,10 +511,27 @@ int mmg_init(void) {
                                   mg_smem(1)) == cudaSuccess;
     cudaFuncAttributes fa;
     mmg4_ok = mmg_ok && optin >= M4_SMEM + 4096 &&
-              cudaFuncGetAttributes(&fa, k_mmg4) == cudaSuccess && fa.binaryVersion == 90 &&
-              cudaFuncSetAttribute(k_mmg4, cudaFuncAttributeMaxDynamicSharedMemorySize,
+              cudaFuncGetAttributes(&fa, k_mmg4<0>) == cudaSuccess && fa.binaryVersion == 90 &&
+              cudaFuncSetAttribute(k_mmg4<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   M4_SMEM) == cudaSuccess &&
+              cudaFuncSetAttribute(k_mmg4<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    M4_SMEM) == cudaSuccess;
     if (!mmg4_ok) cudaGetLastError(); /* k_mmg4 unavailable: k_mmg takes every tile */
+    if (mmg4_ok) { /* how many pairs fit at once: most SMs, or the pairs are not worth it */
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = 2, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(264), cfg.blockDim = dim3(256), cfg.dynamicSmemBytes = M4_SMEM;
+        cfg.attrs = at, cfg.numAttrs = 1;
+        int n = 0, sms = 0;
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+        if (cudaOccupancyMaxActiveClusters(&n, k_mmg4<1>, &cfg) != cudaSuccess) n = 0;
+        cudaGetLastError();
+        mmg4_pairs = n;
+        log_info("GPU: %d pairs of 128-row prompt tiles fit on %d SMs", n, sms);
+        if (2 * n < sms * 3 / 4) mmg4_pairs = 0;
+    }
     if (!mmg_ok) {
         cudaGetLastError();
         log_info("GPU: %d KB of shared memory a block; long passes run a launch per %d rows",
@@ -521,7 +569,11 @@ cudaError_t mmg_launch(gpu_model *g, const mm_args *a) {
     int G = (int)cdiv(a->MS, 8), T4 = mmg4_rows(g, a, G);
     if (T4 > 0) {
         const int R4 = T4 / M4_ROWS;
-        cudaError_t e = launch(k_mmg4, dim3(G * R4), dim3(256), M4_SMEM, g->stream, *a, R4);
+        cudaError_t e;
+        if (g->gemm4_pair && mmg4_pairs && R4 % 2 == 0)
+            e = launch_cluster(k_mmg4<1>, dim3(G * R4), dim3(256), M4_SMEM, g->stream, 2, *a, R4);
+        else
+            e = launch(k_mmg4<0>, dim3(G * R4), dim3(256), M4_SMEM, g->stream, *a, R4);
         if (e != cudaSuccess || T4 == a->T) return e;
         mm_args t = *a; /* the rest of the chunk */
         t.T -= T4, t.row0 += T4, t.xb += (size_t)(T4 / GPU_GROUP) * xb_group_stride(a->KT);
