@@ -434,8 +434,7 @@ struct gpu_model {
     int rows;  /* rows per pass: a prompt's chunk (DSPARK_GPU_ROWS, GPU_GROUP..GPU_ROWS_MAX) */
     int gemm4; /* of those, 128-row tiles with bf16 inputs (gemm.cu's k_mmg4): 1 where they
                 * fill the GPU, 2 always, 0 never */
-    int gemm4_pair; /* k_mmg4's tiles in clusters of two that share weights where they fit
-                     * (DSPARK_GPU_GEMM4_PAIR=1; measured slower) */
+    int gemm4_tma; /* k_mmg4's inputs by tensor copies (DSPARK_GPU_GEMM4_TMA, default 1) */
     int launch_err; /* first launch error since the last check */
     void **allocs;
     int n_allocs, cap_allocs;
@@ -483,25 +482,6 @@ static inline cudaError_t launch(void (*kern)(KArgs...), dim3 grid, dim3 block, 
     cfg.stream = st;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
-}
-
-/* launch() in clusters of cx blocks along x */
-template <typename... KArgs, typename... Args>
-static inline cudaError_t launch_cluster(void (*kern)(KArgs...), dim3 grid, dim3 block,
-                                         size_t smem, cudaStream_t st, int cx, Args... args) {
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = gpu_pdl_on;
-    at[1].id = cudaLaunchAttributeClusterDimension;
-    at[1].val.clusterDim.x = (unsigned)cx, at[1].val.clusterDim.y = 1, at[1].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cfg.attrs = at;
-    cfg.numAttrs = 2;
     return cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
 }
 

@@ -324,7 +324,7 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->sel_rows = env_int("DSPARK_GPU_SEL", 1);
     g->gemm = env_int("DSPARK_GPU_GEMM", 1);
     g->gemm4 = env_int("DSPARK_GPU_GEMM4", g->gemm == 2 ? 2 : 1);
-    g->gemm4_pair = env_int("DSPARK_GPU_GEMM4_PAIR", 0);
+    g->gemm4_tma = env_int("DSPARK_GPU_GEMM4_TMA", 1);
     /* longer chunks fill the GPU with the prompt kernels' tiles (docs/perf.md); a drafter's
      * block runs in one pass, so a setting below its block size fails its blocks */
     g->rows = env_int("DSPARK_GPU_ROWS", 512) / GPU_GROUP * GPU_GROUP;

@@ -24,6 +24,10 @@
  * - Other tiles (a chunk's last, partial group) and other builds: mma.sync, 4 strip pairs x 2
  *   row groups of 32 rows; each warp holds a 2-strip x 12-n-tile tile of sums (96 floats;
  *   fewer with fewer terms) and the running sums of the pieces so far (32). */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <string.h>
+
 #include "backend/cuda/mm.cuh"
 #include "backend/cuda/ring.cuh"
 #include "backend/cuda/wgmma.cuh"
@@ -356,19 +360,18 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
 #endif
 
 /* MG_KS k-tiles a stage (8 measured slower), 24 / MG_KS stages in the ring. Thread 0 refills
- * a slot once every warp that reads it has released it (an mbarrier it waits on).
- * PAIR: the tiles of rows r and r + 1 (r even) of one strip group are a cluster of two blocks
- * that share the weights: each block copies half of a stage's weights into both blocks' slots
- * (a multicast bulk copy), so the weights cross from L2 once per 256 rows, and a slot is
- * refilled once the warps of both blocks have released it. The products and their order do
- * not change, so neither do the bits. */
-template <int PAIR> __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R) {
+ * a slot once every warp has released it (an mbarrier it waits on).
+ * TMA: a stage's inputs (MG_KS k-tiles of four row groups) arrive in one tensor copy through
+ * the tensor map tm (mmg4_map), in place of a bulk copy per k-tile and group; the bytes land
+ * where they did, so the bits do not change. */
+template <int TMA>
+__global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R, const __grid_constant__ CUtensorMap tm) {
 #if MG_WGMMA
     constexpr int KS = MG_KS, ST = M4_SLOTS / KS, SA = KS * 256, STAGE = 2 * SA; /* uint4 */
-    extern __shared__ __align__(16) uint4 sm[];
+    extern __shared__ __align__(128) uint4 sm4[]; /* a tensor copy's destination: 128 bytes */
+    uint4 *sm = sm4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
     const int g = blockIdx.x / R, t0 = (blockIdx.x % R) * M4_ROWS, KT = a.KT;
-    const unsigned rank = PAIR ? blockIdx.x & 1 : 0; /* in the cluster (R is even) */
     /* a whole group's input for one k-tile: 4 n-tiles of 256 bytes (64 uint4); a.xb is the
      * group of a.row0 */
     const uint4 *xg = (const uint4 *)(a.xb + (size_t)(t0 / GPU_GROUP) * xb_group_stride(KT));
@@ -378,36 +381,34 @@ template <int PAIR> __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, 
 
     __shared__ __align__(8) unsigned long long full[ST], empty[ST];
     if (tid == 0) {
-        for (int i = 0; i < ST; i++)
-            mbar_init(&full[i], 1), mbar_init(&empty[i], PAIR ? 16 : 8);
+        for (int i = 0; i < ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 8);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        if (TMA) tma_prefetch(&tm);
     }
-    if (PAIR) /* the other block's barriers exist before anything lands on them */
-        cluster_sync();
-    else
-        __syncthreads();
+    __syncthreads();
     auto nkt = [&](int s) { return min(KS, KT - s * KS); };
+    /* a stage's bytes: its weights, and its inputs (a tensor copy's box is whole: k-tiles past
+     * KT land as zeros and are counted) */
+    auto bytes = [&](int s) { return nkt(s) * 4096u + (TMA ? KS * 4096u : nkt(s) * 4096u); };
     auto copy_a = [&](int s) {
-        if (PAIR) { /* this block's half, into both blocks' slots */
-            const unsigned h = nkt(s) * 2048u;
-            bulk_copy_mc(sm + (s % ST) * STAGE + rank * (h / 16),
-                         wg + (size_t)s * KS * 256 + rank * (h / 16), h, &full[s % ST], 3);
-        } else {
-            bulk_copy(sm + (s % ST) * STAGE, wg + (size_t)s * KS * 256, nkt(s) * 4096u,
-                      &full[s % ST]);
-        }
+        bulk_copy(sm + (s % ST) * STAGE, wg + (size_t)s * KS * 256, nkt(s) * 4096u,
+                  &full[s % ST]);
     };
     auto copy_b = [&](int s) { /* [k-tile][group][n-tile] */
         const int kt0 = s * KS, n = nkt(s);
         uint4 *dst = sm + (s % ST) * STAGE + SA;
-        for (int kk = 0; kk < n; kk++)
+        if constexpr (TMA) {
+            tma_load_4d(dst, &tm, 0, 0, t0 / GPU_GROUP, kt0, &full[s % ST]);
+        } else {
+            for (int kk = 0; kk < n; kk++)
 #pragma unroll
-            for (int r = 0; r < 4; r++)
-                bulk_copy(dst + (kk * 4 + r) * 64, xg + r * gstride + (size_t)(kt0 + kk) * 64,
-                          1024u, &full[s % ST]);
+                for (int r = 0; r < 4; r++)
+                    bulk_copy(dst + (kk * 4 + r) * 64,
+                              xg + r * gstride + (size_t)(kt0 + kk) * 64, 1024u, &full[s % ST]);
+        }
     };
     if (tid == 0) /* weights never change: the first stages' before the wait */
-        for (int s = 0; s < ST && s < nst; s++) mbar_expect(&full[s], nkt(s) * 8192u), copy_a(s);
+        for (int s = 0; s < ST && s < nst; s++) mbar_expect(&full[s], bytes(s)), copy_a(s);
     pdl_wait();
     pdl_launch();
     if (tid == 0)
@@ -431,10 +432,10 @@ template <int PAIR> __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, 
     };
     for (int s = 0; s < nst; s++) {
         if (tid == 0 && s > 0 && s - 1 + ST < nst && DSPARK_LAB_MMG4 != 1) {
-            /* stage s - 1's slot, once released (in both blocks of a pair) */
+            /* stage s - 1's slot, once released */
             const int r = s - 1 + ST;
-            mbar_wait_cluster(&empty[r % ST], ((s - 1) / ST) & 1);
-            mbar_expect(&full[r % ST], nkt(r) * 8192u);
+            mbar_wait(&empty[r % ST], ((s - 1) / ST) & 1);
+            mbar_expect(&full[r % ST], bytes(r));
             copy_a(r);
             copy_b(r);
         }
@@ -463,10 +464,7 @@ template <int PAIR> __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, 
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) wg_keep(af[kk]);
         __syncwarp();
-        if (lane == 0) {
-            mbar_arrive(&empty[s % ST]);
-            if (PAIR) mbar_arrive_peer(&empty[s % ST], rank ^ 1);
-        }
+        if (lane == 0) mbar_arrive(&empty[s % ST]);
     }
     __syncthreads(); /* every copy has landed and been used: the ring becomes the tile */
 
@@ -491,7 +489,6 @@ template <int PAIR> __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, 
         mm_epi_gather(e, g, 128 * MG_ROWS, inv, pre);
         mm_epilogue<1>(e, g, val + h * MG_ROWS * 128, 128 * MG_ROWS, inv, pre, a.qe);
     }
-    if (PAIR) cluster_sync(); /* the other block's last arrivals on this one's barriers */
 #else
     __trap(); /* launched only where the sm_90a code runs (mmg_init) */
 #endif
@@ -499,7 +496,24 @@ template <int PAIR> __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, 
 
 static int mmg_ok; /* the device gives a block mg_smem(3) of shared memory */
 static int mmg4_ok; /* and k_mmg4's sm_90a code runs on it */
-static int mmg4_pairs; /* clusters of two k_mmg4 blocks that fit at once; 0: not used */
+static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled; /* NULL: inputs by bulk copies */
+
+/* k_mmg4's map of a launch's inputs: from a->xb, k-tile kt of row group r at 1 KB x kt +
+ * r x the group stride, as 4 dimensions of 2-byte units (256, the two halves of a k-tile's
+ * 1 KB, the R4 x 4 groups, the KT k-tiles), a box of a stage's four k-tiles of four groups,
+ * which lands as [k-tile][group][1 KB] (gemm.cu's layout of a stage's inputs) */
+static int mmg4_map(CUtensorMap *tm, const mm_args *a, int groups) {
+    if (!encode_tiled || a->KT % MG_KS) return -1; /* whole boxes only */
+    const cuuint64_t dim[4] = {256, 2, (cuuint64_t)groups, (cuuint64_t)a->KT};
+    const cuuint64_t stride[3] = {512, xb_group_stride(a->KT) * 8, 1024}; /* bytes, dims 1-3 */
+    const cuuint32_t box[4] = {256, 2, 4, MG_KS}, one[4] = {1, 1, 1, 1};
+    return encode_tiled(tm, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, (void *)a->xb, dim, stride, box,
+                        one, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
+               ? 0
+               : -1;
+}
 
 int mmg_init(void) {
     int optin = 0;
@@ -517,20 +531,13 @@ int mmg_init(void) {
               cudaFuncSetAttribute(k_mmg4<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    M4_SMEM) == cudaSuccess;
     if (!mmg4_ok) cudaGetLastError(); /* k_mmg4 unavailable: k_mmg takes every tile */
-    if (mmg4_ok) { /* how many pairs fit at once: most SMs, or the pairs are not worth it */
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = 2, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(264), cfg.blockDim = dim3(256), cfg.dynamicSmemBytes = M4_SMEM;
-        cfg.attrs = at, cfg.numAttrs = 1;
-        int n = 0, sms = 0;
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-        if (cudaOccupancyMaxActiveClusters(&n, k_mmg4<1>, &cfg) != cudaSuccess) n = 0;
+    if (mmg4_ok) { /* the driver's tensor-map encoder, for k_mmg4's input copies */
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode_tiled,
+                                             12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            encode_tiled = NULL;
         cudaGetLastError();
-        mmg4_pairs = n;
-        log_info("GPU: %d pairs of 128-row prompt tiles fit on %d SMs", n, sms);
-        if (2 * n < sms * 3 / 4) mmg4_pairs = 0;
     }
     if (!mmg_ok) {
         cudaGetLastError();
@@ -569,11 +576,17 @@ cudaError_t mmg_launch(gpu_model *g, const mm_args *a) {
     int G = (int)cdiv(a->MS, 8), T4 = mmg4_rows(g, a, G);
     if (T4 > 0) {
         const int R4 = T4 / M4_ROWS;
+        CUtensorMap tm;
+        memset(&tm, 0, sizeof tm);
         cudaError_t e;
-        if (g->gemm4_pair && mmg4_pairs && R4 % 2 == 0)
-            e = launch_cluster(k_mmg4<1>, dim3(G * R4), dim3(256), M4_SMEM, g->stream, 2, *a, R4);
+        static int map_failed;
+        const int mapped = g->gemm4_tma && !map_failed && !mmg4_map(&tm, a, R4 * 4);
+        if (g->gemm4_tma && !mapped && !map_failed++)
+            log_info("GPU: no tensor map for the prompt kernel's inputs; they come by bulk copies");
+        if (mapped)
+            e = launch(k_mmg4<1>, dim3(G * R4), dim3(256), M4_SMEM, g->stream, *a, R4, tm);
         else
-            e = launch(k_mmg4<0>, dim3(G * R4), dim3(256), M4_SMEM, g->stream, *a, R4);
+            e = launch(k_mmg4<0>, dim3(G * R4), dim3(256), M4_SMEM, g->stream, *a, R4, tm);
         if (e != cudaSuccess || T4 == a->T) return e;
         mm_args t = *a; /* the rest of the chunk */
         t.T -= T4, t.row0 += T4, t.xb += (size_t)(T4 / GPU_GROUP) * xb_group_stride(a->KT);

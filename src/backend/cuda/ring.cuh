@@ -1,7 +1,7 @@
 /* backend/cuda/ring.cuh: bulk copies into shared memory that complete on an mbarrier, and the
- * mbarrier operations of a ring of stages: gemm.cu's prompt matmul (a block alone, or a
- * cluster of two sharing a stage's weights), and bench/racecheck_probe.cu, which runs the
- * same ring under racecheck. */
+ * mbarrier operations of a ring of stages (a block is its own cluster), and tensor copies:
+ * gemm.cu's prompt matmul, and bench/racecheck_probe.cu, which runs the same ring under
+ * racecheck. */
 #ifndef DSPARK_BACKEND_CUDA_RING_CUH
 #define DSPARK_BACKEND_CUDA_RING_CUH
 
@@ -37,40 +37,17 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned b
                  : "memory");
 }
 
-/* the wait of a slot that blocks of the cluster release (their arrivals are releases at
- * cluster scope) */
-__device__ __forceinline__ void mbar_wait_cluster(unsigned long long *b, unsigned parity) {
-    asm volatile("{\n"
-                 ".reg .pred p;\n"
-                 "W: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra W;\n"
-                 "}" ::"r"(smem_u32(b)),
-                 "r"(parity)
+/* a box of a 4-dimensional tensor map (in kernel-parameter space) into dst, 128-byte
+ * aligned, completing on b */
+__device__ __forceinline__ void tma_load_4d(void *dst, const void *tm, int c0, int c1, int c2,
+                                            int c3, unsigned long long *b) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(smem_u32(dst)),
+                 "l"(tm), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(b))
                  : "memory");
 }
-/* an arrival on the barrier at b's place in block `rank` of the cluster */
-__device__ __forceinline__ void mbar_arrive_peer(unsigned long long *b, unsigned rank) {
-    asm volatile("{\n"
-                 ".reg .b32 ra;\n"
-                 "mapa.shared::cluster.u32 ra, %0, %1;\n"
-                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n"
-                 "}" ::"r"(smem_u32(b)),
-                 "r"(rank)
-                 : "memory");
-}
-/* bytes from global memory to dst's place in each block of the cluster that mask names, each
- * completing on the mbarrier at b's place in that block */
-__device__ __forceinline__ void bulk_copy_mc(void *dst, const void *src, unsigned bytes,
-                                             unsigned long long *b, unsigned short mask) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 ".multicast::cluster [%0], [%1], %2, [%3], %4;" ::"r"(smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(b)), "h"(mask)
-                 : "memory");
-}
-/* every thread of every block of the cluster */
-__device__ __forceinline__ void cluster_sync(void) {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n"
-                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+__device__ __forceinline__ void tma_prefetch(const void *tm) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(tm) : "memory");
 }
 
 #endif
