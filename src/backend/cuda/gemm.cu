@@ -342,9 +342,9 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
  * k_mmg's tiles of 64 rows read each weight stage once per 64 rows, and its wgmmas are
  * m64n32k16, one per row group. Here a block's tile is one strip group by 128 rows (four
  * whole groups): per k-tile each warpgroup issues one m64n128k16 whose B spans the four
- * groups. The stage's inputs are copied k-tile by k-tile and group by group so that the 16
- * n-tiles of a k-tile lie 256 bytes apart (wg_desc), as the four groups' 4 n-tiles each would
- * if the groups were one. A column is a row and its sums never meet another column's, so the
+ * groups. The stage's inputs land k-tile by k-tile and group by group (one tensor copy, or
+ * 16 bulk copies where no tensor map can be made) so that the 16 n-tiles of a k-tile lie 256
+ * bytes apart (wg_desc), as the four groups' 4 n-tiles each would if the groups were one. A column is a row and its sums never meet another column's, so the
  * bits are k_mmg's (and gemv.cu's): per decode piece, k-tiles summed from zero in order,
  * pieces added in order. Only whole 128-row tiles come here; mmg_launch gives the rest of a
  * chunk to k_mmg. */

@@ -173,10 +173,14 @@ __device__ __forceinline__ void mm_inv_warps(const mm_args &a, float *inv) {
     }
 }
 /* mm_epilogue's inputs gathered in place (the prompt-chunk kernel, whose epilogue is not on a
- * decode pass's path): inv[t], 1 / rms of input row t (a.in_ss), and pre */
+ * decode pass's path): inv[t], 1 / rms of input row t (a.in_ss; a thread a row, the same
+ * bits as mm_inv_warps), and pre */
 __device__ __forceinline__ void mm_epi_gather(const mm_args &a, int g, int nitems, float *inv,
                                               float *pre) {
-    if (a.in_ss) mm_inv_warps(a, inv);
+    if (a.in_ss)
+        for (int t = threadIdx.x; t < a.T; t += 256)
+            inv[t] = ss_inv_thread(a.in_ss + (size_t)(a.row0 + t) * a.n_ssg, a.n_ssg, a.H_norm,
+                                   a.eps);
     if (a.epi == EPI_RESID) mm_resid_gather(a, g, nitems, pre);
     __syncthreads();
 }

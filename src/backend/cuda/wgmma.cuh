@@ -31,9 +31,6 @@ __device__ __forceinline__ void wg_commit(void) {
 __device__ __forceinline__ void wg_wait0(void) {
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
-__device__ __forceinline__ void wg_wait1(void) { /* all but the newest group done */
-    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-}
 /* the compiler must not touch r before the wgmma reading or writing it has been waited for */
 template <int N> __device__ __forceinline__ void wg_keep(float (&r)[N]) {
 #pragma unroll
