@@ -344,10 +344,10 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
  * whole groups): per k-tile each warpgroup issues one m64n128k16 whose B spans the four
  * groups. The stage's inputs land k-tile by k-tile and group by group (one tensor copy, or
  * 16 bulk copies where no tensor map can be made) so that the 16 n-tiles of a k-tile lie 256
- * bytes apart (wg_desc), as the four groups' 4 n-tiles each would if the groups were one. A column is a row and its sums never meet another column's, so the
- * bits are k_mmg's (and gemv.cu's): per decode piece, k-tiles summed from zero in order,
- * pieces added in order. Only whole 128-row tiles come here; mmg_launch gives the rest of a
- * chunk to k_mmg. */
+ * bytes apart (wg_desc), as the four groups' 4 n-tiles each would if the groups were one. A
+ * column is a row and its sums never meet another column's, so the bits are k_mmg's (and
+ * gemv.cu's): per decode piece, k-tiles summed from zero in order, pieces added in order.
+ * Only whole 128-row tiles come here; mmg_launch gives the rest of a chunk to k_mmg. */
 #define M4_ROWS 128
 #define M4_SLOTS 24                /* k-tiles of weights and inputs in the ring (8 KB each) */
 /* the ring; after the loop, the tile of values and the epilogue's inputs */
@@ -365,7 +365,8 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
  * the tensor map tm (mmg4_map), in place of a bulk copy per k-tile and group; the bytes land
  * where they did, so the bits do not change. */
 template <int TMA>
-__global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R, const __grid_constant__ CUtensorMap tm) {
+__global__ void __launch_bounds__(256, 1)
+    k_mmg4(mm_args a, int R, const __grid_constant__ CUtensorMap tm) {
 #if MG_WGMMA
     constexpr int KS = MG_KS, ST = M4_SLOTS / KS, SA = KS * 256, STAGE = 2 * SA; /* uint4 */
     extern __shared__ __align__(128) uint4 sm4[]; /* a tensor copy's destination: 128 bytes */
@@ -387,9 +388,6 @@ __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R, const __grid_
     }
     __syncthreads();
     auto nkt = [&](int s) { return min(KS, KT - s * KS); };
-    /* a stage's bytes: its weights, and its inputs (a tensor copy's box is whole: k-tiles past
-     * KT land as zeros and are counted) */
-    auto bytes = [&](int s) { return nkt(s) * 4096u + (TMA ? KS * 4096u : nkt(s) * 4096u); };
     auto copy_a = [&](int s) {
         bulk_copy(sm + (s % ST) * STAGE, wg + (size_t)s * KS * 256, nkt(s) * 4096u,
                   &full[s % ST]);
@@ -408,7 +406,7 @@ __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R, const __grid_
         }
     };
     if (tid == 0) /* weights never change: the first stages' before the wait */
-        for (int s = 0; s < ST && s < nst; s++) mbar_expect(&full[s], bytes(s)), copy_a(s);
+        for (int s = 0; s < ST && s < nst; s++) mbar_expect(&full[s], nkt(s) * 8192u), copy_a(s);
     pdl_wait();
     pdl_launch();
     if (tid == 0)
@@ -435,7 +433,7 @@ __global__ void __launch_bounds__(256, 1) k_mmg4(mm_args a, int R, const __grid_
             /* stage s - 1's slot, once released */
             const int r = s - 1 + ST;
             mbar_wait(&empty[r % ST], ((s - 1) / ST) & 1);
-            mbar_expect(&full[r % ST], bytes(r));
+            mbar_expect(&full[r % ST], nkt(r) * 8192u);
             copy_a(r);
             copy_b(r);
         }
@@ -503,7 +501,8 @@ static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled; /* NULL: inputs by bulk c
  * 1 KB, the R4 x 4 groups, the KT k-tiles), a box of a stage's four k-tiles of four groups,
  * which lands as [k-tile][group][1 KB] (gemm.cu's layout of a stage's inputs) */
 static int mmg4_map(CUtensorMap *tm, const mm_args *a, int groups) {
-    if (!encode_tiled || a->KT % MG_KS) return -1; /* whole boxes only */
+    /* whole boxes only: a box past KT would land zeros, and count their bytes */
+    if (!encode_tiled || a->KT % MG_KS) return -1;
     const cuuint64_t dim[4] = {256, 2, (cuuint64_t)groups, (cuuint64_t)a->KT};
     const cuuint64_t stride[3] = {512, xb_group_stride(a->KT) * 8, 1024}; /* bytes, dims 1-3 */
     const cuuint32_t box[4] = {256, 2, 4, MG_KS}, one[4] = {1, 1, 1, 1};
