@@ -23,6 +23,11 @@ make CUDA=1 BUILD=build/gpu OPT="$OPT" -j2 build/gpu/tests/test_gpu build/gpu/be
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for b in tests/test_gpu bench_gpu dspark; do strip -g -o "$tmp/$(basename $b)" "build/gpu/$b"; done
+# the commit built, and whether the tree differed from it (run_gpu.sh's info step prints it)
+{
+    git log -1 --format='%h %s' | cut -c1-100
+    git diff --quiet HEAD -- src bench tests Makefile || echo "(with uncommitted changes)"
+} >"$tmp/COMMIT"
 if [ "${LAB:-0}" = 1 ]; then
     for name in ${LAB_BUILDS:-nw lab1 lab2}; do
         case $name in

@@ -65,7 +65,13 @@ fi
 if has info; then
     stamp info
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
-    git log -1 --format='commit %h %s' 2>/dev/null || true
+    # the commit the binaries were built at (gpu_pack.sh), which a copied checkout's .git may
+    # not be
+    if [ -f "$BIN/COMMIT" ]; then
+        echo "binaries built at $(cat "$BIN/COMMIT")"
+    else
+        git log -1 --format='commit %h %s' 2>/dev/null || true
+    fi
 fi
 if [ ! -d ../shared/golden ] && [ -d "$BIN/golden" ]; then # the drafters' reference data
     mkdir -p ../shared && cp -r "$BIN/golden" ../shared/
