@@ -499,10 +499,11 @@ static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled; /* NULL: inputs by bulk c
 /* k_mmg4's map of a launch's inputs: from a->xb, k-tile kt of row group r at 1 KB x kt +
  * r x the group stride, as 4 dimensions of 2-byte units (256, the two halves of a k-tile's
  * 1 KB, the R4 x 4 groups, the KT k-tiles), a box of a stage's four k-tiles of four groups,
- * which lands as [k-tile][group][1 KB] (gemm.cu's layout of a stage's inputs) */
+ * which lands as [k-tile][group][1 KB] (gemm.cu's layout of a stage's inputs). 0: made;
+ * 1: no encoder, or K not in whole boxes (bulk copies); -1: the driver refused it */
 static int mmg4_map(CUtensorMap *tm, const mm_args *a, int groups) {
     /* whole boxes only: a box past KT would land zeros, and count their bytes */
-    if (!encode_tiled || a->KT % MG_KS) return -1;
+    if (!encode_tiled || a->KT % MG_KS) return 1;
     const cuuint64_t dim[4] = {256, 2, (cuuint64_t)groups, (cuuint64_t)a->KT};
     const cuuint64_t stride[3] = {512, xb_group_stride(a->KT) * 8, 1024}; /* bytes, dims 1-3 */
     const cuuint32_t box[4] = {256, 2, 4, MG_KS}, one[4] = {1, 1, 1, 1};
@@ -578,11 +579,12 @@ cudaError_t mmg_launch(gpu_model *g, const mm_args *a) {
         CUtensorMap tm;
         memset(&tm, 0, sizeof tm);
         cudaError_t e;
-        static int map_failed;
-        const int mapped = g->gemm4_tma && !map_failed && !mmg4_map(&tm, a, R4 * 4);
-        if (g->gemm4_tma && !mapped && !map_failed++)
-            log_info("GPU: no tensor map for the prompt kernel's inputs; they come by bulk copies");
-        if (mapped)
+        static int map_warned; /* once a process */
+        const int map = g->gemm4_tma ? mmg4_map(&tm, a, R4 * 4) : 1;
+        if (map < 0 && !map_warned++)
+            log_info("GPU: the driver made no tensor map for the prompt kernel's inputs; they "
+                     "come by bulk copies");
+        if (map == 0)
             e = launch(k_mmg4<1>, dim3(G * R4), dim3(256), M4_SMEM, g->stream, *a, R4, tm);
         else
             e = launch(k_mmg4<0>, dim3(G * R4), dim3(256), M4_SMEM, g->stream, *a, R4, tm);
