@@ -40,6 +40,13 @@ void sample_dist_init(struct sample_dist *d, void *mem, int n_vocab);
 int sample_dist_build(struct sample_dist *d, const float *logits, float temperature, int top_k,
                       float top_p);
 
+/* Whether top_k and top_p leave all n_vocab tokens to the distribution (both disabled, as
+ * above): then a token's probability follows from the row's max and total alone
+ * (sample_prob_untruncated), wherever the row was computed */
+static inline int sample_untruncated(int top_k, float top_p, int n_vocab) {
+    return (top_k <= 0 || top_k >= n_vocab) && !(top_p < 1);
+}
+
 /* ---- building from a row summary ----
  * A device that computed the logits can reduce each row to a summary: the max, the total
  * mass, and the few tokens that truncation can keep. The host then builds the distribution

@@ -115,7 +115,7 @@ static int unusable(int rc) {
 /* Whether the sampler keeps every token: then a draft's probability comes from the summary's
  * max, total and the draft's logit, and only a draw needs the row */
 static int untruncated(const struct sample_params *sp, int V) {
-    return (sp->top_k <= 0 || sp->top_k >= V) && !(sp->top_p < 1);
+    return sample_untruncated(sp->top_k, sp->top_p, V);
 }
 
 /* Decides row i: returns the token to commit and whether it is the draft (accepted). */

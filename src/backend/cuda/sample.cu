@@ -17,7 +17,7 @@
  * device; the other arithmetic that must match the CPU's uses the _rn intrinsics, so that nvcc
  * cannot contract it into other roundings. */
 #include "backend/cuda/cuda.cuh"
-#include "sample/dist.h" /* SAMPLE_NUCLEUS_NATS, SAMPLE_DRAW_CHUNK */
+#include "sample/dist.h" /* SAMPLE_NUCLEUS_NATS, SAMPLE_DRAW_CHUNK, sample_untruncated */
 #include "sample/kern.h" /* kern_exp, KERN_SUM_BLOCK */
 
 #define ST        1024                         /* threads per row */
@@ -418,7 +418,7 @@ int summary_pen_entries(const gpu_sample_req *q, int rows) {
 }
 
 int summary_untruncated(const gpu_model *g, const gpu_sample_req *q) {
-    return (q->top_k <= 0 || q->top_k >= g->V) && !(q->top_p < 1.0f);
+    return sample_untruncated(q->top_k, q->top_p, g->V);
 }
 
 int summary_draws(const gpu_model *g, const gpu_sample_req *q) {
