@@ -52,18 +52,27 @@ static double cpu_tol(void) {
     return gpu_input_terms() == 1 ? 3e-2 : 1e-4;
 }
 
-/* the model in dir on the GPU with one setting of the environment (a DSPARK_GPU_ knob), which
- * is then restored (a whole run may set a knob for every test) */
-static int load_dir_with(const char *dir, const char *var, const char *value, struct model **m) {
+/* sets var to value and returns its old value (NULL: unset) for env_restore: a whole run may
+ * set a DSPARK_GPU_ knob for every test, and a test's own setting must not outlive it */
+static char *env_swap(const char *var, const char *value) {
     const char *was = getenv(var);
     char *old = was ? strdup(was) : NULL;
     setenv(var, value, 1);
-    int rc = model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, m);
+    return old;
+}
+static void env_restore(const char *var, char *old) {
     if (old)
         setenv(var, old, 1);
     else
         unsetenv(var);
     free(old);
+}
+
+/* the model in dir on the GPU with one setting of the environment, which is then restored */
+static int load_dir_with(const char *dir, const char *var, const char *value, struct model **m) {
+    char *old = env_swap(var, value);
+    int rc = model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, m);
+    env_restore(var, old);
     return rc;
 }
 /* the same for models/pycoder */
@@ -80,6 +89,25 @@ static int pass_equals_steps(struct model *m, struct kv_cache *kv, const int32_t
     CHECK(model_forward(m, kv, ids, P, NULL, 0) == 0);
     CHECK(model_forward(m, kv, ids + P, w, out, 1) == 0);
     return !memcmp(out, steps, sizeof(float) * V * w);
+}
+
+/* The logits of a P-token prompt, then of a W-row verify and S single steps after it, on a
+ * fresh cache of cap positions: [P + W + S][V], to free; NULL when out of memory. */
+static float *prompt_verify_steps(struct model *m, const int32_t *ids, int P, int W, int S,
+                                  int cap) {
+    const int V = model_config(m)->vocab_size;
+    float *l = malloc(sizeof(float) * V * (P + W + S));
+    struct kv_cache *kv;
+    if (!l || kv_new(m, cap, &kv)) {
+        free(l);
+        return NULL;
+    }
+    CHECK(model_forward(m, kv, ids, P, l, 1) == 0);
+    CHECK(model_forward(m, kv, ids + P, W, l + (size_t)P * V, 1) == 0);
+    for (int i = 0; i < S; i++)
+        CHECK(model_forward(m, kv, ids + P + W + i, 1, l + (size_t)(P + W + i) * V, 0) == 0);
+    kv_free(kv);
+    return l;
 }
 
 /* GPU logits of the golden prompt against the reference; greedy 64 against its ids. */
@@ -316,17 +344,7 @@ TEST(gpu_attention_buffers) {
     for (int i = 0; i < P + W + S; i++) ids[i] = 20 + (i * 197) % 8000;
     float *l[2];
     size_t n = (size_t)V * (P + W + S);
-    for (int k = 0; k < 2; k++) {
-        REQUIRE((l[k] = malloc(sizeof(float) * n)) != NULL);
-        struct kv_cache *kv;
-        REQUIRE(kv_new(m[k], 512, &kv) == 0);
-        CHECK(model_forward(m[k], kv, ids, P, l[k], 1) == 0);
-        CHECK(model_forward(m[k], kv, ids + P, W, l[k] + (size_t)P * V, 1) == 0);
-        for (int i = 0; i < S; i++)
-            CHECK(model_forward(m[k], kv, ids + P + W + i, 1, l[k] + (size_t)(P + W + i) * V, 0) ==
-                  0);
-        kv_free(kv);
-    }
+    for (int k = 0; k < 2; k++) REQUIRE((l[k] = prompt_verify_steps(m[k], ids, P, W, S, 512)));
     int same = !memcmp(l[0], l[1], sizeof(float) * n);
     printf("  attention with two tile buffers equals one buffer (prompt, verify, steps): %s\n",
            same ? "yes" : "NO");
@@ -344,15 +362,9 @@ TEST(gpu_chunk_rows) {
     REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m[0]) ==
             0);
     REQUIRE(load_with("DSPARK_GPU_ROWS", "96", &m[1]) == 0);
-    const char *was = getenv("DSPARK_GPU_GEMM");
-    char *gemm = was ? strdup(was) : NULL;
-    setenv("DSPARK_GPU_GEMM", "2", 1);
+    char *gemm = env_swap("DSPARK_GPU_GEMM", "2");
     int rc = load_with("DSPARK_GPU_ROWS", "256", &m[2]);
-    if (gemm)
-        setenv("DSPARK_GPU_GEMM", gemm, 1);
-    else
-        unsetenv("DSPARK_GPU_GEMM");
-    free(gemm);
+    env_restore("DSPARK_GPU_GEMM", gemm);
     REQUIRE(rc == 0);
     enum { P = 700, W = 16, S = 4 };
     int V = model_config(m[0])->vocab_size;
@@ -360,17 +372,8 @@ TEST(gpu_chunk_rows) {
     for (int i = 0; i < P + W + S; i++) ids[i] = 20 + (i * 389) % 8000;
     float *l[3];
     size_t n = (size_t)V * (P + W + S);
-    for (int k = 0; k < 3; k++) {
-        REQUIRE((l[k] = malloc(sizeof(float) * n)) != NULL);
-        struct kv_cache *kv;
-        REQUIRE(kv_new(m[k], P + W + S, &kv) == 0);
-        CHECK(model_forward(m[k], kv, ids, P, l[k], 1) == 0);
-        CHECK(model_forward(m[k], kv, ids + P, W, l[k] + (size_t)P * V, 1) == 0);
-        for (int i = 0; i < S; i++)
-            CHECK(model_forward(m[k], kv, ids + P + W + i, 1, l[k] + (size_t)(P + W + i) * V, 0) ==
-                  0);
-        kv_free(kv);
-    }
+    for (int k = 0; k < 3; k++)
+        REQUIRE((l[k] = prompt_verify_steps(m[k], ids, P, W, S, P + W + S)));
     int same96 = !memcmp(l[0], l[1], sizeof(float) * n);
     int same256 = !memcmp(l[0], l[2], sizeof(float) * n);
     printf("  a %d-token prompt, a verify and steps in chunks of 512 rows equal chunks of 96: %s; "
