@@ -352,6 +352,32 @@ TEST(gpu_attention_buffers) {
     for (int k = 0; k < 2; k++) free(l[k]), model_free(m[k]);
 }
 
+/* Decode steps on k_attn1 (a block per work item, several a SM) give the bits of the other
+ * attention kernels: with DSPARK_GPU_ATT_FEW=0 every step of one row takes k_attn1, with
+ * DSPARK_GPU_ATT1=0 none does; a 300-token prompt, a 16-row verify and 8 single steps whose
+ * keys cross a span boundary. */
+TEST(gpu_attention_one) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m[2];
+    REQUIRE(load_with("DSPARK_GPU_ATT1", "0", &m[0]) == 0);
+    REQUIRE(load_with("DSPARK_GPU_ATT_FEW", "0", &m[1]) == 0);
+    enum { P = 300, W = 16, S = 8 };
+    int V = model_config(m[0])->vocab_size;
+    int32_t ids[P + W + S];
+    for (int i = 0; i < P + W + S; i++) ids[i] = 31 + (i * 211) % 8000;
+    float *l[2];
+    for (int k = 0; k < 2; k++) REQUIRE((l[k] = prompt_verify_steps(m[k], ids, P, W, S, 512)));
+    const size_t at = (size_t)V * (P + W);
+    int same = !memcmp(l[0], l[1], sizeof(float) * at),
+        steps = !memcmp(l[0] + at, l[1] + at, sizeof(float) * V * S);
+    printf("  decode steps on k_attn1 equal the other kernels': prompt and verify %s, %d steps %s\n",
+           same ? "yes" : "NO", S, steps ? "yes" : "NO");
+    CHECK(same);
+    CHECK(steps);
+    for (int k = 0; k < 2; k++) free(l[k]), model_free(m[k]);
+}
+
 /* A prompt's chunk (DSPARK_GPU_ROWS) never changes a row's bits: a 700-token prompt in chunks
  * of 512 rows (the default), of 96, and of 256 with every pass over 32 rows in one matmul
  * launch (128-row tiles where they apply), then a 16-row verify and single steps. */
@@ -1520,6 +1546,7 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_inputs_bf16")) RUN(gpu_inputs_bf16);
     if (wanted(argc, argv, "gpu_gemm_exact")) RUN(gpu_gemm_exact);
     if (wanted(argc, argv, "gpu_attention_buffers")) RUN(gpu_attention_buffers);
+    if (wanted(argc, argv, "gpu_attention_one")) RUN(gpu_attention_one);
     if (wanted(argc, argv, "gpu_chunk_rows")) RUN(gpu_chunk_rows);
     if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
     if (wanted(argc, argv, "gpu_attention_many_steps")) RUN(gpu_attention_many_steps);

@@ -99,6 +99,51 @@ struct att_row {
     int t, j0, j1;
 };
 
+/* key or value row j (a position of sequence P) of kv head line hh, dims [c, c + 4) */
+__device__ __forceinline__ const float *att_kv_row(const seq_params &P, size_t hh, int j, int D,
+                                                   int c, bool key) {
+    const size_t at = j < P.nb ? (hh * P.bcap + j) * D + c : (hh * P.cap + j - P.nb) * D + c;
+    return (j < P.nb ? (key ? P.bk : P.bv) : (key ? P.kc : P.vc)) + at;
+}
+
+/* The span's softmax of one (row, head) pair, by a warp, two keys a lane: the scores sr[j G4]
+ * of the row's keys [r.j0, r.j1) become their weights (keys outside: 0), and the span's max
+ * and sum go to ml[0], ml[1]. */
+__device__ __forceinline__ void att_softmax(float *sr, int G4, att_row r, float *ml, int lane) {
+    float v0 = lane >= r.j0 && lane < r.j1 ? sr[lane * G4] : -INFINITY;
+    float v1 = lane + 32 >= r.j0 && lane + 32 < r.j1 ? sr[(lane + 32) * G4] : -INFINITY;
+    float m = fmaxf(v0, v1);
+    for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    float e0 = v0 == -INFINITY ? 0.f : expf(v0 - m), e1 = v1 == -INFINITY ? 0.f : expf(v1 - m);
+    float l = e0 + e1;
+    for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+    sr[lane * G4] = e0, sr[(lane + 32) * G4] = e1;
+    if (lane == 0) ml[0] = m, ml[1] = l;
+}
+
+/* Dim d of one row's values over the span: for four heads at a time, the weights e[j G4 + h]
+ * times Vs[j DP + d] added in key order over the row's keys [r.j0, r.j1); head h's sum goes
+ * to out[h * hstride] */
+template <int D>
+__device__ __forceinline__ void att_values_row(const float *Vs, const float *e, att_row r, int G,
+                                               int d, float *out, size_t hstride) {
+    constexpr int DP = D + 4;
+    const int G4 = (G + 3) & ~3;
+    for (int g0 = 0; g0 < G; g0 += 4) {
+        float o[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+        for (int j = r.j0; j < r.j1; j++) {
+            float v = Vs[j * DP + d];
+            float4 w = *(const float4 *)(e + j * G4 + g0);
+            o[0] = fmaf(w.x, v, o[0]), o[1] = fmaf(w.y, v, o[1]);
+            o[2] = fmaf(w.z, v, o[2]), o[3] = fmaf(w.w, v, o[3]);
+        }
+#pragma unroll
+        for (int gi = 0; gi < 4; gi++)
+            if (g0 + gi < G) out[(size_t)(g0 + gi) * hstride] = o[gi];
+    }
+}
+
 /* A tile's queries: (row, head) pair p at p * QP floats, padded so that the four pairs a
  * tiled score load reads fall in different banks */
 __host__ __device__ constexpr int att_qp(int D) {
@@ -233,6 +278,35 @@ __device__ __forceinline__ void att_values_tiled(const attn_args &a, const float
     }
 }
 
+/* By warp 0: each sequence's share of the launch's rows and its items, numbered one sequence
+ * after another (units of ATT_ROWS rows, then spans, then kv heads fastest), into seqs;
+ * info: the items, the first sequence, the sequences */
+__device__ __forceinline__ void att_seq_table(const attn_args &a, att_seq *seqs, int *info,
+                                              int lane) {
+    const step_params *sp = a.sp;
+    int s0 = sp->row_seq[a.r0], s1 = sp->row_seq[a.r0 + a.nr - 1], s = s0 + lane, items = 0;
+    att_seq q = {};
+    if (s <= s1) {
+        const seq_params &P = sp->seq[s];
+        q.a = max(P.row0, a.r0), q.b = min(P.row0 + P.n, a.r0 + a.nr);
+        int pa = P.pos0 + q.a - P.row0, pb = P.pos0 + q.b - 1 - P.row0;
+        if (P.noncausal) pa = pb = P.pos0 + P.n - 1; /* every row sees the whole block */
+        q.span0 = att_lo(pa, a.window) / ATT_SPAN;
+        q.nsp = pb / ATT_SPAN - q.span0 + 1;
+        q.units = (q.b - q.a + ATT_ROWS - 1) / ATT_ROWS;
+        items = q.units * q.nsp * a.nkv;
+    }
+    int inc = items;
+    for (int o = 1; o < 32; o <<= 1) {
+        int v = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += v;
+    }
+    q.it0 = inc - items;
+    if (s <= s1) seqs[lane] = q;
+    if (lane == 31) info[0] = inc;
+    if (lane == 0) info[1] = s0, info[2] = s1 - s0 + 1;
+}
+
 /* what a block needs of its work item once the item's tiles are in shared memory */
 struct att_item {
     int ok; /* 0: no row of the item sees the span (nothing loaded) */
@@ -264,29 +338,7 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
         pdl_launch();
     }
     const step_params *sp = a.sp;
-    if (warp == 0) { /* each sequence's items, numbered one after another */
-        int s0 = sp->row_seq[a.r0], s1 = sp->row_seq[a.r0 + a.nr - 1], s = s0 + lane, items = 0;
-        att_seq q = {};
-        if (s <= s1) {
-            const seq_params &P = sp->seq[s];
-            q.a = max(P.row0, a.r0), q.b = min(P.row0 + P.n, a.r0 + a.nr);
-            int pa = P.pos0 + q.a - P.row0, pb = P.pos0 + q.b - 1 - P.row0;
-            if (P.noncausal) pa = pb = P.pos0 + P.n - 1; /* every row sees the whole block */
-            q.span0 = att_lo(pa, a.window) / ATT_SPAN;
-            q.nsp = pb / ATT_SPAN - q.span0 + 1;
-            q.units = (q.b - q.a + ATT_ROWS - 1) / ATT_ROWS;
-            items = q.units * q.nsp * a.nkv;
-        }
-        int inc = items;
-        for (int o = 1; o < 32; o <<= 1) {
-            int v = __shfl_up_sync(0xffffffffu, inc, o);
-            if (lane >= o) inc += v;
-        }
-        q.it0 = inc - items;
-        if (s <= s1) seqs[lane] = q;
-        if (lane == 31) info[0] = inc;
-        if (lane == 0) info[1] = s0, info[2] = s1 - s0 + 1;
-    }
+    if (warp == 0) att_seq_table(a, seqs, info, lane);
     __syncthreads();
     const int n_items = info[0], s_first = info[1], ns = info[2];
     /* An item's K, V and queries go into buffer b by asynchronous copies (the caller commits;
@@ -330,10 +382,8 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
         float *Ks = sm + b * BUF, *Vs = Ks + ATT_SPAN * DP;
         for (int x = tid; x < (jb - ja) * D4; x += ATT_THREADS) {
             int r = ja - geo.k0 + x / D4, c = (x % D4) * 4, j = geo.k0 + r;
-            size_t at = j < P.nb ? (geo.hh * P.bcap + j) * D + c
-                                 : (geo.hh * P.cap + j - P.nb) * D + c;
-            if (k) cp_async16(Ks + r * DP + c, (j < P.nb ? P.bk : P.kc) + at);
-            if (v) cp_async16(Vs + r * DP + c, (j < P.nb ? P.bv : P.vc) + at);
+            if (k) cp_async16(Ks + r * DP + c, att_kv_row(P, geo.hh, j, D, c, true));
+            if (v) cp_async16(Vs + r * DP + c, att_kv_row(P, geo.hh, j, D, c, false));
         }
     };
     auto copy_q = [&](const att_geo &geo, int b) {
@@ -425,21 +475,9 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
                 att_row r = rows[pr / G];
                 if (!r.j1) continue;
                 float *sr = S + (size_t)(pr / G) * ATT_SPAN * G4 + pr % G; /* key j: sr[j G4] */
-                float v0 = lane >= r.j0 && lane < r.j1 ? sr[lane * G4] : -INFINITY;
-                float v1 = lane + 32 >= r.j0 && lane + 32 < r.j1 ? sr[(lane + 32) * G4] : -INFINITY;
-                float m = fmaxf(v0, v1);
-                for (int off = 16; off; off >>= 1)
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-                float e0 = v0 == -INFINITY ? 0.f : expf(v0 - m),
-                      e1 = v1 == -INFINITY ? 0.f : expf(v1 - m);
-                float l = e0 + e1;
-                for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-                sr[lane * G4] = e0, sr[(lane + 32) * G4] = e1;
-                if (lane == 0) {
-                    size_t slot =
-                        ((size_t)(r.t - a.r0) * a.nh + kvh * G + pr % G) * a.spans + span;
-                    a.ml[slot * 2] = m, a.ml[slot * 2 + 1] = l;
-                }
+                const size_t slot =
+                    ((size_t)(r.t - a.r0) * a.nh + kvh * G + pr % G) * a.spans + span;
+                att_softmax(sr, G4, r, a.ml + slot * 2, lane);
             }
             if (NB == 1) { /* the values (and not the next item's keys) */
                 if (early)
@@ -455,22 +493,9 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
                 int ri = x / D, d = x % D;
                 att_row r = rows[ri];
                 if (!r.j1) continue;
-                const float *e = S + (size_t)ri * ATT_SPAN * G4;
                 const size_t slot = ((size_t)(r.t - a.r0) * a.nh + kvh * G) * a.spans + span;
-                for (int g0 = 0; g0 < G; g0 += 4) {
-                    float o[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 4
-                    for (int j = r.j0; j < r.j1; j++) {
-                        float v = Vs[j * DP + d];
-                        float4 w = *(const float4 *)(e + j * G4 + g0);
-                        o[0] = fmaf(w.x, v, o[0]), o[1] = fmaf(w.y, v, o[1]);
-                        o[2] = fmaf(w.z, v, o[2]), o[3] = fmaf(w.w, v, o[3]);
-                    }
-#pragma unroll
-                    for (int gi = 0; gi < 4; gi++)
-                        if (g0 + gi < G)
-                            a.acc[(slot + (size_t)(g0 + gi) * a.spans) * D + d] = o[gi];
-                }
+                att_values_row<D>(Vs, S + (size_t)ri * ATT_SPAN * G4, r, G, d,
+                                  a.acc + slot * D + d, (size_t)a.spans * D);
             }
         }
         __syncthreads(); /* this buffer is refilled two items on (S, rows: the next item) */
@@ -487,9 +512,113 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
     }
 }
 
+/* Passes whose rows are each their sequence's only row (decode steps), with more items than
+ * the two-buffer kernel takes: a block of ATT1_THREADS per item and one tile, the values
+ * landing in the keys' tile once the scores are done, so that an SM holds several blocks and
+ * their items' loads overlap each other's arithmetic. The sums are k_attn's few-rows path's:
+ * score4 per key, att_softmax per head, att_values_row per dim. */
+#define ATT1_THREADS 128
+static_assert(ATT1_THREADS >= ATT_SPAN, "a thread per key");
+template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_args a) {
+    constexpr int DP = D + 4, D4 = D / 4, QP = att_qp(D);
+    extern __shared__ __align__(16) float sm[];
+    const int G = a.G, G4 = (G + 3) & ~3;
+    float *KV = sm, *Qs = KV + ATT_SPAN * DP, *S = Qs + G * QP; /* S: [ATT_SPAN][G4] */
+    __shared__ att_seq seqs[GPU_SEQS];
+    __shared__ int info[3];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const step_params *sp = a.sp; /* written before the pass: readable before the wait */
+    if (warp == 0) att_seq_table(a, seqs, info, lane);
+    __syncthreads();
+    const int n_items = info[0], s_first = info[1], ns = info[2];
+    struct geo1 {
+        int k0, klo, k1, kvh, span, old;
+        att_row r;
+        const seq_params *P;
+        size_t hh;
+    };
+    auto geom = [&](int item, geo1 &g) { /* false: no key of the span is the row's */
+        int i = 0;
+        while (i + 1 < ns && seqs[i + 1].it0 <= item) i++;
+        const att_seq q = seqs[i];
+        const seq_params &P = sp->seq[s_first + i];
+        const int local = item - q.it0, p = P.pos0 + q.a - P.row0, lo = att_lo(p, a.window);
+        g.kvh = local % a.nkv, g.span = q.span0 + local / a.nkv % q.nsp;
+        g.k0 = g.span * ATT_SPAN, g.k1 = min(g.k0 + ATT_SPAN, p + 1), g.klo = max(g.k0, lo);
+        g.r = att_row{q.a, g.klo - g.k0, g.k1 - g.k0};
+        g.P = &P, g.old = P.pos0, g.hh = (size_t)a.layer * a.nkv + g.kvh;
+        return g.k1 > g.klo;
+    };
+    auto copy_rows = [&](const geo1 &g, int ja, int jb, bool key) { /* keys [ja, jb) */
+        for (int x = tid; x < (jb - ja) * D4; x += ATT1_THREADS) {
+            const int j = ja + x / D4, c = (x % D4) * 4;
+            cp_async16(KV + (j - g.k0) * DP + c, att_kv_row(*g.P, g.hh, j, D, c, key));
+        }
+    };
+    auto copy_q = [&](const geo1 &g) {
+        for (int x = tid; x < G * D4; x += ATT1_THREADS) {
+            const int h = x / D4, c = (x % D4) * 4;
+            cp_async16(Qs + h * QP + c, a.q + ((size_t)g.r.t * a.nh + g.kvh * G + h) * D + c);
+        }
+    };
+    int item = blockIdx.x, from = 0; /* keys [klo, from) of the item are requested */
+    geo1 g;
+    bool ok = item < n_items && geom(item, g);
+    if (ok) { /* with pre_kv, keys of positions before the pass before the wait */
+        from = a.pre_kv ? min(max(g.old, g.klo), g.k1) : g.klo;
+        copy_rows(g, g.klo, from, true);
+        cp_async_commit();
+    }
+    pdl_wait();
+    pdl_launch();
+    for (; item < n_items; item += gridDim.x) {
+        if (ok) {
+            copy_rows(g, from, g.k1, true);
+            if (item == (int)blockIdx.x) copy_q(g); /* later items': with their keys, below */
+            cp_async_commit();
+            cp_async_wait0();
+        }
+        __syncthreads();
+        if (ok) {
+            if (tid >= g.r.j0 && tid < g.r.j1)
+                for (int g0 = 0; g0 < G; g0 += 4)
+                    score4<D>(Qs + g0 * QP, KV + tid * DP, min(G - g0, 4), a.scale,
+                              S + (size_t)tid * G4 + g0);
+            __syncthreads(); /* the keys are done with: the values take their tile */
+            copy_rows(g, g.klo, g.k1, false);
+            cp_async_commit();
+            const size_t slot = ((size_t)(g.r.t - a.r0) * a.nh + g.kvh * G) * a.spans + g.span;
+            for (int h = warp; h < G; h += ATT1_THREADS / 32)
+                att_softmax(S + h, G4, g.r, a.ml + (slot + (size_t)h * a.spans) * 2, lane);
+            cp_async_wait0();
+            __syncthreads();
+            for (int d = tid; d < D; d += ATT1_THREADS)
+                att_values_row<D>(KV, S, g.r, G, d, a.acc + slot * D + d, (size_t)a.spans * D);
+            __syncthreads(); /* the tile, S and Qs are the next item's */
+        }
+        if (item + (int)gridDim.x < n_items) { /* the next item's keys and queries */
+            ok = geom(item + gridDim.x, g);
+            if (ok) {
+                copy_rows(g, g.klo, g.k1, true);
+                copy_q(g);
+                cp_async_commit();
+                from = g.k1;
+            }
+        }
+    }
+}
+
 /* Block (row, head): the row's span partials merged in span order (weights exp(m_s - M) of
- * the largest span max M), divided by the merged sum, into the B operand. */
-__global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
+ * the largest span max M), divided by the merged sum, into the B operand. Its loads are few
+ * round trips: the first MV spans of dim tid and each lane's first MERGE_ML maxima and sums
+ * are requested together, and later spans MV at a time; the adds are in the order of one
+ * span after another whatever the batches. MV = 16 takes 64 registers, 8 takes 40: launches
+ * of many rows (prompts) keep more blocks resident with 8. */
+#ifndef MERGE_ML
+#define MERGE_ML 4 /* (max, sum) pairs a lane holds: spans sa + lane + 32 i */
+#endif
+#define MERGE_FEW_ROWS 16 /* launches of at most this many rows take MV = 16 */
+template <int MV> __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
     extern __shared__ float w[]; /* [spans] the row's span weights */
     __shared__ float Ls;
     /* the pass's parameters are there before the previous kernel ends */
@@ -499,20 +628,37 @@ __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
     if (a.early) pdl_launch();
     pdl_wait();
     if (!a.early) pdl_launch();
-    float v0[8]; /* the first eight spans of dim tid, requested with the maxima and sums */
+    float v0[MV]; /* the first spans of dim tid, requested with the maxima and sums */
 #pragma unroll
-    for (int j = 0; j < 8; j++)
+    for (int j = 0; j < MV; j++)
         v0[j] = tid < D && sa + j <= sb ? __ldcg(a.acc + (base + sa + j) * D + tid) : 0.f;
     if (tid < 32) {
-        const float *ml = a.ml + base * 2;
+        const float2 *ml = (const float2 *)(a.ml + base * 2);
+        float2 r[MERGE_ML]; /* this lane's spans sa + tid + 32 i */
+#pragma unroll
+        for (int i = 0; i < MERGE_ML; i++)
+            r[i] = sa + tid + 32 * i <= sb ? __ldcg(ml + sa + tid + 32 * i)
+                                           : make_float2(-INFINITY, 0.f);
         float M = -INFINITY;
-        for (int s = sa + tid; s <= sb; s += 32) M = fmaxf(M, __ldcg(ml + 2 * s));
+#pragma unroll
+        for (int i = 0; i < MERGE_ML; i++)
+            if (sa + tid + 32 * i <= sb) M = fmaxf(M, r[i].x);
+        for (int s = sa + tid + 32 * MERGE_ML; s <= sb; s += 32) M = fmaxf(M, __ldcg(ml + s).x);
         for (int off = 16; off; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
         float L = 0.f;
-        for (int s = sa + tid; s <= sb; s += 32) {
-            float e = expf(__ldcg(ml + 2 * s) - M);
+#pragma unroll
+        for (int i = 0; i < MERGE_ML; i++) {
+            const int s = sa + tid + 32 * i;
+            if (s > sb) break;
+            float e = expf(r[i].x - M);
             w[s - sa] = e;
-            L = fmaf(__ldcg(ml + 2 * s + 1), e, L);
+            L = fmaf(r[i].y, e, L);
+        }
+        for (int s = sa + tid + 32 * MERGE_ML; s <= sb; s += 32) {
+            const float2 q = __ldcg(ml + s);
+            float e = expf(q.x - M);
+            w[s - sa] = e;
+            L = fmaf(q.y, e, L);
         }
         for (int off = 16; off; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
         if (tid == 0) Ls = L;
@@ -521,15 +667,14 @@ __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
     for (int d = tid; d < D; d += 128) {
         const float *ac = a.acc + base * D + d;
         float o = 0.f;
-        for (int s = sa; s <= sb; s += 8) { /* eight spans' loads at once, added in order */
-            float v[8];
+        for (int s = sa; s <= sb; s += MV) { /* MV spans' loads at once, in order */
+            if (d != tid || s != sa)
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                if (s + j <= sb)
-                    v[j] = d == tid && s == sa ? v0[j] : __ldcg(ac + (size_t)(s + j) * D);
+                for (int j = 0; j < MV; j++)
+                    if (s + j <= sb) v0[j] = __ldcg(ac + (size_t)(s + j) * D);
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                if (s + j <= sb) o = fmaf(v[j], w[s + j - sa], o);
+            for (int j = 0; j < MV; j++)
+                if (s + j <= sb) o = fmaf(v0[j], w[s + j - sa], o);
         }
         xb_put(a.xb_out, a.T, a.KT_out, t, h * D + d, o / Ls, a.terms);
     }
@@ -548,24 +693,41 @@ static const attn_kernel attn_kernels[17][2] = {
     {K16(6)},     {K16(7)},   {K16(8)},   {K16S(9)},  {K16S(10)}, {K16S(11)},
     {K16S(12)},   {K16S(13)}, {K16S(14)}, {K16S(15)}, {K16S(16)}};
 
+/* k_attn1's shared memory: one tile, the row's queries and its scores */
+static size_t attn1_smem(int G, int D) {
+    return sizeof(float) * ((size_t)ATT_SPAN * (D + 4) + (size_t)G * att_qp(D) +
+                            (size_t)ATT_SPAN * ((G + 3) & ~3));
+}
+
+#define K1(n) k_attn1<16 * (n)>
+static const attn_kernel attn1_kernels[17] = {NULL,   K1(1),  K1(2),  K1(3),  K1(4),  K1(5),
+                                              K1(6),  K1(7),  K1(8),  K1(9),  K1(10), K1(11),
+                                              K1(12), K1(13), K1(14), K1(15), K1(16)};
+
 /* Work items of the pass in g->hsp (as k_attn numbers them): with at most one per SM, each
  * of at most ATT_COOP_ROWS rows (decode steps), one block a SM with two buffers measured
  * faster; with more, or with items of more rows (verify, blocks), two blocks a SM with one
  * buffer each. Same sums either way. (Decode steps of many sequences on a third kernel, one
  * buffer sized for their items of one or two rows at three blocks a SM, measured no faster
- * in a whole pass.) */
+ * in a whole pass.) Passes of decode steps (a row a sequence) past that take k_attn1, six
+ * blocks a SM (DSPARK_GPU_ATT1=n: n, 0: never): 16 sequences at context 4096 measured 10%
+ * faster, one 2.5% (docs/perf.md). */
 void attn_choose(gpu_model *g) {
     const step_params *sp = g->hsp;
     long items = 0;
+    int one = 1; /* every sequence has one row */
     for (int i = 0; i < sp->n_seq; i++) {
         const seq_params &P = sp->seq[i];
-        if (P.n > ATT_COOP_ROWS) items += g->sms + 1;
+        if (P.n > ATT_COOP_ROWS) items += g->att_few_items + 1;
+        one &= P.n == 1;
         int hi = P.pos0 + P.n - 1, lo = P.noncausal ? hi : P.pos0;
         int span0 = att_lo(lo, g->d.window) / ATT_SPAN;
         items += (long)(P.n + ATT_ROWS - 1) / ATT_ROWS * (hi / ATT_SPAN - span0 + 1) *
                  g->d.n_kv_heads;
     }
-    g->att_few = g->att_nb == 2 && items <= g->sms;
+    g->att_kind = g->att_nb == 2 && items <= g->att_few_items ? ATT_FEW
+                  : one && g->att_one                        ? ATT_ONE
+                                                             : ATT_ONEBUF;
 }
 
 /* rows [row0, row0 + n) of a chunk of T rows (n <= g->att_rows) */
@@ -581,15 +743,19 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
     a.early = g->early_merge;
     a.early_kv = g->att_early_kv;
     a.pre_kv = g->att_pre_kv;
-    const int nb = g->att_few ? 2 : 1;
-    cudaError_t e = launch(attn_kernels[g->D / 16][nb - 1], dim3(g->att_few ? g->sms : g->att_grid),
-                           dim3(ATT_THREADS), attn_smem(g->G, g->D, nb), g->stream, a);
+    const int nb = g->att_kind == ATT_FEW ? 2 : 1;
+    cudaError_t e =
+        g->att_kind == ATT_ONE
+            ? launch(attn1_kernels[g->D / 16], dim3(g->att_one), dim3(ATT1_THREADS),
+                     attn1_smem(g->G, g->D), g->stream, a)
+            : launch(attn_kernels[g->D / 16][nb - 1], dim3(nb == 2 ? g->sms : g->att_grid),
+                     dim3(ATT_THREADS), attn_smem(g->G, g->D, nb), g->stream, a);
     if (e != cudaSuccess) return e;
 #ifdef DSPARK_LAB_NOMERGE /* measuring build, results wrong: what the merge kernel costs */
     return e;
 #endif
-    return launch(k_attn_merge, dim3(n, d->n_heads), dim3(128), sizeof(float) * g->att_spans,
-                  g->stream, a, g->D);
+    return launch(n <= MERGE_FEW_ROWS ? k_attn_merge<16> : k_attn_merge<8>, dim3(n, d->n_heads),
+                  dim3(128), sizeof(float) * g->att_spans, g->stream, a, g->D);
 }
 
 /* all T rows of a chunk, g->att_rows at a time */
@@ -637,7 +803,15 @@ int attn_init(gpu_model *g, int spans) {
         return ERR_UNSUPPORTED;
     }
     if (raise_smem((const void *)attn_kernels[D / 16][0], attn_smem(G, D, 1)) ||
-        raise_smem((const void *)k_attn_merge, sizeof(float) * spans))
+        raise_smem((const void *)attn1_kernels[D / 16], attn1_smem(G, D)) ||
+        raise_smem((const void *)k_attn_merge<8>, sizeof(float) * spans) ||
+        raise_smem((const void *)k_attn_merge<16>, sizeof(float) * spans))
         return ERR_UNSUPPORTED;
+    /* k_attn1's grid: g->att_one blocks a SM as asked (0: off), at most as many as fit */
+    int per_sm = g->att_one, fit = 0;
+    if (per_sm > 0 && cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                          &fit, attn1_kernels[D / 16], ATT1_THREADS, attn1_smem(G, D)) != cudaSuccess)
+        fit = 0, cudaGetLastError();
+    g->att_one = (per_sm < fit ? per_sm : fit) * g->sms;
     return OK;
 }

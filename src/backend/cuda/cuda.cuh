@@ -30,6 +30,7 @@ extern "C" {
 #define ATT_ROWS 8 /* rows per attention work item */
 #endif
 #define ATT_COOP_ROWS 2   /* items of at most this many rows spread each row over the block */
+enum { ATT_ONEBUF, ATT_FEW, ATT_ONE, ATT_KINDS }; /* the attention kernels (attn_choose) */
 #define ATT_THREADS   256 /* threads per attention block */
 #define ATT_GMAX      16  /* query heads per kv head the attention kernel serves */
 #define ATT_SCRATCH   ((size_t)512 << 20) /* attention partials: more rows a launch up to this */
@@ -413,7 +414,10 @@ struct gpu_model {
     int att_grid;               /* attention blocks per launch (they loop over the work items) */
     int att_nb;  /* 2: the two-buffer attention kernel is there (one block a SM, loading the
                   * next item's tiles meanwhile), 1: only the one-buffer kernel (two a SM) */
-    int att_few; /* this pass has at most one attention item per SM: two buffers (attn_choose) */
+    int att_kind; /* this pass's attention kernel (attn_choose): ATT_ONEBUF, ATT_FEW (at most
+                   * att_few_items items: two buffers, a block a SM) or ATT_ONE (k_attn1) */
+    int att_few_items; /* sms, or DSPARK_GPU_ATT_FEW times it */
+    int att_one;       /* k_attn1's blocks a launch (0: never k_attn1; DSPARK_GPU_ATT1) */
     float *taps;                /* [rows][n_taps][H] hidden-state taps, or NULL */
     int tap_of[GPU_MAX_LAYERS]; /* tap slot of each layer, -1 for none */
     int n_taps;
@@ -435,7 +439,7 @@ struct gpu_model {
     unsigned n_pass; /* passes run: what gpu_logits_row checks */
     int32_t *hsel;    /* pinned copy */
     cudaStream_t stream;
-    gpu_graph graphs[GPU_GROUP + 1][GPU_MODES][2]; /* [rows][mode][att_few] */
+    gpu_graph graphs[GPU_GROUP + 1][GPU_MODES][ATT_KINDS]; /* [rows][mode][att_kind] */
     int use_graphs, use_pdl, slots, even_split, early_merge, sel_rows;
     int prescale;         /* layers' norms deferred into the matmuls (mm_call.out_ss) */
     int att_early_kv, att_pre_kv; /* attn_args.early_kv, pre_kv */
@@ -555,7 +559,7 @@ int mm_init(void); /* shared-memory limits of the matmul kernels */
 
 cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T);
 cudaError_t attn_launch(gpu_model *g, int layer, int T);
-void attn_choose(gpu_model *g); /* att_few for the pass in g->hsp */
+void attn_choose(gpu_model *g); /* att_kind for the pass in g->hsp */
 int attn_init(gpu_model *g, int spans);
 
 cudaError_t embed_launch(gpu_model *g, int T);

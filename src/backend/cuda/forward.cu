@@ -117,7 +117,7 @@ extern "C" const char *gpu_device_name(void) {
 void drop_graphs(gpu_model *g) {
     for (int t = 0; t <= GPU_GROUP; t++)
         for (int m = 0; m < GPU_MODES; m++)
-            for (int f = 0; f < 2; f++)
+            for (int f = 0; f < ATT_KINDS; f++)
                 if (g->graphs[t][m][f].exec) {
                     cudaGraphExecDestroy(g->graphs[t][m][f].exec);
                     g->graphs[t][m][f].exec = NULL;
@@ -339,6 +339,7 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->att_rows = GPU_GROUP; /* att_reserve sets it with the first cache */
     g->slots = sms * env_int("DSPARK_GPU_BLOCKS_PER_SM", 2);
     g->att_nb = env_int("DSPARK_GPU_ATT_NB", 2); /* 1: never two buffers; attn_init may take 1 */
+    g->att_one = env_int("DSPARK_GPU_ATT1", 6); /* k_attn1's blocks a SM; attn_init: a grid */
     for (int i = 0; i < GPU_MAX_LAYERS; i++) g->tap_of[i] = -1;
     gpu_pdl_on = env_int("DSPARK_GPU_PDL", 1);
     g->layers = (dlayer *)calloc((size_t)d->n_layers, sizeof *g->layers);
@@ -347,6 +348,8 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
                 mm_init() || attn_init(g, d->max_pos / ATT_SPAN + 1)))
         rc = ERR_UNSUPPORTED;
     g->att_grid = sms * env_int("DSPARK_GPU_ATT_BLOCKS_PER_SM", 2); /* one-buffer blocks */
+    /* passes of up to this many attention items per SM take the two-buffer kernel */
+    g->att_few_items = sms * env_int("DSPARK_GPU_ATT_FEW", 1);
     if (!rc) rc = upload(g, d);
     if (!rc) { /* the layers' norms deferred into their matmuls where all four take epilogues */
         g->prescale = env_int("DSPARK_GPU_PRESCALE", 1);
@@ -472,7 +475,7 @@ cudaError_t pass_enqueue(gpu_model *g, int T) {
 /* The graph of T rows in this mode, captured on first use; NULL when capture fails (graphs
  * are then turned off and passes launch directly). */
 static cudaGraphExec_t graph_for(gpu_model *g, int T, int mode) {
-    gpu_graph *gr = &g->graphs[T][mode][g->att_few];
+    gpu_graph *gr = &g->graphs[T][mode][g->att_kind];
     if (gr->exec) return gr->exec;
     cudaGraph_t graph = NULL;
     if (cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
