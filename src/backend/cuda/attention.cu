@@ -725,9 +725,10 @@ void attn_choose(gpu_model *g) {
         items += (long)(P.n + ATT_ROWS - 1) / ATT_ROWS * (hi / ATT_SPAN - span0 + 1) *
                  g->d.n_kv_heads;
     }
-    g->att_kind = g->att_nb == 2 && items <= g->att_few_items ? ATT_FEW
-                  : one && g->att_one                        ? ATT_ONE
-                                                             : ATT_ONEBUF;
+    if (items <= g->att_few_items) /* without two buffers (att_nb 1), k_attn as before */
+        g->att_kind = g->att_nb == 2 ? ATT_FEW : ATT_ONEBUF;
+    else
+        g->att_kind = one && g->att_one ? ATT_ONE : ATT_ONEBUF;
 }
 
 /* rows [row0, row0 + n) of a chunk of T rows (n <= g->att_rows) */
@@ -812,6 +813,6 @@ int attn_init(gpu_model *g, int spans) {
     if (per_sm > 0 && cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                           &fit, attn1_kernels[D / 16], ATT1_THREADS, attn1_smem(G, D)) != cudaSuccess)
         fit = 0, cudaGetLastError();
-    g->att_one = (per_sm < fit ? per_sm : fit) * g->sms;
+    g->att_one = per_sm > 0 ? (per_sm < fit ? per_sm : fit) * g->sms : 0;
     return OK;
 }
