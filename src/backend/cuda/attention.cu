@@ -307,6 +307,18 @@ __device__ __forceinline__ void att_seq_table(const attn_args &a, att_seq *seqs,
     if (lane == 0) info[1] = s0, info[2] = s1 - s0 + 1;
 }
 
+/* Where work item `item` of att_seq_table's numbering lies: the sequence (seqs[i]), its kv head,
+ * span and unit of ATT_ROWS rows */
+struct att_at {
+    int i, kvh, span, unit;
+};
+__device__ __forceinline__ att_at att_locate(const att_seq *seqs, int ns, int item, int nkv) {
+    int i = 0;
+    while (i + 1 < ns && seqs[i + 1].it0 <= item) i++;
+    const int local = item - seqs[i].it0, rest = local / nkv;
+    return att_at{i, local % nkv, seqs[i].span0 + rest % seqs[i].nsp, rest / seqs[i].nsp};
+}
+
 /* what a block needs of its work item once the item's tiles are in shared memory */
 struct att_item {
     int ok; /* 0: no row of the item sees the span (nothing loaded) */
@@ -353,13 +365,11 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
         att_item it = {};
         geo = att_geo{0, 0, 0, 0, 0, 0, 0, 0, 0};
         if (item >= n_items) return it;
-        int i = 0;
-        while (i + 1 < ns && seqs[i + 1].it0 <= item) i++;
+        const att_at w = att_locate(seqs, ns, item, a.nkv);
+        const int i = w.i, kvh = w.kvh, span = w.span;
         const att_seq q = seqs[i];
         const seq_params &P = sp->seq[s_first + i];
-        int local = item - q.it0, kvh = local % a.nkv, rest = local / a.nkv;
-        int span = q.span0 + rest % q.nsp, unit = rest / q.nsp;
-        int ua = q.a + unit * ATT_ROWS, nr = min(q.b - ua, ATT_ROWS);
+        int ua = q.a + w.unit * ATT_ROWS, nr = min(q.b - ua, ATT_ROWS);
         const int last = P.noncausal ? P.pos0 + P.n - 1 : -1; /* every row's limit, or none */
         int k0 = span * ATT_SPAN,
             k1 = min(k0 + ATT_SPAN, last >= 0 ? last + 1 : P.pos0 + ua + nr - P.row0);
@@ -538,12 +548,11 @@ template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_ar
         size_t hh;
     };
     auto geom = [&](int item, geo1 &g) { /* false: no key of the span is the row's */
-        int i = 0;
-        while (i + 1 < ns && seqs[i + 1].it0 <= item) i++;
-        const att_seq q = seqs[i];
-        const seq_params &P = sp->seq[s_first + i];
-        const int local = item - q.it0, p = P.pos0 + q.a - P.row0, lo = att_lo(p, a.window);
-        g.kvh = local % a.nkv, g.span = q.span0 + local / a.nkv % q.nsp;
+        const att_at w = att_locate(seqs, ns, item, a.nkv); /* unit 0: one row */
+        const att_seq q = seqs[w.i];
+        const seq_params &P = sp->seq[s_first + w.i];
+        const int p = P.pos0 + q.a - P.row0, lo = att_lo(p, a.window);
+        g.kvh = w.kvh, g.span = w.span;
         g.k0 = g.span * ATT_SPAN, g.k1 = min(g.k0 + ATT_SPAN, p + 1), g.klo = max(g.k0, lo);
         g.r = att_row{q.a, g.klo - g.k0, g.k1 - g.k0};
         g.P = &P, g.old = P.pos0, g.hh = (size_t)a.layer * a.nkv + g.kvh;
@@ -614,9 +623,7 @@ template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_ar
  * are requested together, and later spans MV at a time; the adds are in the order of one
  * span after another whatever the batches. MV = 16 takes 64 registers, 8 takes 40: launches
  * of many rows (prompts) keep more blocks resident with 8. */
-#ifndef MERGE_ML
 #define MERGE_ML 4 /* (max, sum) pairs a lane holds: spans sa + lane + 32 i */
-#endif
 #define MERGE_FEW_ROWS 16 /* launches of at most this many rows take MV = 16 */
 template <int MV> __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
     extern __shared__ float w[]; /* [spans] the row's span weights */
