@@ -8,8 +8,7 @@
 # register batch widths, results right, for run_gpu.sh's bound step; nm: without the
 # attention merge kernel, results wrong; x2: 30-32-row passes reading one n-tile per
 # ldmatrix, as before 2026-12-02's measurement, results right; r4, r16, r32: attention
-# items of that many rows, results right; e1: the output projection's merge of 1-row
-# passes requesting one value's spans at a time, results right). Each adds ~2.7 MB
+# items of that many rows, results right). Each adds ~2.7 MB
 # to the archive, and a device call carries 64 MiB with the tracked files (~50 MB).
 #
 #   [LAB=1 [LAB_BUILDS="nw lab1 lab2 st"]] sh bench/gpu_pack.sh [ARCHIVE]
@@ -44,8 +43,7 @@ if [ "${LAB:-0}" = 1 ]; then
         g1 | g2 | g3) v=-DDSPARK_LAB_MMG4=${name#g} ;; # prompt tiles: products alone, copies
         # alone, no epilogue (results wrong; gemm.cu)
         r4 | r16 | r32) v=-DATT_ROWS=${name#r} ;; # rows per attention item (results right)
-        e1) v=-DMG_EL=1 ;; # 1-row o merging the attention: one value a thread at a time (right)
-        *) echo "unknown LAB_BUILDS entry $name (nw lab1 lab2 st u1 w6 nm x2 g1 g2 g3 r4 r16 r32 e1)" >&2 && exit 2 ;;
+        *) echo "unknown LAB_BUILDS entry $name (nw lab1 lab2 st u1 w6 nm x2 g1 g2 g3 r4 r16 r32)" >&2 && exit 2 ;;
         esac
         make CUDA=1 BUILD="build/gpu$name" NVCC="nvcc $v" OPT="$OPT" -j2 \
             "build/gpu$name/bench_gpu"

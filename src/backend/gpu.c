@@ -20,10 +20,6 @@ int gpu_model_input_terms(const struct gpu_model *g) {
     (void)g;
     return 0;
 }
-unsigned gpu_model_o_merges(const struct gpu_model *g) {
-    (void)g;
-    return 0;
-}
 int gpu_model_rows(const struct gpu_model *g) {
     (void)g;
     return 0;

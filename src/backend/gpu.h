@@ -62,9 +62,6 @@ const char *gpu_device_name(void);
  * a CUDA build (and for a NULL model). */
 int gpu_input_terms(void);
 int gpu_model_input_terms(const struct gpu_model *g);
-/* passes so far whose output projections merged the attention partials themselves (1-row
- * passes over few key spans; 0 without a CUDA build) */
-unsigned gpu_model_o_merges(const struct gpu_model *g);
 /* rows a pass of the model holds: the chunk a prompt is split into (0 without a CUDA build) */
 int gpu_model_rows(const struct gpu_model *g);
 /* Versions as CUDA numbers them (1000 * major + 10 * minor) and device 0's memory, for

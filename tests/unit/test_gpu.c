@@ -378,41 +378,6 @@ TEST(gpu_attention_one) {
     for (int k = 0; k < 2; k++) free(l[k]), model_free(m[k]);
 }
 
-/* Single steps whose output projection merges the attention partials while staging its input
- * (DSPARK_GPU_OMERGE, on by default; the matrix split by groups, DSPARK_GPU_SK=0, as on large
- * models) give the bits of the merge kernel's: a 1,000-token prompt, a 16-row verify and 12
- * steps from position 1,016, the last four past the MG_SPANS spans (1,024 keys) where the merge
- * kernel takes over again. */
-TEST(gpu_attention_o_merge) {
-    if (!gpu_available()) SKIP("no CUDA build or no GPU");
-    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
-    struct model *m[2];
-    char *sk = env_swap("DSPARK_GPU_SK", "0");
-    int rc0 = load_with("DSPARK_GPU_OMERGE", "0", &m[0]);
-    int rc1 = load_with("DSPARK_GPU_OMERGE", "1", &m[1]);
-    env_restore("DSPARK_GPU_SK", sk);
-    REQUIRE(rc0 == 0 && rc1 == 0);
-    enum { P = 1000, W = 16, S = 12 };
-    int V = model_config(m[0])->vocab_size;
-    int32_t ids[P + W + S];
-    for (int i = 0; i < P + W + S; i++) ids[i] = 29 + (i * 223) % 8000;
-    float *l[2];
-    unsigned om[2];
-    for (int k = 0; k < 2; k++) {
-        const unsigned before = gpu_model_o_merges(model_gpu(m[k]));
-        REQUIRE((l[k] = prompt_verify_steps(m[k], ids, P, W, S, P + W + S)));
-        om[k] = gpu_model_o_merges(model_gpu(m[k])) - before;
-    }
-    const size_t n = (size_t)V * (P + W + S);
-    int same = !memcmp(l[0], l[1], sizeof(float) * n);
-    printf("  steps merged by the output projection: %u of %d (off: %u); prompt, verify and "
-           "steps equal the merge kernel's: %s\n",
-           om[1], S, om[0], same ? "yes" : "NO");
-    CHECK(om[0] == 0 && om[1] == S - 4);
-    CHECK(same);
-    for (int k = 0; k < 2; k++) free(l[k]), model_free(m[k]);
-}
-
 /* A prompt's chunk (DSPARK_GPU_ROWS) never changes a row's bits: a 700-token prompt in chunks
  * of 512 rows (the default), of 96, and of 256 with every pass over 32 rows in one matmul
  * launch (128-row tiles where they apply), then a 16-row verify and single steps. */
@@ -1582,7 +1547,6 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_gemm_exact")) RUN(gpu_gemm_exact);
     if (wanted(argc, argv, "gpu_attention_buffers")) RUN(gpu_attention_buffers);
     if (wanted(argc, argv, "gpu_attention_one")) RUN(gpu_attention_one);
-    if (wanted(argc, argv, "gpu_attention_o_merge")) RUN(gpu_attention_o_merge);
     if (wanted(argc, argv, "gpu_chunk_rows")) RUN(gpu_chunk_rows);
     if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
     if (wanted(argc, argv, "gpu_attention_many_steps")) RUN(gpu_attention_many_steps);

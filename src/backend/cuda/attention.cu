@@ -87,6 +87,10 @@ struct att_seq {
     int a, b, span0, nsp, units, it0;
 };
 
+__host__ __device__ __forceinline__ int att_lo(int p, int window) {
+    return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+}
+
 /* A work item's rows: position, lowest key and the item's valid keys [j0, j1) of the tile
  * (j1 = 0: the span is not one of the row's) */
 static_assert(ATT_SPAN == 64, "the softmax takes two keys a lane");
@@ -614,11 +618,12 @@ template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_ar
 }
 
 /* Block (row, head): the row's span partials merged in span order (weights exp(m_s - M) of
- * the largest span max M, att_span_weights), divided by the merged sum, into the B operand.
- * Its loads are few round trips: the first MV spans of dim tid and each lane's first MERGE_ML
- * maxima and sums are requested together, and later spans MV at a time; the adds are in the
- * order of one span after another whatever the batches. MV = 16 takes 64 registers, 8 takes
- * 40: launches of many rows (prompts) keep more blocks resident with 8. */
+ * the largest span max M), divided by the merged sum, into the B operand. Its loads are few
+ * round trips: the first MV spans of dim tid and each lane's first MERGE_ML maxima and sums
+ * are requested together, and later spans MV at a time; the adds are in the order of one
+ * span after another whatever the batches. MV = 16 takes 64 registers, 8 takes 40: launches
+ * of many rows (prompts) keep more blocks resident with 8. */
+#define MERGE_ML 4 /* (max, sum) pairs a lane holds: spans sa + lane + 32 i */
 #define MERGE_FEW_ROWS 16 /* launches of at most this many rows take MV = 16 */
 template <int MV> __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
     extern __shared__ float w[]; /* [spans] the row's span weights */
@@ -636,9 +641,33 @@ template <int MV> __global__ void __launch_bounds__(128) k_attn_merge(attn_args 
         v0[j] = tid < D && sa + j <= sb ? __ldcg(a.acc + (base + sa + j) * D + tid) : 0.f;
     if (tid < 32) {
         const float2 *ml = (const float2 *)(a.ml + base * 2);
-        float2 r[MERGE_ML];
-        att_ml_first(ml, sa, sb, tid, r);
-        const float L = att_span_weights(ml, sa, sb, r, w, tid);
+        float2 r[MERGE_ML]; /* this lane's spans sa + tid + 32 i */
+#pragma unroll
+        for (int i = 0; i < MERGE_ML; i++)
+            r[i] = sa + tid + 32 * i <= sb ? __ldcg(ml + sa + tid + 32 * i)
+                                           : make_float2(-INFINITY, 0.f);
+        float M = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < MERGE_ML; i++)
+            if (sa + tid + 32 * i <= sb) M = fmaxf(M, r[i].x);
+        for (int s = sa + tid + 32 * MERGE_ML; s <= sb; s += 32) M = fmaxf(M, __ldcg(ml + s).x);
+        for (int off = 16; off; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+        float L = 0.f;
+#pragma unroll
+        for (int i = 0; i < MERGE_ML; i++) {
+            const int s = sa + tid + 32 * i;
+            if (s > sb) break;
+            float e = expf(r[i].x - M);
+            w[s - sa] = e;
+            L = fmaf(r[i].y, e, L);
+        }
+        for (int s = sa + tid + 32 * MERGE_ML; s <= sb; s += 32) {
+            const float2 q = __ldcg(ml + s);
+            float e = expf(q.x - M);
+            w[s - sa] = e;
+            L = fmaf(q.y, e, L);
+        }
+        for (int off = 16; off; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
         if (tid == 0) Ls = L;
     }
     __syncthreads();
@@ -707,12 +736,6 @@ void attn_choose(gpu_model *g) {
         g->att_kind = g->att_nb == 2 ? ATT_FEW : ATT_ONEBUF;
     else
         g->att_kind = one && g->att_one ? ATT_ONE : ATT_ONEBUF;
-    /* a single row of few spans: the output projection merges its partials (gemv.cu) */
-    g->att_om = 0;
-    if (g->o_merge && sp->n_seq == 1 && sp->seq[0].n == 1) {
-        const int p = sp->seq[0].pos0; /* row_lim of its one row */
-        g->att_om = p / ATT_SPAN - att_lo(p, g->d.window) / ATT_SPAN + 1 <= MG_SPANS;
-    }
 }
 
 /* rows [row0, row0 + n) of a chunk of T rows (n <= g->att_rows) */
@@ -739,7 +762,6 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
 #ifdef DSPARK_LAB_NOMERGE /* measuring build, results wrong: what the merge kernel costs */
     return e;
 #endif
-    if (o_merges(g, layer)) return e; /* the output projection merges them */
     return launch(n <= MERGE_FEW_ROWS ? k_attn_merge<16> : k_attn_merge<8>, dim3(n, d->n_heads),
                   dim3(128), sizeof(float) * g->att_spans, g->stream, a, g->D);
 }

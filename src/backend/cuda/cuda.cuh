@@ -100,17 +100,15 @@ __host__ __device__ inline float xb_terms_sum(int terms, float h, float m, float
     return terms == 1 ? h : terms == 2 ? h + m : (h + m) + l;
 }
 
-/* x's terms into xb; less: xb holds the units from that one on (a staged part of the operand) */
 template <int CORE = -1>
-__device__ inline void xb_put(uint16_t *xb, int T, int KT, int t, int k, float x, int terms,
-                              size_t less = 0) {
+__device__ inline void xb_put(uint16_t *xb, int T, int KT, int t, int k, float x, int terms) {
     __nv_bfloat16 h = __float2bfloat16_rn(x);
     float r = x - __bfloat162float(h);
     __nv_bfloat16 m = __float2bfloat16_rn(r);
     __nv_bfloat16 l = __float2bfloat16_rn(r - __bfloat162float(m));
-    xb[xb_index<CORE>(T, KT, t, k, 0, terms) - less] = __bfloat16_as_ushort(h);
-    if (terms > 1) xb[xb_index<CORE>(T, KT, t, k, 1, terms) - less] = __bfloat16_as_ushort(m);
-    if (terms > 2) xb[xb_index<CORE>(T, KT, t, k, 2, terms) - less] = __bfloat16_as_ushort(l);
+    xb[xb_index<CORE>(T, KT, t, k, 0, terms)] = __bfloat16_as_ushort(h);
+    if (terms > 1) xb[xb_index<CORE>(T, KT, t, k, 1, terms)] = __bfloat16_as_ushort(m);
+    if (terms > 2) xb[xb_index<CORE>(T, KT, t, k, 2, terms)] = __bfloat16_as_ushort(l);
 }
 
 /* x[t, k..k+3], k % 4 == 0: per term, two 32-bit words (pairs k, k+1 and k+2, k+3) */
@@ -420,10 +418,6 @@ struct gpu_model {
                    * att_few_items items: two buffers, a block a SM) or ATT_ONE (k_attn1) */
     int att_few_items; /* sms, or DSPARK_GPU_ATT_FEW times it */
     int att_one;       /* k_attn1's blocks a launch (0: never k_attn1; DSPARK_GPU_ATT1) */
-    int att_om; /* this pass's output projections merge the attention partials (1-row passes
-                 * of at most MG_SPANS spans; attn_choose) in place of the merge kernel */
-    int o_merge; /* whether they may (DSPARK_GPU_OMERGE) */
-    unsigned n_om; /* passes whose first layer's output projection merged them */
     float *taps;                /* [rows][n_taps][H] hidden-state taps, or NULL */
     int tap_of[GPU_MAX_LAYERS]; /* tap slot of each layer, -1 for none */
     int n_taps;
@@ -445,7 +439,7 @@ struct gpu_model {
     unsigned n_pass; /* passes run: what gpu_logits_row checks */
     int32_t *hsel;    /* pinned copy */
     cudaStream_t stream;
-    gpu_graph graphs[GPU_GROUP + 1][GPU_MODES][2 * ATT_KINDS]; /* [rows][mode][att_graph] */
+    gpu_graph graphs[GPU_GROUP + 1][GPU_MODES][ATT_KINDS]; /* [rows][mode][att_kind] */
     int use_graphs, use_pdl, slots, even_split, early_merge, sel_rows;
     int prescale;         /* layers' norms deferred into the matmuls (mm_call.out_ss) */
     int att_early_kv, att_pre_kv; /* attn_args.early_kv, pre_kv */
@@ -554,7 +548,6 @@ struct mm_call {
     uint16_t *norm_out;
     double *out_ss;      /* with norm_w: deferred, see below */
     const double *in_ss; /* the sums of squares of rows whose RMSNorm this matmul finishes */
-    int merge; /* the input is the pass's attention partials, merged while staged (o_merges) */
 };
 /* Deferred RMSNorm (g->prescale): a residual matmul with norm_w and out_ss writes w * x of its
  * new rows into norm_out and each 128-column group's sum of squares (ss_group) into
@@ -566,17 +559,7 @@ int mm_init(void); /* shared-memory limits of the matmul kernels */
 
 cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T);
 cudaError_t attn_launch(gpu_model *g, int layer, int T);
-void attn_choose(gpu_model *g); /* att_kind and att_om for the pass in g->hsp */
-/* the captured graph of a pass's attention choices */
-static inline int att_graph(const gpu_model *g) {
-    return g->att_kind + ATT_KINDS * g->att_om;
-}
-/* whether layer li's output projection merges the attention partials (and no merge kernel
- * runs): this pass's choice, where the matrix's launch can */
-int mm_mg_fits(const gpu_model *g, const dmat *w);
-static inline int o_merges(const gpu_model *g, int li) {
-    return g->att_om && mm_mg_fits(g, &g->layers[li].o);
-}
+void attn_choose(gpu_model *g); /* att_kind for the pass in g->hsp */
 int attn_init(gpu_model *g, int spans);
 
 cudaError_t embed_launch(gpu_model *g, int T);

@@ -101,10 +101,6 @@ extern "C" int gpu_model_input_terms(const gpu_model *g) {
     return g ? g->terms : 0;
 }
 
-extern "C" unsigned gpu_model_o_merges(const gpu_model *g) {
-    return g ? g->n_om : 0;
-}
-
 extern "C" int gpu_model_rows(const gpu_model *g) {
     return g ? g->rows : 0;
 }
@@ -121,7 +117,7 @@ extern "C" const char *gpu_device_name(void) {
 void drop_graphs(gpu_model *g) {
     for (int t = 0; t <= GPU_GROUP; t++)
         for (int m = 0; m < GPU_MODES; m++)
-            for (int f = 0; f < 2 * ATT_KINDS; f++)
+            for (int f = 0; f < ATT_KINDS; f++)
                 if (g->graphs[t][m][f].exec) {
                     cudaGraphExecDestroy(g->graphs[t][m][f].exec);
                     g->graphs[t][m][f].exec = NULL;
@@ -325,7 +321,6 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->use_graphs = env_int("DSPARK_GPU_GRAPHS", 1);
     g->even_split = env_int("DSPARK_GPU_SK", 1);
     g->early_merge = env_int("DSPARK_GPU_EARLY", 1);
-    g->o_merge = env_int("DSPARK_GPU_OMERGE", 0); /* measured slower (docs/perf.md) */
     g->sel_rows = env_int("DSPARK_GPU_SEL", 1);
     g->gemm = env_int("DSPARK_GPU_GEMM", 1);
     g->gemm4 = env_int("DSPARK_GPU_GEMM4", g->gemm == 2 ? 2 : 1);
@@ -386,7 +381,7 @@ enum {
 static cudaError_t mm_rows(gpu_model *g, const dmat *w, const uint16_t *xb, int T, int epi,
                            float *y, int ldy, const float *bias, uint16_t *xb_out,
                            const qkv_epi *qe, const float *norm_w, uint16_t *norm_out) {
-    mm_call c = {w, xb, T, 0, T, epi, y, ldy, bias, xb_out, qe, norm_w, norm_out, NULL, NULL, 0};
+    mm_call c = {w, xb, T, 0, T, epi, y, ldy, bias, xb_out, qe, norm_w, norm_out, NULL, NULL};
     return mm_launch(g, &c);
 }
 
@@ -405,7 +400,7 @@ static int fuses_norm(const gpu_model *g, int li, int T) {
 static cudaError_t qkv_rows(gpu_model *g, int li, int T, const double *in_ss) {
     const dlayer *l = &g->layers[li];
     mm_call c = {&l->qkv, g->xa, T, 0, T, EPI_STORE, g->qkv, g->QKV, l->bqkv, NULL, NULL, NULL,
-                 NULL, NULL, in_ss, 0};
+                 NULL, NULL, in_ss};
     if (l->qkv.mma && 128 % g->D == 0) { /* norm, RoPE and the cache append in the epilogue */
         qkv_epi qe = {g->dsp,          g->q, l->q_norm, l->k_norm,   g->inv_freq, g->d.n_heads,
                       g->d.n_kv_heads, g->D, li,        g->d.rms_eps};
@@ -433,13 +428,13 @@ static cudaError_t layer(gpu_model *g, int li, int T) {
     if (!(skip >> LAB_ATTN & 1)) E(attn_launch(g, li, T));
     if (!(skip >> LAB_O & 1)) {
         mm_call c = {&l->o,  g->xo, T, 0, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
-                     fuse ? l->ffn_norm : NULL, g->xf, g->ss_f, NULL, o_merges(g, li)};
+                     fuse ? l->ffn_norm : NULL, g->xf, g->ss_f, NULL};
         E(mm_launch(g, &c));
     }
     if (!fuse && !(skip >> LAB_NORM & 1)) E(norm_launch(g, g->xf, l->ffn_norm, 0, T));
     if (!(skip >> LAB_GU & 1)) {
         mm_call c = {&l->gu, g->xf, T, 0, T, EPI_SWIGLU, NULL, 0, NULL, g->xh, NULL, NULL, NULL,
-                     NULL, g->ss_f, 0};
+                     NULL, g->ss_f};
         if (!l->gu.interleaved) c.epi = EPI_STORE, c.y = g->gu, c.ldy = 2 * g->I, c.xb_out = NULL;
         E(mm_launch(g, &c));
         if (!l->gu.interleaved) E(swiglu_launch(g, T));
@@ -447,7 +442,7 @@ static cudaError_t layer(gpu_model *g, int li, int T) {
     const int next = fuse && li + 1 < g->d.n_layers; /* the last layer's rows take the final norm */
     if (!(skip >> LAB_DOWN & 1)) {
         mm_call c = {&l->down, g->xh, T, 0, T, EPI_RESID, g->x, g->H, NULL, NULL, NULL,
-                     next ? g->layers[li + 1].attn_norm : NULL, g->xa, g->ss_a, NULL, 0};
+                     next ? g->layers[li + 1].attn_norm : NULL, g->xa, g->ss_a, NULL};
         E(mm_launch(g, &c));
     }
     if (g->taps && g->tap_of[li] >= 0) E(tap_launch(g, g->tap_of[li], T));
@@ -480,7 +475,7 @@ cudaError_t pass_enqueue(gpu_model *g, int T) {
 /* The graph of T rows in this mode, captured on first use; NULL when capture fails (graphs
  * are then turned off and passes launch directly). */
 static cudaGraphExec_t graph_for(gpu_model *g, int T, int mode) {
-    gpu_graph *gr = &g->graphs[T][mode][att_graph(g)];
+    gpu_graph *gr = &g->graphs[T][mode][g->att_kind];
     if (gr->exec) return gr->exec;
     cudaGraph_t graph = NULL;
     if (cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
@@ -534,7 +529,6 @@ static int pass(gpu_model *g, const pass_seq *seqs, int n, int T, int mode, int 
     g->n_pass++; /* the logits of the last pass are overwritten */
     int rc = put_params(g, seqs, n, T);
     if (rc) return rc;
-    g->n_om += o_merges(g, 0);
     if (n_sel)
         CK(cudaMemcpyAsync(g->dsel, g->hsel, sizeof(int32_t) * (size_t)n_sel,
                            cudaMemcpyHostToDevice, g->stream));

@@ -306,67 +306,6 @@ __device__ __forceinline__ bool mm_finish(const mm_args &a, const float (&acc)[N
     return true;
 }
 
-/* A 1-row pass's input chunk of k-tiles [kt0, kt0 + nkt) of the output projection, staged from
- * the attention's span partials (a.mg; attn_choose) in place of the merge kernel and a copy:
- * k_attn_merge's weights (att_span_weights), adds in span order and division, so the same
- * bits. A warp per head of the chunk finds its weights into w ([heads][MG_SPANS], then the
- * heads' sums); each thread then adds the spans of its values, MG_EL at a time, whose first
- * spans it requested before the weights. */
-#ifndef MG_EL
-#define MG_EL 2 /* values a thread requests at once (1: measured in docs/perf.md) */
-#endif
-__host__ __device__ constexpr int mm_mg_bytes(int D) { /* w, for up to KC = 64 k-tiles */
-    return (1024 / D + 2) * (MG_SPANS + 1) * 4;
-}
-/* whether a 1-row launch of w can merge (o_merges): each piece one input chunk */
-int mm_mg_fits(const gpu_model *g, const dmat *w) {
-    return w->mma && w->ks > 0 && cdiv(w->KT, w->ks) <= mm_chunk(1) &&
-           mm_mg_bytes(g->D) <= MM_CS_BYTES;
-}
-template <int TERMS>
-__device__ __forceinline__ void mm_merge_stage(const mm_args &a, int kt0, int nkt, uint2 *dst,
-                                               float *w) {
-    const att_mg &m = a.mg;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, D = m.D;
-    const int k0 = kt0 * 16, nkk = nkt * 16, h0 = k0 / D, nhc = (k0 + nkk - 1) / D - h0 + 1;
-    const int p = row_lim(m.sp, a.row0), sa = att_lo(p, m.window) / ATT_SPAN, sb = p / ATT_SPAN;
-    float *Ls = w + nhc * MG_SPANS;
-    float v[MG_EL][MG_SPANS];
-    auto request = [&](int i0) { /* values i0 + tid + 256 e of the chunk, all their spans */
-#pragma unroll
-        for (int e = 0; e < MG_EL; e++) {
-            const int i = i0 + tid + 256 * e, k = k0 + i, h = k / D;
-            const float *ac = m.acc + ((size_t)h * m.spans + sa) * D + (k - h * D);
-#pragma unroll
-            for (int j = 0; j < MG_SPANS; j++)
-                v[e][j] = i < nkk && sa + j <= sb ? __ldcg(ac + (size_t)j * D) : 0.f;
-        }
-    };
-    request(0);
-    for (int hi = warp; hi < nhc; hi += 8) {
-        const float2 *ml = (const float2 *)m.ml + (size_t)(h0 + hi) * m.spans;
-        float2 r[MERGE_ML];
-        att_ml_first(ml, sa, sb, lane, r);
-        const float L = att_span_weights(ml, sa, sb, r, w + hi * MG_SPANS, lane);
-        if (lane == 0) Ls[hi] = L;
-    }
-    __syncthreads();
-    const size_t less = (size_t)kt0 * xb_ntiles(1, TERMS) * 128; /* dst's first bf16 unit */
-    for (int i0 = 0; i0 < nkk; i0 += 256 * MG_EL) {
-        if (i0) request(i0);
-#pragma unroll
-        for (int e = 0; e < MG_EL; e++) {
-            const int i = i0 + tid + 256 * e, k = k0 + i, hi = k / D - h0;
-            if (i >= nkk) break;
-            float o = 0.f;
-#pragma unroll
-            for (int j = 0; j < MG_SPANS; j++)
-                if (sa + j <= sb) o = fmaf(v[e][j], w[hi * MG_SPANS + j], o);
-            xb_put<0>((uint16_t *)dst, 1, a.KT, 0, k, o / Ls[hi], TERMS, less);
-        }
-    }
-}
-
 #ifdef DSPARK_LAB_STAMPS /* measuring build: when each block of each launch reached its phases */
 struct lab_rec {
     unsigned long long t[5]; /* entry, past the wait, last piece's products done, exit, first
@@ -388,8 +327,7 @@ __device__ __forceinline__ unsigned long long lab_now(void) {
  * cut at group boundaries into pieces; a piece that is a whole group goes straight to the
  * epilogue, otherwise its sums go to the partial buffer and the last piece of the group to
  * arrive adds them in block order and runs the epilogue (mm_finish). */
-template <int NT, int TERMS, bool MG = false>
-__global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
+template <int NT, int TERMS> __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
     constexpr int U = mm_unroll(NT), KC = mm_chunk(NT), CH = KC * NT * 32; /* uint2 per chunk */
     extern __shared__ __align__(16) unsigned char smem[];
     uint2 *bbuf = (uint2 *)smem; /* [2][CH]: input chunks during the loop */
@@ -452,27 +390,30 @@ __global__ void __launch_bounds__(256, 2) k_mm(mm_args a) {
 
         const uint2 *xg = a.xb + (size_t)kb * NT * 32;
         const int nchunks = (nk + KC - 1) / KC;
-        auto stage = [&](int c) { /* input chunk c into its buffer */
-            const uint4 *src = (const uint4 *)(xg + (size_t)c * KC * NT * 32);
-            uint4 *dst = (uint4 *)(bbuf + (c & 1) * CH);
-            for (int i = threadIdx.x; i < min(KC, nk - c * KC) * NT * 16; i += 256)
-                cp_async16(dst + i, src + i);
-            cp_async_commit();
-        };
-        if constexpr (MG) /* the attention's partials merged: 1 row, pieces of one chunk */
-            mm_merge_stage<TERMS>(a, kb, nk, bbuf, (float *)mm_cs_table<NT, TERMS>(smem, a));
-        else
-            stage(0);
+        for (int i = threadIdx.x; i < min(KC, nk) * NT * 16; i += 256)
+            cp_async16((uint4 *)bbuf + i, (const uint4 *)xg + i);
+        cp_async_commit();
         cp_async_wait0();
         __syncthreads();
-        if (nchunks > 1) stage(1);
+        if (nchunks > 1) {
+            for (int i = threadIdx.x; i < min(KC, nk - KC) * NT * 16; i += 256)
+                cp_async16((uint4 *)(bbuf + CH) + i,
+                           (const uint4 *)(xg + (size_t)KC * NT * 32) + i);
+            cp_async_commit();
+        }
         /* at the first batch of input chunk c (c > 0): it has landed and chunk c - 1 is free */
         auto next_chunk = [&](int b0) {
             if (b0 == 0 || b0 % KC) return;
             int c = b0 / KC;
             cp_async_wait0();
             __syncthreads();
-            if (c + 1 < nchunks) stage(c + 1);
+            if (c + 1 < nchunks) {
+                const uint4 *src = (const uint4 *)(xg + (size_t)(c + 1) * KC * NT * 32);
+                uint4 *dst = (uint4 *)(bbuf + ((c + 1) & 1) * CH);
+                for (int i = threadIdx.x; i < min(KC, nk - (c + 1) * KC) * NT * 16; i += 256)
+                    cp_async16(dst + i, src + i);
+                cp_async_commit();
+            }
         };
         for (int b0 = 0; b0 < nk; b0 += 2 * U) {
             next_chunk(b0);
@@ -688,9 +629,6 @@ static const mm_kernel mm_kernels[2][12 + 1] = {
     {NULL, k_mm<1, 1>, k_mm<2, 1>, k_mm<3, 1>, k_mm<4, 1>},
 };
 
-/* [terms == 1]: 1-row launches that merge the attention partials (att_mg) */
-static const mm_kernel mm_mg_kernels[2] = {k_mm<1, 3, true>, k_mm<1, 1, true>};
-
 int mm_init(void) {
     for (int one = 0; one < 2; one++) {
         const int terms = one ? 1 : 3;
@@ -699,8 +637,6 @@ int mm_init(void) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     mm_smem(nt, terms) + mm_pre_max(nt, terms) * 4096 +
                                         MM_CS_BYTES));
-        CK(cudaFuncSetAttribute(mm_mg_kernels[one], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                mm_smem(1, terms) + mm_pre_max(1, terms) * 4096 + MM_CS_BYTES));
     }
     return mmg_init();
 }
@@ -727,18 +663,11 @@ static cudaError_t mm_launch_part(gpu_model *g, const mm_call *c) {
     a.norm_w = c->epi == EPI_RESID ? c->norm_w : NULL, a.norm_out = c->norm_out;
     a.H_norm = g->H, a.KT_norm = g->KT_H, a.eps = g->d.rms_eps;
     a.out_ss = a.norm_w ? c->out_ss : NULL, a.in_ss = c->in_ss, a.n_ssg = g->n_ssg;
-    a.mg = att_mg{NULL, NULL, NULL, 0, 0, 0};
-    if (c->merge) { /* o_merges: one row, its partials in the attention scratch */
-        if (c->n != 1 || c->T != 1 || c->epi == EPI_QKV || !mm_mg_fits(g, w))
-            return cudaErrorInvalidValue;
-        a.mg = att_mg{g->att_acc, g->att_ml, g->dsp, g->att_spans, g->D, g->d.window};
-    }
     if (c->n > GPU_GROUP) return mmg_launch(g, &a);
     const int terms = g->terms, NT = xb_ntiles(c->n, terms);
     a.npre = min(g->pre_kt, mm_pre_max(NT, terms));
-    /* q|k|v's RoPE table, or the merge's weights (mm_cs_table: the same room) */
-    const int cs = (c->epi == EPI_QKV && mm_cs(NT, terms)) || c->merge ? MM_CS_BYTES : 0;
-    return launch(c->merge ? mm_mg_kernels[terms == 1] : mm_kernels[terms == 1][NT], dim3(w->nb), dim3(256),
+    const int cs = c->epi == EPI_QKV && mm_cs(NT, terms) ? MM_CS_BYTES : 0;
+    return launch(mm_kernels[terms == 1][NT], dim3(w->nb), dim3(256),
                   (size_t)(mm_smem(NT, terms) + a.npre * 4096 + cs), g->stream, a);
 }
 

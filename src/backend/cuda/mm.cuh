@@ -51,65 +51,6 @@ __device__ __forceinline__ float silu_mul(float gv, float uv) {
     return gv / (1.0f + expf(-gv)) * uv;
 }
 
-/* ---- the attention merge (attention.cu), shared with the output projection's staging ---- */
-
-/* the lowest position a row at position p sees */
-__host__ __device__ __forceinline__ int att_lo(int p, int window) {
-    return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-}
-
-#define MERGE_ML 4 /* (max, sum) pairs a lane requests at once: spans sa + lane + 32 i */
-/* a lane's first MERGE_ML (max, sum) pairs of a row's spans [sa, sb] of one head */
-__device__ __forceinline__ void att_ml_first(const float2 *ml, int sa, int sb, int lane,
-                                             float2 (&r)[MERGE_ML]) {
-#pragma unroll
-    for (int i = 0; i < MERGE_ML; i++)
-        r[i] = sa + lane + 32 * i <= sb ? __ldcg(ml + sa + lane + 32 * i)
-                                        : make_float2(-INFINITY, 0.f);
-}
-
-/* By a warp, with r from att_ml_first: the spans' weights w[s - sa] = exp(m_s - M), M the
- * largest max, and their merged sum, returned to every lane. Lane l adds the sums of spans
- * sa + l + 32 i in turn, then the lanes add by butterfly: one order, whoever merges (the merge
- * kernel, or the output projection's staging of 1-row passes). */
-__device__ __forceinline__ float att_span_weights(const float2 *ml, int sa, int sb,
-                                                  const float2 (&r)[MERGE_ML], float *w,
-                                                  int lane) {
-    float M = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < MERGE_ML; i++)
-        if (sa + lane + 32 * i <= sb) M = fmaxf(M, r[i].x);
-    for (int s = sa + lane + 32 * MERGE_ML; s <= sb; s += 32) M = fmaxf(M, __ldcg(ml + s).x);
-    for (int off = 16; off; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-    float L = 0.f;
-#pragma unroll
-    for (int i = 0; i < MERGE_ML; i++) {
-        const int s = sa + lane + 32 * i;
-        if (s > sb) break;
-        float e = expf(r[i].x - M);
-        w[s - sa] = e;
-        L = fmaf(r[i].y, e, L);
-    }
-    for (int s = sa + lane + 32 * MERGE_ML; s <= sb; s += 32) {
-        const float2 q = __ldcg(ml + s);
-        float e = expf(q.x - M);
-        w[s - sa] = e;
-        L = fmaf(q.y, e, L);
-    }
-    for (int off = 16; off; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
-    return L;
-}
-
-/* A 1-row pass's attention partials, which the output projection merges into its staged input
- * in place of the merge kernel (attn_choose decides; acc NULL: the input is xb) */
-#define MG_SPANS 16 /* the most spans a row may have for it */
-struct att_mg {
-    const float *acc; /* the row's [nh][spans][D] span values */
-    const float *ml;  /* its [nh][spans][2] maxima and sums */
-    const step_params *sp;
-    int spans, D, window;
-};
-
 struct mm_args {
     const uint4 *w;    /* fragments [MS][KT][32] */
     const uint2 *xb;   /* this group's B operand [KT][NT][32] */
@@ -135,7 +76,6 @@ struct mm_args {
     const double *in_ss; /* the row sums are scaled by 1 / rms of these first */
     int n_ssg;
     int npre; /* k-tiles a decode block brings into shared memory before its wait (gemv.cu) */
-    att_mg mg;
 };
 
 /* RoPE's cos and sin at position pos for frequency f: the angle in float, as the CPU takes

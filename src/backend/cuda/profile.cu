@@ -63,7 +63,7 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
     for (int li = 0; li < (op == OP_HEAD || op >= OP_READ ? 1 : L); li++) {
         const dlayer *l = &g->layers[li];
         mm_call c = {NULL, NULL, n,    0,    n,    EPI_STORE, NULL, 0,
-                     NULL, NULL, NULL, NULL, NULL, NULL,      NULL, 0};
+                     NULL, NULL, NULL, NULL, NULL, NULL,      NULL};
         qkv_epi qe = {g->dsp,          g->q, l->q_norm, l->k_norm,   g->inv_freq, g->d.n_heads,
                       g->d.n_kv_heads, g->D, li,        g->d.rms_eps};
         cudaError_t e = cudaSuccess;
@@ -82,7 +82,6 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
             break;
         case OP_O:
             c.w = &l->o, c.xb = g->xo, c.epi = EPI_RESID, c.y = g->x, c.ldy = g->H;
-            c.merge = o_merges(g, li); /* as a pass runs it (the partials are there) */
             if (g->prescale) c.norm_w = l->ffn_norm, c.norm_out = g->xf, c.out_ss = g->ss_f;
             break;
         case OP_GU:
