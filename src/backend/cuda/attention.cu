@@ -144,26 +144,6 @@ __device__ __forceinline__ void att_values_row(const float *Vs, const float *e, 
     }
 }
 
-/* att_values_row with the dim's value rows in registers, v[j] for key j of the span: the same
- * adds in the same order */
-__device__ __forceinline__ void att_values_regs(const float (&v)[ATT_SPAN], const float *e,
-                                                att_row r, int G, float *out, size_t hstride) {
-    const int G4 = (G + 3) & ~3;
-    for (int g0 = 0; g0 < G; g0 += 4) {
-        float o[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < ATT_SPAN; j++) {
-            if (j < r.j0 || j >= r.j1) continue;
-            float4 w = *(const float4 *)(e + j * G4 + g0);
-            o[0] = fmaf(w.x, v[j], o[0]), o[1] = fmaf(w.y, v[j], o[1]);
-            o[2] = fmaf(w.z, v[j], o[2]), o[3] = fmaf(w.w, v[j], o[3]);
-        }
-#pragma unroll
-        for (int gi = 0; gi < 4; gi++)
-            if (g0 + gi < G) out[(size_t)(g0 + gi) * hstride] = o[gi];
-    }
-}
-
 /* A tile's queries: (row, head) pair p at p * QP floats, padded so that the four pairs a
  * tiled score load reads fall in different banks */
 __host__ __device__ constexpr int att_qp(int D) {
@@ -549,12 +529,7 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
  * score4 per key, att_softmax per head, att_values_row per dim. */
 #define ATT1_THREADS 128
 static_assert(ATT1_THREADS >= ATT_SPAN, "a thread per key");
-/* With VR (heads of at most ATT1_THREADS dims) the values never enter shared memory: thread d
- * holds dim d of the item's ATT_SPAN value rows in registers, requested with the keys (those
- * of positions before the pass before the wait), so no round trip follows the scores; four
- * blocks a SM by registers. The same adds in the same order (att_values_row's). */
-template <int D, bool VR> __device__ __forceinline__ void attn1_body(const attn_args &a) {
-    static_assert(!VR || D <= ATT1_THREADS, "a thread per dim");
+template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_args a) {
     constexpr int DP = D + 4, D4 = D / 4, QP = att_qp(D);
     extern __shared__ __align__(16) float sm[];
     const int G = a.G, G4 = (G + 3) & ~3;
@@ -595,23 +570,13 @@ template <int D, bool VR> __device__ __forceinline__ void attn1_body(const attn_
             cp_async16(Qs + h * QP + c, a.q + ((size_t)g.r.t * a.nh + g.kvh * G + h) * D + c);
         }
     };
-    float vr[VR ? ATT_SPAN : 1]; /* VR: dim tid of the item's value rows */
-    auto load_v = [&](const geo1 &g, int ja, int jb) { /* value rows [ja, jb) into vr */
-        if constexpr (VR) {
-#pragma unroll
-            for (int j = 0; j < ATT_SPAN; j++)
-                if (tid < D && g.k0 + j >= ja && g.k0 + j < jb)
-                    vr[j] = __ldcg(att_kv_row(*g.P, g.hh, g.k0 + j, D, tid, false));
-        }
-    };
     int item = blockIdx.x, from = 0; /* keys [klo, from) of the item are requested */
     geo1 g;
     bool ok = item < n_items && geom(item, g);
-    if (ok) { /* with pre_kv, keys (and VR values) of positions before the pass before the wait */
+    if (ok) { /* with pre_kv, keys of positions before the pass before the wait */
         from = a.pre_kv ? min(max(g.old, g.klo), g.k1) : g.klo;
         copy_rows(g, g.klo, from, true);
         cp_async_commit();
-        load_v(g, g.klo, from);
     }
     pdl_wait();
     pdl_launch();
@@ -620,7 +585,6 @@ template <int D, bool VR> __device__ __forceinline__ void attn1_body(const attn_
             copy_rows(g, from, g.k1, true);
             if (item == (int)blockIdx.x) copy_q(g); /* later items': with their keys, below */
             cp_async_commit();
-            load_v(g, from, g.k1);
             cp_async_wait0();
         }
         __syncthreads();
@@ -630,21 +594,15 @@ template <int D, bool VR> __device__ __forceinline__ void attn1_body(const attn_
                     score4<D>(Qs + g0 * QP, KV + tid * DP, min(G - g0, 4), a.scale,
                               S + (size_t)tid * G4 + g0);
             __syncthreads(); /* the keys are done with: the values take their tile */
-            if (!VR) copy_rows(g, g.klo, g.k1, false);
+            copy_rows(g, g.klo, g.k1, false);
             cp_async_commit();
             const size_t slot = ((size_t)(g.r.t - a.r0) * a.nh + g.kvh * G) * a.spans + g.span;
             for (int h = warp; h < G; h += ATT1_THREADS / 32)
                 att_softmax(S + h, G4, g.r, a.ml + (slot + (size_t)h * a.spans) * 2, lane);
             cp_async_wait0();
             __syncthreads();
-            if constexpr (VR) {
-                if (tid < D) att_values_regs(vr, S, g.r, G, a.acc + slot * D + tid,
-                                             (size_t)a.spans * D);
-            } else {
-                for (int d = tid; d < D; d += ATT1_THREADS)
-                    att_values_row<D>(KV, S, g.r, G, d, a.acc + slot * D + d,
-                                      (size_t)a.spans * D);
-            }
+            for (int d = tid; d < D; d += ATT1_THREADS)
+                att_values_row<D>(KV, S, g.r, G, d, a.acc + slot * D + d, (size_t)a.spans * D);
             __syncthreads(); /* the tile, S and Qs are the next item's */
         }
         if (item + (int)gridDim.x < n_items) { /* the next item's keys and queries */
@@ -654,17 +612,9 @@ template <int D, bool VR> __device__ __forceinline__ void attn1_body(const attn_
                 copy_q(g);
                 cp_async_commit();
                 from = g.k1;
-                load_v(g, g.klo, g.k1);
             }
         }
     }
-}
-
-template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_args a) {
-    attn1_body<D, false>(a);
-}
-template <int D> __global__ void __launch_bounds__(ATT1_THREADS, 4) k_attn1v(attn_args a) {
-    attn1_body<D, true>(a);
 }
 
 /* Block (row, head): the row's span partials merged in span order (weights exp(m_s - M) of
@@ -756,15 +706,10 @@ static size_t attn1_smem(int G, int D) {
                             (size_t)ATT_SPAN * ((G + 3) & ~3));
 }
 
-#define K1(n)  k_attn1<16 * (n)>, k_attn1v<16 * (n)>
-#define K1S(n) k_attn1<16 * (n)>, NULL /* k_attn1v: a thread a dim */
-static const attn_kernel attn1_kernels[17][2] = {
-    {NULL, NULL}, {K1(1)},   {K1(2)},   {K1(3)},   {K1(4)},   {K1(5)},
-    {K1(6)},      {K1(7)},   {K1(8)},   {K1S(9)},  {K1S(10)}, {K1S(11)},
-    {K1S(12)},    {K1S(13)}, {K1S(14)}, {K1S(15)}, {K1S(16)}};
-static attn_kernel attn1_kernel(const gpu_model *g) {
-    return attn1_kernels[g->D / 16][g->att1_vr];
-}
+#define K1(n) k_attn1<16 * (n)>
+static const attn_kernel attn1_kernels[17] = {NULL,   K1(1),  K1(2),  K1(3),  K1(4),  K1(5),
+                                              K1(6),  K1(7),  K1(8),  K1(9),  K1(10), K1(11),
+                                              K1(12), K1(13), K1(14), K1(15), K1(16)};
 
 /* Work items of the pass in g->hsp (as k_attn numbers them): with at most one per SM, each
  * of at most ATT_COOP_ROWS rows (decode steps), one block a SM with two buffers measured
@@ -809,7 +754,7 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
     const int nb = g->att_kind == ATT_FEW ? 2 : 1;
     cudaError_t e =
         g->att_kind == ATT_ONE
-            ? launch(attn1_kernel(g), dim3(g->att_one), dim3(ATT1_THREADS),
+            ? launch(attn1_kernels[g->D / 16], dim3(g->att_one), dim3(ATT1_THREADS),
                      attn1_smem(g->G, g->D), g->stream, a)
             : launch(attn_kernels[g->D / 16][nb - 1], dim3(nb == 2 ? g->sms : g->att_grid),
                      dim3(ATT_THREADS), attn_smem(g->G, g->D, nb), g->stream, a);
@@ -865,16 +810,15 @@ int attn_init(gpu_model *g, int spans) {
         log_hint("run on the CPU (without --gpu)");
         return ERR_UNSUPPORTED;
     }
-    g->att1_vr = g->att1_vr && attn1_kernels[D / 16][1]; /* heads of up to ATT1_THREADS dims */
     if (raise_smem((const void *)attn_kernels[D / 16][0], attn_smem(G, D, 1)) ||
-        raise_smem((const void *)attn1_kernel(g), attn1_smem(G, D)) ||
+        raise_smem((const void *)attn1_kernels[D / 16], attn1_smem(G, D)) ||
         raise_smem((const void *)k_attn_merge<8>, sizeof(float) * spans) ||
         raise_smem((const void *)k_attn_merge<16>, sizeof(float) * spans))
         return ERR_UNSUPPORTED;
     /* k_attn1's grid: g->att_one blocks a SM as asked (0: off), at most as many as fit */
     int per_sm = g->att_one, fit = 0;
     if (per_sm > 0 && cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                          &fit, attn1_kernel(g), ATT1_THREADS, attn1_smem(G, D)) != cudaSuccess)
+                          &fit, attn1_kernels[D / 16], ATT1_THREADS, attn1_smem(G, D)) != cudaSuccess)
         fit = 0, cudaGetLastError();
     g->att_one = per_sm > 0 ? (per_sm < fit ? per_sm : fit) * g->sms : 0;
     return OK;

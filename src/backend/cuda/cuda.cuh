@@ -418,7 +418,6 @@ struct gpu_model {
                    * att_few_items items: two buffers, a block a SM) or ATT_ONE (k_attn1) */
     int att_few_items; /* sms, or DSPARK_GPU_ATT_FEW times it */
     int att_one;       /* k_attn1's blocks a launch (0: never k_attn1; DSPARK_GPU_ATT1) */
-    int att1_vr;       /* k_attn1 holds the values in registers (DSPARK_GPU_ATT1_VR) */
     float *taps;                /* [rows][n_taps][H] hidden-state taps, or NULL */
     int tap_of[GPU_MAX_LAYERS]; /* tap slot of each layer, -1 for none */
     int n_taps;

@@ -340,7 +340,6 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->slots = sms * env_int("DSPARK_GPU_BLOCKS_PER_SM", 2);
     g->att_nb = env_int("DSPARK_GPU_ATT_NB", 2); /* 1: never two buffers; attn_init may take 1 */
     g->att_one = env_int("DSPARK_GPU_ATT1", 6); /* k_attn1's blocks a SM; attn_init: a grid */
-    g->att1_vr = env_int("DSPARK_GPU_ATT1_VR", 0);
     for (int i = 0; i < GPU_MAX_LAYERS; i++) g->tap_of[i] = -1;
     gpu_pdl_on = env_int("DSPARK_GPU_PDL", 1);
     g->layers = (dlayer *)calloc((size_t)d->n_layers, sizeof *g->layers);
