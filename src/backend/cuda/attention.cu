@@ -99,11 +99,33 @@ struct att_row {
     int t, j0, j1;
 };
 
-/* key or value row j (a position of sequence P) of kv head line hh, dims [c, c + 4) */
-__device__ __forceinline__ const float *att_kv_row(const seq_params &P, size_t hh, int j, int D,
-                                                   int c, bool key) {
-    const size_t at = j < P.nb ? (hh * P.bcap + j) * D + c : (hh * P.cap + j - P.nb) * D + c;
-    return (j < P.nb ? (key ? P.bk : P.bv) : (key ? P.kc : P.vc)) + at;
+/* Where sequence P keeps the key (or value) rows of kv head line hh: row j (a position) at
+ * (j < nb ? base : own) + j D, read from P once per tile, not per row */
+struct att_lines {
+    const float *base, *own;
+    int nb;
+};
+__device__ __forceinline__ att_lines att_lines_of(const seq_params &P, size_t hh, int D, bool key) {
+    const int nb = P.nb;
+    return att_lines{(key ? P.bk : P.bv) + hh * P.bcap * D,
+                     (key ? P.kc : P.vc) + (ptrdiff_t)(hh * P.cap * D) - (ptrdiff_t)nb * D, nb};
+}
+/* rows [ja, jb) of L into a tile (row j at tile + (j - j0) DP), 16 bytes a copy, by T threads:
+ * with T a multiple of the copies a row, each thread keeps one column */
+template <int D, int T>
+__device__ __forceinline__ void att_copy_rows(float *tile, int j0, const att_lines &L, int ja,
+                                              int jb, int tid) {
+    constexpr int DP = D + 4, D4 = D / 4;
+    if constexpr (T % D4 == 0) {
+        const int c = (tid % D4) * 4;
+        for (int j = ja + tid / D4; j < jb; j += T / D4)
+            cp_async16(tile + (j - j0) * DP + c, (j < L.nb ? L.base : L.own) + (size_t)j * D + c);
+    } else {
+        for (int x = tid; x < (jb - ja) * D4; x += T) {
+            const int j = ja + x / D4, c = (x % D4) * 4;
+            cp_async16(tile + (j - j0) * DP + c, (j < L.nb ? L.base : L.own) + (size_t)j * D + c);
+        }
+    }
 }
 
 /* The span's softmax of one (row, head) pair, by a warp, two keys a lane: the scores sr[j G4]
@@ -224,13 +246,16 @@ __device__ __forceinline__ void att_scores_tiled(const float *Ks, const float *Q
  * both rows for four heads at a time, keys in order. It runs over the keys either row sees;
  * a key one row does not see has weight 0 there (the softmax wrote it), and adding 0 * v (v
  * finite: the tile's loaded keys) to a sum that starts at +0 changes no bit, so each row's
- * sums are those of the few-rows loop over its own keys. */
-template <int D>
+ * sums are those of the few-rows loop over its own keys. G4C: the weights' row stride G4
+ * known when compiled (4: up to four heads a kv head), so that the loop's shared-memory
+ * addresses are offsets of one register (0: read at run time; the same sums). */
+template <int D, int G4C>
 __device__ __forceinline__ void att_values_tiled(const attn_args &a, const float *Vs,
                                                  const float *S, const att_row *rows, int nr,
                                                  int kvh, int span) {
     constexpr int DP = D + 4;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, G = a.G, G4 = (G + 3) & ~3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, G = a.G;
+    const int G4 = G4C ? G4C : (G + 3) & ~3;
     constexpr int DB = (D + 63) / 64;
     for (int task = warp; task < (nr + 1) / 2 * DB; task += ATT_THREADS / 32) {
         const int r0 = task / DB * 2, d0 = task % DB * 64 + lane, d1 = d0 + 32;
@@ -246,12 +271,13 @@ __device__ __forceinline__ void att_values_tiled(const attn_args &a, const float
             for (int r = 0; r < 2; r++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) o[r][0][i] = o[r][1][i] = 0.f;
-#pragma unroll 2
-            for (int j = jlo; j < jhi; j++) {
-                const float v0 = d0 < D ? Vs[j * DP + d0] : 0.f;
-                const float v1 = d1 < D ? Vs[j * DP + d1] : 0.f;
-                const float4 wa = *(const float4 *)(ea + j * G4 + g0);
-                const float4 wb = *(const float4 *)(eb + j * G4 + g0);
+            const float *vp = Vs + jlo * DP, *pa = ea + jlo * G4 + g0, *pb = eb + jlo * G4 + g0;
+#pragma unroll 4
+            for (int j = jlo; j < jhi; j++, vp += DP, pa += G4, pb += G4) {
+                const float v0 = d0 < D ? vp[d0] : 0.f;
+                const float v1 = d1 < D ? vp[d1] : 0.f;
+                const float4 wa = *(const float4 *)pa;
+                const float4 wb = *(const float4 *)pb;
                 o[0][0][0] = fmaf(wa.x, v0, o[0][0][0]), o[0][0][1] = fmaf(wa.y, v0, o[0][0][1]);
                 o[0][0][2] = fmaf(wa.z, v0, o[0][0][2]), o[0][0][3] = fmaf(wa.w, v0, o[0][0][3]);
                 o[0][1][0] = fmaf(wa.x, v1, o[0][1][0]), o[0][1][1] = fmaf(wa.y, v1, o[0][1][1]);
@@ -390,11 +416,8 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
         if (jb <= ja) return;
         const seq_params &P = sp->seq[geo.si];
         float *Ks = sm + b * BUF, *Vs = Ks + ATT_SPAN * DP;
-        for (int x = tid; x < (jb - ja) * D4; x += ATT_THREADS) {
-            int r = ja - geo.k0 + x / D4, c = (x % D4) * 4, j = geo.k0 + r;
-            if (k) cp_async16(Ks + r * DP + c, att_kv_row(P, geo.hh, j, D, c, true));
-            if (v) cp_async16(Vs + r * DP + c, att_kv_row(P, geo.hh, j, D, c, false));
-        }
+        if (k) att_copy_rows<D, ATT_THREADS>(Ks, geo.k0, att_lines_of(P, geo.hh, D, true), ja, jb, tid);
+        if (v) att_copy_rows<D, ATT_THREADS>(Vs, geo.k0, att_lines_of(P, geo.hh, D, false), ja, jb, tid);
     };
     auto copy_q = [&](const att_geo &geo, int b) {
         if (geo.k1 <= geo.klo) return;
@@ -498,7 +521,12 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
             __syncthreads();
             /* values: with more rows att_values_tiled; with a few a thread per (row, dim),
              * four heads at a time, keys in order */
-            if (nr > ATT_COOP_ROWS) att_values_tiled<D>(a, Vs, S, rows, nr, kvh, span);
+            if (nr > ATT_COOP_ROWS) {
+                if (G4 == 4)
+                    att_values_tiled<D, 4>(a, Vs, S, rows, nr, kvh, span);
+                else
+                    att_values_tiled<D, 0>(a, Vs, S, rows, nr, kvh, span);
+            }
             for (int x = tid; x < (nr > ATT_COOP_ROWS ? 0 : nr * D); x += ATT_THREADS) {
                 int ri = x / D, d = x % D;
                 att_row r = rows[ri];
@@ -559,10 +587,7 @@ template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_ar
         return g.k1 > g.klo;
     };
     auto copy_rows = [&](const geo1 &g, int ja, int jb, bool key) { /* keys [ja, jb) */
-        for (int x = tid; x < (jb - ja) * D4; x += ATT1_THREADS) {
-            const int j = ja + x / D4, c = (x % D4) * 4;
-            cp_async16(KV + (j - g.k0) * DP + c, att_kv_row(*g.P, g.hh, j, D, c, key));
-        }
+        att_copy_rows<D, ATT1_THREADS>(KV, g.k0, att_lines_of(*g.P, g.hh, D, key), ja, jb, tid);
     };
     auto copy_q = [&](const geo1 &g) {
         for (int x = tid; x < G * D4; x += ATT1_THREADS) {
