@@ -11,7 +11,12 @@
 # items of that many rows, results right). Each adds ~2.7 MB
 # to the archive, and a device call carries 64 MiB with the tracked files (~50 MB).
 #
-#   [LAB=1 [LAB_BUILDS="nw lab1 lab2 st"]] sh bench/gpu_pack.sh [ARCHIVE]
+# A device call carries the tracked files (~50 MB) and at most ~14 MB more, so for timing runs
+# BENCH_ONLY=1 packs bench_gpu (and the LAB builds) with the libraries alone (~4 MB), and
+# AB=FILE adds FILE, a bench_gpu built from another commit, as bench_gpu_old: the two then
+# alternate on one machine start.
+#
+#   [LAB=1 [LAB_BUILDS="nw lab1 lab2 st"]] [BENCH_ONLY=1] [AB=FILE] sh bench/gpu_pack.sh [ARCHIVE]
 #                                               (default .gpupack/gpu.txz)
 #
 # Then, on the GPU machine: PACK=ARCHIVE BIN=.gbin STEPS="..." sh bench/run_gpu.sh
@@ -19,11 +24,14 @@ set -eu
 cd "$(dirname "$0")/.."
 ARCHIVE=${1:-.gpupack/gpu.txz}
 OPT="-O3 -march=x86-64-v4"
-make CUDA=1 BUILD=build/gpu OPT="$OPT" -j2 build/gpu/tests/test_gpu build/gpu/bench_gpu \
-    build/gpu/dspark
+BINS="tests/test_gpu bench_gpu dspark"
+[ "${BENCH_ONLY:-0}" = 1 ] && BINS=bench_gpu
+# shellcheck disable=SC2046 # one target per binary
+make CUDA=1 BUILD=build/gpu OPT="$OPT" -j2 $(for b in $BINS; do echo "build/gpu/$b"; done)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for b in tests/test_gpu bench_gpu dspark; do strip -g -o "$tmp/$(basename $b)" "build/gpu/$b"; done
+for b in $BINS; do strip -g -o "$tmp/$(basename $b)" "build/gpu/$b"; done
+if [ -n "${AB:-}" ]; then strip -g -o "$tmp/bench_gpu_old" "$AB"; fi
 # the commit built, and whether the tree differed from it (run_gpu.sh's info step prints it)
 {
     git log -1 --format='%h %s' | cut -c1-100
@@ -51,11 +59,13 @@ if [ "${LAB:-0}" = 1 ]; then
     done
 fi
 # the libraries outside the C and C++ runtimes and CUDA's, which the GPU machine has
-ldd build/gpu/dspark | awk '/=> \// {print $3}' |
+for b in $BINS; do ldd "build/gpu/$b"; done | awk '/=> \// {print $3}' | sort -u |
     grep -vE '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcudart)\.so' |
     while read -r lib; do cp -L "$lib" "$tmp/"; done
-[ -d ../shared/golden ] && cp -r ../shared/golden "$tmp/golden"
-[ -d ../shared/bench/prompts ] && cp -r ../shared/bench/prompts "$tmp/prompts"
+if [ "${BENCH_ONLY:-0}" != 1 ]; then
+    [ -d ../shared/golden ] && cp -r ../shared/golden "$tmp/golden"
+    [ -d ../shared/bench/prompts ] && cp -r ../shared/bench/prompts "$tmp/prompts"
+fi
 mkdir -p "$(dirname "$ARCHIVE")"
 tar -C "$tmp" -cf - . | xz -9e -T2 >"$ARCHIVE"
 ls -l "$ARCHIVE"
