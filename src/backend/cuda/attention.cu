@@ -104,6 +104,9 @@ struct att_row {
 struct att_lines {
     const float *base, *own;
     int nb;
+    __device__ __forceinline__ const float *row(int j, int D) const {
+        return (j < nb ? base : own) + (size_t)j * D;
+    }
 };
 __device__ __forceinline__ att_lines att_lines_of(const seq_params &P, size_t hh, int D, bool key) {
     const int nb = P.nb;
@@ -119,11 +122,11 @@ __device__ __forceinline__ void att_copy_rows(float *tile, int j0, const att_lin
     if constexpr (T % D4 == 0) {
         const int c = (tid % D4) * 4;
         for (int j = ja + tid / D4; j < jb; j += T / D4)
-            cp_async16(tile + (j - j0) * DP + c, (j < L.nb ? L.base : L.own) + (size_t)j * D + c);
+            cp_async16(tile + (j - j0) * DP + c, L.row(j, D) + c);
     } else {
         for (int x = tid; x < (jb - ja) * D4; x += T) {
             const int j = ja + x / D4, c = (x % D4) * 4;
-            cp_async16(tile + (j - j0) * DP + c, (j < L.nb ? L.base : L.own) + (size_t)j * D + c);
+            cp_async16(tile + (j - j0) * DP + c, L.row(j, D) + c);
         }
     }
 }
