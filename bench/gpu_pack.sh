@@ -14,9 +14,11 @@
 # A device call carries the tracked files (~50 MB) and at most ~14 MB more, so for timing runs
 # BENCH_ONLY=1 packs bench_gpu (and the LAB builds) with the libraries alone (~4 MB), and
 # AB=FILE adds FILE, a bench_gpu built from another commit, as bench_gpu_old: the two then
-# alternate on one machine start.
+# alternate on one machine start. BINS picks the binaries of a full pack (default
+# "tests/test_gpu bench_gpu dspark"; without dspark a pack and an AB binary fit together).
 #
-#   [LAB=1 [LAB_BUILDS="nw lab1 lab2 st"]] [BENCH_ONLY=1] [AB=FILE] sh bench/gpu_pack.sh [ARCHIVE]
+#   [LAB=1 [LAB_BUILDS="nw lab1 lab2 st"]] [BENCH_ONLY=1 | BINS="..."] [AB=FILE] \
+#       sh bench/gpu_pack.sh [ARCHIVE]
 #                                               (default .gpupack/gpu.txz)
 #
 # Then, on the GPU machine: PACK=ARCHIVE BIN=.gbin STEPS="..." sh bench/run_gpu.sh
@@ -24,7 +26,7 @@ set -eu
 cd "$(dirname "$0")/.."
 ARCHIVE=${1:-.gpupack/gpu.txz}
 OPT="-O3 -march=x86-64-v4"
-BINS="tests/test_gpu bench_gpu dspark"
+BINS=${BINS:-"tests/test_gpu bench_gpu dspark"}
 [ "${BENCH_ONLY:-0}" = 1 ] && BINS=bench_gpu
 # shellcheck disable=SC2046 # one target per binary
 make CUDA=1 BUILD=build/gpu OPT="$OPT" -j2 $(for b in $BINS; do echo "build/gpu/$b"; done)

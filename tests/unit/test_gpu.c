@@ -471,6 +471,35 @@ TEST(gpu_attention_loads_ahead) {
     for (int k = 0; k < 2; k++) model_free(m[k]);
 }
 
+/* pycoder loaded with DSPARK_GPU_ATT_FEW=0 (every decode step past the two-buffer kernel)
+ * and var=value */
+static int load_few0_with(const char *var, const char *value, struct model **m) {
+    char *few = env_swap("DSPARK_GPU_ATT_FEW", "0");
+    int rc = load_with(var, value, m);
+    env_restore("DSPARK_GPU_ATT_FEW", few);
+    return rc;
+}
+
+/* The merge of a row's span partials gives the same bits on both kernels: one block a (row,
+ * head) (k_attn_merge, DSPARK_GPU_MERGE_DIMS=0) and, for launches of fewer (row, head) pairs
+ * than SMs past the two-buffer kernel, a block a (row, head, 32 dims) staging its spans in
+ * chunks, here of 3 spans so that the chunk loop runs (k_attn_merge_dims): a prompt, a
+ * verify, steps and 16 sequences' steps, every step past the two-buffer kernel. */
+TEST(gpu_attention_merge) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m[2];
+    REQUIRE(load_few0_with("DSPARK_GPU_MERGE_DIMS", "0", &m[0]) == 0);
+    REQUIRE(load_few0_with("DSPARK_GPU_MERGE_CH", "3", &m[1]) == 0);
+    int same_seq = 0, same_batch = 0;
+    same_passes(m, &same_seq, &same_batch);
+    printf("  the merge by dims (chunks of 3 spans) equals the merge by heads (prompt, verify, "
+           "steps): %s; 16 sequences' steps: %s\n",
+           same_seq ? "yes" : "NO", same_batch ? "yes" : "NO");
+    CHECK(same_seq && same_batch);
+    for (int k = 0; k < 2; k++) model_free(m[k]);
+}
+
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
  * the one-buffer kernel's path for items of few rows) give the same bits as each sequence
  * alone (fewer items than SMs: the two-buffer kernel). */
@@ -1549,6 +1578,7 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_attention_one")) RUN(gpu_attention_one);
     if (wanted(argc, argv, "gpu_chunk_rows")) RUN(gpu_chunk_rows);
     if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
+    if (wanted(argc, argv, "gpu_attention_merge")) RUN(gpu_attention_merge);
     if (wanted(argc, argv, "gpu_attention_many_steps")) RUN(gpu_attention_many_steps);
     if (wanted(argc, argv, "gpu_many_heads_per_kv")) RUN(gpu_many_heads_per_kv);
     if (wanted(argc, argv, "gpu_block_golden")) RUN(gpu_block_golden);

@@ -60,8 +60,8 @@ cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T) {
  * over the head dimension in order), takes a warp per (row, head) for the softmax and adds up
  * the values in key order, giving each row's span partial (max, sum, weighted values); how the
  * threads share that work depends on the item's rows, never the sums. A second kernel, a
- * block per (row, head), merges each row's partials in span order into the output
- * projection's B operand. A row's spans, the order of every sum and the keys it adds depend
+ * block per (row, head) (per (row, head, 32 dims) where those are few), merges each row's
+ * partials in span order into the output projection's B operand. A row's spans, the order of every sum and the keys it adds depend
  * only on its own position, so its output is the same bits whatever other rows and sequences
  * share the pass. A fixed grid
  * of blocks loops over the items, so captured graphs serve any context length. */
@@ -79,7 +79,8 @@ struct attn_args {
     int pre_kv;   /* the first item's keys and values of earlier positions are requested
                    * before the wait on the previous kernel (DSPARK_GPU_ATT_PRE_KV) */
     float scale;
-    int terms; /* of xb_out (gpu_model.terms) */
+    int terms;    /* of xb_out (gpu_model.terms) */
+    int merge_ch; /* k_attn_merge_dims: spans a chunk, 1..MERGE_CH */
 };
 
 /* a sequence's share of a launch: rows [a, b), spans [span0, span0 + nsp), items from it0 */
@@ -715,6 +716,75 @@ template <int MV> __global__ void __launch_bounds__(128) k_attn_merge(attn_args 
     }
 }
 
+/* Launches of few (row, head) blocks (fewer than SMs: decode steps of a few sequences) with
+ * more work items than the two-buffer kernel takes (long contexts) merge on more blocks with
+ * fewer round trips: block (row, head, MERGE_DIMS dims) brings the row's span maxima and sums
+ * and those dims of MERGE_CH spans at a time into shared memory with one round of
+ * asynchronous copies, warp 0 computes the span weights from there as k_attn_merge does
+ * (each lane's spans sa + lane + 32 i in order, then the same butterflies), and thread d adds
+ * its dim in span order: k_attn_merge's sums in its order. */
+#define MERGE_DIMS 32
+#define MERGE_CH 256
+__global__ void __launch_bounds__(128) k_attn_merge_dims(attn_args a, int D) {
+    extern __shared__ __align__(16) float sm[]; /* w, (max, sum) pairs, [MERGE_CH][MERGE_DIMS] */
+    __shared__ float Ls;
+    const int t = a.r0 + blockIdx.x, h = blockIdx.y, d0 = blockIdx.z * MERGE_DIMS;
+    const int tid = threadIdx.x, nd = min(MERGE_DIMS, D - d0); /* 16 or 32: D % 16 == 0 */
+    const int p = row_lim(a.sp, t), sa = att_lo(p, a.window) / ATT_SPAN, sb = p / ATT_SPAN;
+    const size_t base = ((size_t)(t - a.r0) * a.nh + h) * a.spans;
+    const int nw = (a.spans + 3) & ~3;
+    float *w = sm, *V = sm + 3 * nw;
+    float2 *mls = (float2 *)(sm + nw);
+    auto stage = [&](int s0, int s1) { /* spans [s0, s1) of dims [d0, d0 + nd) into V */
+        const int per = nd / 4;
+        for (int x = tid; x < (s1 - s0) * per; x += 128) {
+            const int s = s0 + x / per, c = (x % per) * 4;
+            cp_async16(V + (s - s0) * MERGE_DIMS + c, a.acc + (base + s) * D + d0 + c);
+        }
+        cp_async_commit();
+    };
+    if (a.early) pdl_launch();
+    pdl_wait();
+    if (!a.early) pdl_launch();
+    const int ch = a.merge_ch;
+    int s0 = sa, s1 = min(sb + 1, sa + ch);
+    for (int s = sa + tid; s <= sb; s += 128) cp_async8(mls + (s - sa), a.ml + (base + s) * 2);
+    stage(s0, s1);
+    cp_async_wait0();
+    __syncthreads();
+    if (tid < 32) { /* k_attn_merge's weights and sum, from shared memory */
+        float M = -INFINITY;
+        for (int s = sa + tid; s <= sb; s += 32) M = fmaxf(M, mls[s - sa].x);
+        for (int off = 16; off; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+        float L = 0.f;
+        for (int s = sa + tid; s <= sb; s += 32) {
+            const float2 q = mls[s - sa];
+            float e = expf(q.x - M);
+            w[s - sa] = e;
+            L = fmaf(q.y, e, L);
+        }
+        for (int off = 16; off; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+        if (tid == 0) Ls = L;
+    }
+    __syncthreads();
+    float o = 0.f;
+    for (;;) {
+        if (tid < nd)
+            for (int s = s0; s < s1; s++) o = fmaf(V[(s - s0) * MERGE_DIMS + tid], w[s - sa], o);
+        if (s1 > sb) break;
+        __syncthreads(); /* V is the next chunk's */
+        s0 = s1, s1 = min(sb + 1, s0 + ch);
+        stage(s0, s1);
+        cp_async_wait0();
+        __syncthreads();
+    }
+    if (tid < nd) xb_put(a.xb_out, a.T, a.KT_out, t, h * D + d0 + tid, o / Ls, a.terms);
+}
+
+static size_t merge_dims_smem(int spans) {
+    return sizeof(float) * (3 * (((size_t)spans + 3) / 4 * 4) + MERGE_CH * MERGE_DIMS);
+}
+
 static size_t attn_smem(int G, int D, int nb) {
     const size_t buf = 2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * att_qp(D);
     return sizeof(float) * (nb * buf + (size_t)ATT_ROWS * ((G + 3) & ~3) * ATT_SPAN);
@@ -779,6 +849,7 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
     a.early = g->early_merge;
     a.early_kv = g->att_early_kv;
     a.pre_kv = g->att_pre_kv;
+    a.merge_ch = g->merge_ch > 0 && g->merge_ch < MERGE_CH ? g->merge_ch : MERGE_CH;
     const int nb = g->att_kind == ATT_FEW ? 2 : 1;
     cudaError_t e =
         g->att_kind == ATT_ONE
@@ -790,6 +861,9 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
 #ifdef DSPARK_LAB_NOMERGE /* measuring build, results wrong: what the merge kernel costs */
     return e;
 #endif
+    if (g->merge_dims && g->att_kind != ATT_FEW && n * d->n_heads < g->sms)
+        return launch(k_attn_merge_dims, dim3(n, d->n_heads, (g->D + MERGE_DIMS - 1) / MERGE_DIMS),
+                      dim3(128), merge_dims_smem(g->att_spans), g->stream, a, g->D);
     return launch(n <= MERGE_FEW_ROWS ? k_attn_merge<16> : k_attn_merge<8>, dim3(n, d->n_heads),
                   dim3(128), sizeof(float) * g->att_spans, g->stream, a, g->D);
 }
@@ -841,7 +915,8 @@ int attn_init(gpu_model *g, int spans) {
     if (raise_smem((const void *)attn_kernels[D / 16][0], attn_smem(G, D, 1)) ||
         raise_smem((const void *)attn1_kernels[D / 16], attn1_smem(G, D)) ||
         raise_smem((const void *)k_attn_merge<8>, sizeof(float) * spans) ||
-        raise_smem((const void *)k_attn_merge<16>, sizeof(float) * spans))
+        raise_smem((const void *)k_attn_merge<16>, sizeof(float) * spans) ||
+        raise_smem((const void *)k_attn_merge_dims, merge_dims_smem(spans)))
         return ERR_UNSUPPORTED;
     /* k_attn1's grid: g->att_one blocks a SM as asked (0: off), at most as many as fit */
     int per_sm = g->att_one, fit = 0;

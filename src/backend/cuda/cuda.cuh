@@ -443,6 +443,8 @@ struct gpu_model {
     int use_graphs, use_pdl, slots, even_split, early_merge, sel_rows;
     int prescale;         /* layers' norms deferred into the matmuls (mm_call.out_ss) */
     int att_early_kv, att_pre_kv; /* attn_args.early_kv, pre_kv */
+    int merge_dims, merge_ch; /* launches of fewer (row, head) pairs than SMs past ATT_FEW merge on
+                               * k_attn_merge_dims (0: never); its spans a chunk (0: MERGE_CH) */
     int pre_kt; /* mm_args.npre at most */
     int terms;  /* bf16 terms per matmul input value: 3 or 1 (the xb layout above) */
     double *ss_a, *ss_f;  /* [rows][n_ssg] group sums of squares behind xa and xf
