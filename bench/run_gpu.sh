@@ -5,14 +5,16 @@
 # (default all): info test testexact sanitize pycoder spec 8b cpucheck variants torch (test:
 # test_gpu, and bench/wgmma_bits.cu where nvcc is there; testexact: test_gpu with every
 # model's matmul inputs as three bf16 terms, exact products, as on the CPU; race, ncu, serve,
-# ttft, bound and stamps on request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
+# ttft, ab, bound and stamps on request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
 # mangled name, of `bench_gpu --lab`); serve runs `dspark serve --gpu` on models/pycoder in
 # each of SERVE_MODES and drives it with bench/concurrency.py (1, 4, 16, 64 concurrent clients against serialised);
 # spec runs `dspark benchmark --gpu $SPEC_ARGS` (needs $BIN/dspark and the prompt sets in
 # ../shared/bench/prompts, copied there from $BIN/prompts when missing, as ../shared/golden is
 # from $BIN/golden for test_gpu's drafter checks); variants reruns the 8B
 # decode (and VARIANT_ARGS, e.g. --batch 1,16) with each VARIANTS entry (VAR=value,
-# comma-separated settings) in the environment; ttft runs bench/ttft.py (a follow-up turn
+# comma-separated settings) in the environment; ab runs $BIN/bench_gpu_old (gpu_pack.sh's AB=)
+# and $BIN/bench_gpu in turn, AB_ROUNDS times (default 2), with AB_ARGS (default the decode
+# contexts 512, 4,096 and 16,384 at B=1 and 16); ttft runs bench/ttft.py (a follow-up turn
 # over a ~2,000-token cached prefix against a cold prompt) on `dspark serve --gpu` for
 # models/pycoder and for the 8B shape (given pycoder's tokenizer); bound runs measuring builds
 # of bench_gpu found in $BIN (results wrong, timings only) beside the normal one on the 8B
@@ -54,7 +56,8 @@ serve() {
 t0=$(date +%s)
 stamp() { echo "== $1 ($(($(date +%s) - t0)) s)"; }
 
-if { has 8b || has variants || has ncu || has torch || has ttft || has bound || has stamps; } &&
+if { has 8b || has variants || has ab || has ncu || has torch || has ttft || has bound ||
+    has stamps; } &&
     [ ! -f "$M8B/model.safetensors" ]; then
     # in the background while the tests run
     (gcc -O2 -o /tmp/mkmodel bench/mkmodel.c -lm &&
@@ -152,6 +155,17 @@ if has variants; then
         # shellcheck disable=SC2046,SC2086 # settings and arguments split on purpose
         env $(echo "$v" | tr , ' ') timeout 120 "$BIN/bench_gpu" "$M8B" --decode-only \
             ${VARIANT_ARGS:-} 2>&1 | tee -a "$OUT/variants.log" | grep -E "decode|batch| 16: |attention |attn "
+    done
+fi
+if has ab && [ -x "$BIN/bench_gpu_old" ]; then # gpu_pack.sh AB=: the two builds alternating
+    for r in $(seq 1 "${AB_ROUNDS:-2}"); do
+        for b in bench_gpu_old bench_gpu; do
+            stamp "ab $r $b"
+            echo "== $r $b" >>"$OUT/ab.log"
+            # shellcheck disable=SC2086 # arguments split on purpose
+            timeout 120 "$BIN/$b" "$M8B" ${AB_ARGS:---ctx 512,4096,16384 --decode-only --batch 1,16} \
+                2>&1 | tee -a "$OUT/ab.log" | grep -E "decode B=1|batch B=|prefill| 16: "
+        done
     done
 fi
 if has bound; then # measuring builds, each run beside the normal one
