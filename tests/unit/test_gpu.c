@@ -409,9 +409,10 @@ TEST(gpu_chunk_rows) {
     for (int k = 0; k < 3; k++) free(l[k]), model_free(m[k]);
 }
 
-/* Whether two loads of a model give the same bits: a 300-token prompt, a 16-row verify, single
- * steps, and 16 sequences' steps in one pass (attention items of one row). */
-static void same_passes(struct model *m[2], int *same_seq, int *same_batch) {
+/* Whether two loads of a model give the same bits (checked, printed as what; both freed): a
+ * 300-token prompt, a 16-row verify, single steps, and 16 sequences' steps in one pass
+ * (attention items of one row). */
+static void check_same_passes(struct model *m[2], const char *what) {
     enum { P = 300, W = 16, S = 4, NS = 16 };
     const int V = model_config(m[0])->vocab_size;
     static int32_t ids[NS][P + W + S];
@@ -443,15 +444,18 @@ static void same_passes(struct model *m[2], int *same_seq, int *same_batch) {
         }
         for (int i = 0; i < NS; i++) kv_free(kv[i]);
     }
-    *same_seq = !memcmp(l[0], l[1], sizeof(float) * n);
-    *same_batch = !memcmp(lb[0], lb[1], sizeof(float) * nb);
-    for (int k = 0; k < 2; k++) free(l[k]), free(lb[k]);
+    const int same_seq = !memcmp(l[0], l[1], sizeof(float) * n);
+    const int same_batch = !memcmp(lb[0], lb[1], sizeof(float) * nb);
+    printf("  %s (prompt, verify, steps): %s; 16 sequences' steps: %s\n", what,
+           same_seq ? "yes" : "NO", same_batch ? "yes" : "NO");
+    CHECK(same_seq && same_batch);
+    for (int k = 0; k < 2; k++) free(l[k]), free(lb[k]), model_free(m[k]);
 }
 
 /* Attention's loads ahead (the first item's earlier positions before the wait on the q|k|v
  * matmul, DSPARK_GPU_ATT_PRE_KV; the next item's keys and queries during this one's softmax
  * and values, DSPARK_GPU_ATT_EARLY_KV) move only when rows are requested: the passes of
- * same_passes give the same bits with them off. */
+ * check_same_passes give the same bits with them off. */
 TEST(gpu_attention_loads_ahead) {
     if (!gpu_available()) SKIP("no CUDA build or no GPU");
     if (!fs_exists("models/pycoder")) SKIP("models/ absent");
@@ -462,13 +466,7 @@ TEST(gpu_attention_loads_ahead) {
     int rc = load_with("DSPARK_GPU_ATT_PRE_KV", "0", &m[1]);
     unsetenv("DSPARK_GPU_ATT_EARLY_KV");
     REQUIRE(rc == 0);
-    int same_seq = 0, same_batch = 0;
-    same_passes(m, &same_seq, &same_batch);
-    printf("  attention loads ahead equal to none (prompt, verify, steps): %s; 16 sequences' "
-           "steps: %s\n",
-           same_seq ? "yes" : "NO", same_batch ? "yes" : "NO");
-    CHECK(same_seq && same_batch);
-    for (int k = 0; k < 2; k++) model_free(m[k]);
+    check_same_passes(m, "attention loads ahead equal to none");
 }
 
 /* pycoder loaded with DSPARK_GPU_ATT_FEW=0 (every decode step past the two-buffer kernel)
@@ -491,13 +489,7 @@ TEST(gpu_attention_merge) {
     struct model *m[2];
     REQUIRE(load_few0_with("DSPARK_GPU_MERGE_DIMS", "0", &m[0]) == 0);
     REQUIRE(load_few0_with("DSPARK_GPU_MERGE_CH", "3", &m[1]) == 0);
-    int same_seq = 0, same_batch = 0;
-    same_passes(m, &same_seq, &same_batch);
-    printf("  the merge by dims (chunks of 3 spans) equals the merge by heads (prompt, verify, "
-           "steps): %s; 16 sequences' steps: %s\n",
-           same_seq ? "yes" : "NO", same_batch ? "yes" : "NO");
-    CHECK(same_seq && same_batch);
-    for (int k = 0; k < 2; k++) model_free(m[k]);
+    check_same_passes(m, "the merge by dims (chunks of 3 spans) equals the merge by heads");
 }
 
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
