@@ -1,6 +1,7 @@
 /* backend/cuda/attention.cu: per-head RMSNorm and RoPE of the new q/k rows with the cache
  * append (for matmuls without the fused epilogue), and causal attention over each row's
  * sequence's cache in key spans (flash-decoding; see the comment above k_attn). */
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/mm.cuh"
 
 /* One block per (row, head slot): slots [0, nh) are query heads, [nh, nh + nkv) key heads
@@ -59,38 +60,17 @@ cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T) {
  * scores the keys for the kv head's G query heads of each row (each score one thread's chain
  * over the head dimension in order), takes a warp per (row, head) for the softmax and adds up
  * the values in key order, giving each row's span partial (max, sum, weighted values); how the
- * threads share that work depends on the item's rows, never the sums. A second kernel, a
- * block per (row, head) (per (row, head, 32 dims) where those are few), merges each row's
- * partials in span order into the output projection's B operand. A row's spans, the order of every sum and the keys it adds depend
- * only on its own position, so its output is the same bits whatever other rows and sequences
- * share the pass. A fixed grid
- * of blocks loops over the items, so captured graphs serve any context length. */
+ * threads share that work depends on the item's rows, never the sums. A second kernel
+ * (merge.cu) merges each row's partials in span order into the output projection's B operand.
+ * A row's spans, the order of every sum and the keys it adds depend only on its own position,
+ * so its output is the same bits whatever other rows and sequences share the pass. A fixed
+ * grid of blocks loops over the items, so captured graphs serve any context length. */
 
-struct attn_args {
-    const float *q; /* [T, nh, D] */
-    const step_params *sp;
-    uint16_t *xb_out; /* B operand of the output projection (K = QD) */
-    float *acc, *ml;  /* span partials: [att_rows][nh][spans][D] and [..][2] */
-    int T, r0, nr;    /* the chunk's rows (xb layout); this launch's rows [r0, r0 + nr) */
-    int nh, nkv, G, KT_out, layer, window, spans;
-    int early; /* the merge lets the output projection start (and load weights) at once */
-    int early_kv; /* one buffer: the next item's keys and queries load during this one's
-                   * softmax and values (DSPARK_GPU_ATT_EARLY_KV) */
-    int pre_kv;   /* the first item's keys and values of earlier positions are requested
-                   * before the wait on the previous kernel (DSPARK_GPU_ATT_PRE_KV) */
-    float scale;
-    int terms;    /* of xb_out (gpu_model.terms) */
-    int merge_ch; /* k_attn_merge_dims: spans a chunk, 1..MERGE_CH */
-};
 
 /* a sequence's share of a launch: rows [a, b), spans [span0, span0 + nsp), items from it0 */
 struct att_seq {
     int a, b, span0, nsp, units, it0;
 };
-
-__host__ __device__ __forceinline__ int att_lo(int p, int window) {
-    return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-}
 
 /* A work item's rows: position, lowest key and the item's valid keys [j0, j1) of the tile
  * (j1 = 0: the span is not one of the row's) */
@@ -646,145 +626,6 @@ template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_ar
     }
 }
 
-/* Block (row, head): the row's span partials merged in span order (weights exp(m_s - M) of
- * the largest span max M), divided by the merged sum, into the B operand. Its loads are few
- * round trips: the first MV spans of dim tid and each lane's first MERGE_ML maxima and sums
- * are requested together, and later spans MV at a time; the adds are in the order of one
- * span after another whatever the batches. MV = 16 takes 64 registers, 8 takes 40: launches
- * of many rows (prompts) keep more blocks resident with 8. */
-#define MERGE_ML 4 /* (max, sum) pairs a lane holds: spans sa + lane + 32 i */
-#define MERGE_FEW_ROWS 16 /* launches of at most this many rows take MV = 16 */
-template <int MV> __global__ void __launch_bounds__(128) k_attn_merge(attn_args a, int D) {
-    extern __shared__ float w[]; /* [spans] the row's span weights */
-    __shared__ float Ls;
-    /* the pass's parameters are there before the previous kernel ends */
-    const int t = a.r0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
-    const int p = row_lim(a.sp, t), sa = att_lo(p, a.window) / ATT_SPAN, sb = p / ATT_SPAN;
-    const size_t base = ((size_t)(t - a.r0) * a.nh + h) * a.spans;
-    if (a.early) pdl_launch();
-    pdl_wait();
-    if (!a.early) pdl_launch();
-    float v0[MV]; /* the first spans of dim tid, requested with the maxima and sums */
-#pragma unroll
-    for (int j = 0; j < MV; j++)
-        v0[j] = tid < D && sa + j <= sb ? __ldcg(a.acc + (base + sa + j) * D + tid) : 0.f;
-    if (tid < 32) {
-        const float2 *ml = (const float2 *)(a.ml + base * 2);
-        float2 r[MERGE_ML]; /* this lane's spans sa + tid + 32 i */
-#pragma unroll
-        for (int i = 0; i < MERGE_ML; i++)
-            r[i] = sa + tid + 32 * i <= sb ? __ldcg(ml + sa + tid + 32 * i)
-                                           : make_float2(-INFINITY, 0.f);
-        float M = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < MERGE_ML; i++)
-            if (sa + tid + 32 * i <= sb) M = fmaxf(M, r[i].x);
-        for (int s = sa + tid + 32 * MERGE_ML; s <= sb; s += 32) M = fmaxf(M, __ldcg(ml + s).x);
-        for (int off = 16; off; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-        float L = 0.f;
-#pragma unroll
-        for (int i = 0; i < MERGE_ML; i++) {
-            const int s = sa + tid + 32 * i;
-            if (s > sb) break;
-            float e = expf(r[i].x - M);
-            w[s - sa] = e;
-            L = fmaf(r[i].y, e, L);
-        }
-        for (int s = sa + tid + 32 * MERGE_ML; s <= sb; s += 32) {
-            const float2 q = __ldcg(ml + s);
-            float e = expf(q.x - M);
-            w[s - sa] = e;
-            L = fmaf(q.y, e, L);
-        }
-        for (int off = 16; off; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
-        if (tid == 0) Ls = L;
-    }
-    __syncthreads();
-    for (int d = tid; d < D; d += 128) {
-        const float *ac = a.acc + base * D + d;
-        float o = 0.f;
-        for (int s = sa; s <= sb; s += MV) { /* MV spans' loads at once, in order */
-            if (d != tid || s != sa)
-#pragma unroll
-                for (int j = 0; j < MV; j++)
-                    if (s + j <= sb) v0[j] = __ldcg(ac + (size_t)(s + j) * D);
-#pragma unroll
-            for (int j = 0; j < MV; j++)
-                if (s + j <= sb) o = fmaf(v0[j], w[s + j - sa], o);
-        }
-        xb_put(a.xb_out, a.T, a.KT_out, t, h * D + d, o / Ls, a.terms);
-    }
-}
-
-/* Launches of few (row, head) blocks (fewer than SMs: decode steps of a few sequences) with
- * more work items than the two-buffer kernel takes (long contexts) merge on more blocks with
- * fewer round trips: block (row, head, MERGE_DIMS dims) brings the row's span maxima and sums
- * and those dims of MERGE_CH spans at a time into shared memory with one round of
- * asynchronous copies, warp 0 computes the span weights from there as k_attn_merge does
- * (each lane's spans sa + lane + 32 i in order, then the same butterflies), and thread d adds
- * its dim in span order: k_attn_merge's sums in its order. */
-#define MERGE_DIMS 32
-#define MERGE_CH 256
-__global__ void __launch_bounds__(128) k_attn_merge_dims(attn_args a, int D) {
-    extern __shared__ __align__(16) float sm[]; /* w, (max, sum) pairs, [MERGE_CH][MERGE_DIMS] */
-    __shared__ float Ls;
-    const int t = a.r0 + blockIdx.x, h = blockIdx.y, d0 = blockIdx.z * MERGE_DIMS;
-    const int tid = threadIdx.x, nd = min(MERGE_DIMS, D - d0); /* 16 or 32: D % 16 == 0 */
-    const int p = row_lim(a.sp, t), sa = att_lo(p, a.window) / ATT_SPAN, sb = p / ATT_SPAN;
-    const size_t base = ((size_t)(t - a.r0) * a.nh + h) * a.spans;
-    const int nw = (a.spans + 3) & ~3;
-    float *w = sm, *V = sm + 3 * nw;
-    float2 *mls = (float2 *)(sm + nw);
-    auto stage = [&](int s0, int s1) { /* spans [s0, s1) of dims [d0, d0 + nd) into V */
-        const int per = nd / 4;
-        for (int x = tid; x < (s1 - s0) * per; x += 128) {
-            const int s = s0 + x / per, c = (x % per) * 4;
-            cp_async16(V + (s - s0) * MERGE_DIMS + c, a.acc + (base + s) * D + d0 + c);
-        }
-        cp_async_commit();
-    };
-    if (a.early) pdl_launch();
-    pdl_wait();
-    if (!a.early) pdl_launch();
-    const int ch = a.merge_ch;
-    int s0 = sa, s1 = min(sb + 1, sa + ch);
-    for (int s = sa + tid; s <= sb; s += 128) cp_async8(mls + (s - sa), a.ml + (base + s) * 2);
-    stage(s0, s1);
-    cp_async_wait0();
-    __syncthreads();
-    if (tid < 32) { /* k_attn_merge's weights and sum, from shared memory */
-        float M = -INFINITY;
-        for (int s = sa + tid; s <= sb; s += 32) M = fmaxf(M, mls[s - sa].x);
-        for (int off = 16; off; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-        float L = 0.f;
-        for (int s = sa + tid; s <= sb; s += 32) {
-            const float2 q = mls[s - sa];
-            float e = expf(q.x - M);
-            w[s - sa] = e;
-            L = fmaf(q.y, e, L);
-        }
-        for (int off = 16; off; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
-        if (tid == 0) Ls = L;
-    }
-    __syncthreads();
-    float o = 0.f;
-    for (;;) {
-        if (tid < nd)
-            for (int s = s0; s < s1; s++) o = fmaf(V[(s - s0) * MERGE_DIMS + tid], w[s - sa], o);
-        if (s1 > sb) break;
-        __syncthreads(); /* V is the next chunk's */
-        s0 = s1, s1 = min(sb + 1, s0 + ch);
-        stage(s0, s1);
-        cp_async_wait0();
-        __syncthreads();
-    }
-    if (tid < nd) xb_put(a.xb_out, a.T, a.KT_out, t, h * D + d0 + tid, o / Ls, a.terms);
-}
-
-static size_t merge_dims_smem(int spans) {
-    return sizeof(float) * (3 * (((size_t)spans + 3) / 4 * 4) + MERGE_CH * MERGE_DIMS);
-}
-
 static size_t attn_smem(int G, int D, int nb) {
     const size_t buf = 2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * att_qp(D);
     return sizeof(float) * (nb * buf + (size_t)ATT_ROWS * ((G + 3) & ~3) * ATT_SPAN);
@@ -849,7 +690,6 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
     a.early = g->early_merge;
     a.early_kv = g->att_early_kv;
     a.pre_kv = g->att_pre_kv;
-    a.merge_ch = g->merge_ch > 0 && g->merge_ch < MERGE_CH ? g->merge_ch : MERGE_CH;
     const int nb = g->att_kind == ATT_FEW ? 2 : 1;
     cudaError_t e =
         g->att_kind == ATT_ONE
@@ -861,11 +701,7 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
 #ifdef DSPARK_LAB_NOMERGE /* measuring build, results wrong: what the merge kernel costs */
     return e;
 #endif
-    if (g->merge_dims && g->att_kind != ATT_FEW && n * d->n_heads < g->sms)
-        return launch(k_attn_merge_dims, dim3(n, d->n_heads, (g->D + MERGE_DIMS - 1) / MERGE_DIMS),
-                      dim3(128), merge_dims_smem(g->att_spans), g->stream, a, g->D);
-    return launch(n <= MERGE_FEW_ROWS ? k_attn_merge<16> : k_attn_merge<8>, dim3(n, d->n_heads),
-                  dim3(128), sizeof(float) * g->att_spans, g->stream, a, g->D);
+    return merge_launch(g, a, n);
 }
 
 /* all T rows of a chunk, g->att_rows at a time */
@@ -879,7 +715,7 @@ cudaError_t attn_launch(gpu_model *g, int layer, int T) {
 
 /* The kernels' dynamic shared memory limit, for the whole process: raised to what each model
  * loaded needs, never lowered (a drafter's smaller heads must not cut its target's limit). */
-static int raise_smem(const void *k, size_t bytes) {
+int raise_smem(const void *k, size_t bytes) {
     static const void *seen[64];
     static size_t most[64];
     int i = 0;
@@ -904,7 +740,7 @@ int attn_init(gpu_model *g, int spans) {
     } else {
         g->att_nb = 1;
     }
-    size_t need = attn_smem(G, D, 1), merge = sizeof(float) * (size_t)spans;
+    size_t need = attn_smem(G, D, 1), merge = merge_smem(spans);
     if (need > most || merge > most) {
         log_error("GPU attention needs %zu KB of shared memory for head_dim %d, %d query heads per "
                   "kv head and %d positions; the GPU has %zu KB a block",
@@ -914,9 +750,7 @@ int attn_init(gpu_model *g, int spans) {
     }
     if (raise_smem((const void *)attn_kernels[D / 16][0], attn_smem(G, D, 1)) ||
         raise_smem((const void *)attn1_kernels[D / 16], attn1_smem(G, D)) ||
-        raise_smem((const void *)k_attn_merge<8>, sizeof(float) * spans) ||
-        raise_smem((const void *)k_attn_merge<16>, sizeof(float) * spans) ||
-        raise_smem((const void *)k_attn_merge_dims, merge_dims_smem(spans)))
+        merge_init(g, spans, most))
         return ERR_UNSUPPORTED;
     /* k_attn1's grid: g->att_one blocks a SM as asked (0: off), at most as many as fit */
     int per_sm = g->att_one, fit = 0;
