@@ -198,14 +198,17 @@ static double time_prefill(struct model *m, struct kv_cache *kv, const int32_t *
     return best;
 }
 
-/* the one-launch matmuls of long passes against a launch per 32 rows: speed and bits */
+/* the one-launch matmuls and prompt attention kernel of long passes against a launch per 32 rows
+ * and k_attn: speed and bits */
 static int gemm_compare(const char *dir, struct model *m, struct kv_cache *kv, const int32_t *ids,
                         int n1, int n2) {
     struct model *m0;
     struct kv_cache *kv0;
     setenv("DSPARK_GPU_GEMM", "0", 1);
+    setenv("DSPARK_GPU_ATTP", "0", 1); /* and attention's items of ATT_ROWS rows (k_attn) */
     int rc = model_load(dir, &(struct model_opts){.n_threads = 1, .gpu = 1}, &m0);
     unsetenv("DSPARK_GPU_GEMM");
+    unsetenv("DSPARK_GPU_ATTP");
     const int cap = n1 > n2 ? n1 : n2; /* the prompts it times, and the 256-row check */
     if (rc || kv_new(m0, (cap > 256 ? cap : 256) + 1, &kv0)) return 1;
     const int L = 256, V = model_config(m)->vocab_size;
@@ -217,8 +220,8 @@ static int gemm_compare(const char *dir, struct model *m, struct kv_cache *kv, c
     if (rc) return 1;
     size_t diff = 0;
     for (size_t i = 0; i < (size_t)V * L; i++) diff += memcmp(a + i, b + i, sizeof(float)) != 0;
-    printf("one launch over all rows vs a launch per 32 rows, %d-row prompt: %zu of %zu logits "
-           "differ\n",
+    printf("one launch over all rows and the prompt attention kernel vs a launch per 32 rows "
+           "and k_attn, %d-row prompt: %zu of %zu logits differ\n",
            L, diff, (size_t)V * L);
     kv_truncate(kv, 0);
     kernel_table(m, &kv, 1, L);

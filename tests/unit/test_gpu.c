@@ -492,6 +492,57 @@ TEST(gpu_attention_merge) {
     check_same_passes(m, "the merge by dims (chunks of 3 spans) equals the merge by heads");
 }
 
+/* The prompt kernel (k_attnp, items of up to 128 (row, head) pairs) gives k_attn's bits:
+ * DSPARK_GPU_ATTP=1 with DSPARK_GPU_ATTP_POS=0 sends every pass to it, DSPARK_GPU_ATTP=0
+ * none; the passes of check_same_passes, a
+ * 700-token prompt in chunks of 96 rows (each chunk's rows also see the cached chunks before
+ * it) with a verify and steps, and one pass holding a 100-token prompt beside 15 sequences'
+ * single steps. pycoder's 3 query heads a kv head fill 3 of an item's 4 head slots. */
+TEST(gpu_attention_prompt) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m[2];
+    REQUIRE(load_with("DSPARK_GPU_ATTP", "0", &m[0]) == 0);
+    char *pos = env_swap("DSPARK_GPU_ATTP_POS", "0");
+    REQUIRE(load_with("DSPARK_GPU_ATTP", "1", &m[1]) == 0);
+    check_same_passes(m, "the prompt kernel for every pass equals k_attn");
+    char *rows = env_swap("DSPARK_GPU_ROWS", "96");
+    REQUIRE(load_with("DSPARK_GPU_ATTP", "0", &m[0]) == 0);
+    REQUIRE(load_with("DSPARK_GPU_ATTP", "64", &m[1]) == 0);
+    env_restore("DSPARK_GPU_ROWS", rows);
+    env_restore("DSPARK_GPU_ATTP_POS", pos);
+    enum { P = 700, W = 16, S = 4, NS = 16, PB = 100 };
+    const int V = model_config(m[0])->vocab_size;
+    static int32_t ids[NS][P + W + S];
+    for (int i = 0; i < NS; i++)
+        for (int j = 0; j < P + W + S; j++) ids[i][j] = 7 + (i * 577 + j * 131) % 8000;
+    float *l[2], *lb[2];
+    const size_t n = (size_t)V * (P + W + S);
+    for (int k = 0; k < 2; k++) {
+        REQUIRE((l[k] = prompt_verify_steps(m[k], ids[0], P, W, S, P + W + S)));
+        REQUIRE((lb[k] = malloc(sizeof(float) * V * (PB + NS - 1))));
+        struct kv_cache *kv[NS];
+        for (int i = 0; i < NS; i++) REQUIRE(kv_new(m[k], 512, &kv[i]) == 0);
+        for (int i = 1; i < NS; i++)
+            CHECK(model_forward(m[k], kv[i], ids[i], 200 + 7 * i, NULL, 0) == 0);
+        struct model_batch_item it[NS];
+        for (int i = 0; i < NS; i++)
+            it[i] = (struct model_batch_item){kv[i], ids[i] + kv_len(kv[i]),
+                                              i ? 1 : PB,
+                                              lb[k] + (i ? (size_t)(PB + i - 1) * V : 0),
+                                              NULL, NULL, 0, NULL};
+        CHECK(model_forward_batch(m[k], it, NS) == 0);
+        for (int i = 0; i < NS; i++) kv_free(kv[i]);
+    }
+    const int same = !memcmp(l[0], l[1], sizeof(float) * n);
+    const int mixed = !memcmp(lb[0], lb[1], sizeof(float) * V * (PB + NS - 1));
+    printf("  a %d-token prompt in chunks of 96 rows, a verify and steps: %s; a %d-token prompt "
+           "beside %d single steps: %s\n",
+           P, same ? "yes" : "NO", PB, NS - 1, mixed ? "yes" : "NO");
+    CHECK(same && mixed);
+    for (int k = 0; k < 2; k++) free(l[k]), free(lb[k]), model_free(m[k]);
+}
+
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
  * the one-buffer kernel's path for items of few rows) give the same bits as each sequence
  * alone (fewer items than SMs: the two-buffer kernel). */
@@ -1571,6 +1622,7 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_chunk_rows")) RUN(gpu_chunk_rows);
     if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
     if (wanted(argc, argv, "gpu_attention_merge")) RUN(gpu_attention_merge);
+    if (wanted(argc, argv, "gpu_attention_prompt")) RUN(gpu_attention_prompt);
     if (wanted(argc, argv, "gpu_attention_many_steps")) RUN(gpu_attention_many_steps);
     if (wanted(argc, argv, "gpu_many_heads_per_kv")) RUN(gpu_many_heads_per_kv);
     if (wanted(argc, argv, "gpu_block_golden")) RUN(gpu_block_golden);

@@ -67,66 +67,6 @@ cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T) {
  * grid of blocks loops over the items, so captured graphs serve any context length. */
 
 
-/* a sequence's share of a launch: rows [a, b), spans [span0, span0 + nsp), items from it0 */
-struct att_seq {
-    int a, b, span0, nsp, units, it0;
-};
-
-/* A work item's rows: position, lowest key and the item's valid keys [j0, j1) of the tile
- * (j1 = 0: the span is not one of the row's) */
-static_assert(ATT_SPAN == 64, "the softmax takes two keys a lane");
-
-struct att_row {
-    int t, j0, j1;
-};
-
-/* Where sequence P keeps the key (or value) rows of kv head line hh: row j (a position) at
- * (j < nb ? base : own) + j D, read from P once per tile, not per row */
-struct att_lines {
-    const float *base, *own;
-    int nb;
-    __device__ __forceinline__ const float *row(int j, int D) const {
-        return (j < nb ? base : own) + (size_t)j * D;
-    }
-};
-__device__ __forceinline__ att_lines att_lines_of(const seq_params &P, size_t hh, int D, bool key) {
-    const int nb = P.nb;
-    return att_lines{(key ? P.bk : P.bv) + hh * P.bcap * D,
-                     (key ? P.kc : P.vc) + (ptrdiff_t)(hh * P.cap * D) - (ptrdiff_t)nb * D, nb};
-}
-/* rows [ja, jb) of L into a tile (row j at tile + (j - j0) DP), 16 bytes a copy, by T threads:
- * with T a multiple of the copies a row, each thread keeps one column */
-template <int D, int T>
-__device__ __forceinline__ void att_copy_rows(float *tile, int j0, const att_lines &L, int ja,
-                                              int jb, int tid) {
-    constexpr int DP = D + 4, D4 = D / 4;
-    if constexpr (T % D4 == 0) {
-        const int c = (tid % D4) * 4;
-        for (int j = ja + tid / D4; j < jb; j += T / D4)
-            cp_async16(tile + (j - j0) * DP + c, L.row(j, D) + c);
-    } else {
-        for (int x = tid; x < (jb - ja) * D4; x += T) {
-            const int j = ja + x / D4, c = (x % D4) * 4;
-            cp_async16(tile + (j - j0) * DP + c, L.row(j, D) + c);
-        }
-    }
-}
-
-/* The span's softmax of one (row, head) pair, by a warp, two keys a lane: the scores sr[j G4]
- * of the row's keys [r.j0, r.j1) become their weights (keys outside: 0), and the span's max
- * and sum go to ml[0], ml[1]. */
-__device__ __forceinline__ void att_softmax(float *sr, int G4, att_row r, float *ml, int lane) {
-    float v0 = lane >= r.j0 && lane < r.j1 ? sr[lane * G4] : -INFINITY;
-    float v1 = lane + 32 >= r.j0 && lane + 32 < r.j1 ? sr[(lane + 32) * G4] : -INFINITY;
-    float m = fmaxf(v0, v1);
-    for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    float e0 = v0 == -INFINITY ? 0.f : expf(v0 - m), e1 = v1 == -INFINITY ? 0.f : expf(v1 - m);
-    float l = e0 + e1;
-    for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-    sr[lane * G4] = e0, sr[(lane + 32) * G4] = e1;
-    if (lane == 0) ml[0] = m, ml[1] = l;
-}
-
 /* Dim d of one row's values over the span: for four heads at a time, the weights e[j G4 + h]
  * times Vs[j DP + d] added in key order over the row's keys [r.j0, r.j1); head h's sum goes
  * to out[h * hstride] */
@@ -148,12 +88,6 @@ __device__ __forceinline__ void att_values_row(const float *Vs, const float *e, 
         for (int gi = 0; gi < 4; gi++)
             if (g0 + gi < G) out[(size_t)(g0 + gi) * hstride] = o[gi];
     }
-}
-
-/* A tile's queries: (row, head) pair p at p * QP floats, padded so that the four pairs a
- * tiled score load reads fall in different banks */
-__host__ __device__ constexpr int att_qp(int D) {
-    return D + 4;
 }
 
 /* out[gi] = scale * (q_gi . k) for the ng <= 4 queries q + gi * att_qp(D): each a chain over d
@@ -288,47 +222,6 @@ __device__ __forceinline__ void att_values_tiled(const attn_args &a, const float
     }
 }
 
-/* By warp 0: each sequence's share of the launch's rows and its items, numbered one sequence
- * after another (units of ATT_ROWS rows, then spans, then kv heads fastest), into seqs;
- * info: the items, the first sequence, the sequences */
-__device__ __forceinline__ void att_seq_table(const attn_args &a, att_seq *seqs, int *info,
-                                              int lane) {
-    const step_params *sp = a.sp;
-    int s0 = sp->row_seq[a.r0], s1 = sp->row_seq[a.r0 + a.nr - 1], s = s0 + lane, items = 0;
-    att_seq q = {};
-    if (s <= s1) {
-        const seq_params &P = sp->seq[s];
-        q.a = max(P.row0, a.r0), q.b = min(P.row0 + P.n, a.r0 + a.nr);
-        int pa = P.pos0 + q.a - P.row0, pb = P.pos0 + q.b - 1 - P.row0;
-        if (P.noncausal) pa = pb = P.pos0 + P.n - 1; /* every row sees the whole block */
-        q.span0 = att_lo(pa, a.window) / ATT_SPAN;
-        q.nsp = pb / ATT_SPAN - q.span0 + 1;
-        q.units = (q.b - q.a + ATT_ROWS - 1) / ATT_ROWS;
-        items = q.units * q.nsp * a.nkv;
-    }
-    int inc = items;
-    for (int o = 1; o < 32; o <<= 1) {
-        int v = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += v;
-    }
-    q.it0 = inc - items;
-    if (s <= s1) seqs[lane] = q;
-    if (lane == 31) info[0] = inc;
-    if (lane == 0) info[1] = s0, info[2] = s1 - s0 + 1;
-}
-
-/* Where work item `item` of att_seq_table's numbering lies: the sequence (seqs[i]), its kv head,
- * span and unit of ATT_ROWS rows */
-struct att_at {
-    int i, kvh, span, unit;
-};
-__device__ __forceinline__ att_at att_locate(const att_seq *seqs, int ns, int item, int nkv) {
-    int i = 0;
-    while (i + 1 < ns && seqs[i + 1].it0 <= item) i++;
-    const int local = item - seqs[i].it0, rest = local / nkv;
-    return att_at{i, local % nkv, seqs[i].span0 + rest % seqs[i].nsp, rest / seqs[i].nsp};
-}
-
 /* what a block needs of its work item once the item's tiles are in shared memory */
 struct att_item {
     int ok; /* 0: no row of the item sees the span (nothing loaded) */
@@ -360,7 +253,7 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
         pdl_launch();
     }
     const step_params *sp = a.sp;
-    if (warp == 0) att_seq_table(a, seqs, info, lane);
+    if (warp == 0) att_seq_table(a, seqs, info, lane, ATT_ROWS);
     __syncthreads();
     const int n_items = info[0], s_first = info[1], ns = info[2];
     /* An item's K, V and queries go into buffer b by asynchronous copies (the caller commits;
@@ -550,7 +443,7 @@ template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_ar
     __shared__ int info[3];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const step_params *sp = a.sp; /* written before the pass: readable before the wait */
-    if (warp == 0) att_seq_table(a, seqs, info, lane);
+    if (warp == 0) att_seq_table(a, seqs, info, lane, ATT_ROWS);
     __syncthreads();
     const int n_items = info[0], s_first = info[1], ns = info[2];
     struct geo1 {
@@ -631,7 +524,6 @@ static size_t attn_smem(int G, int D, int nb) {
     return sizeof(float) * (nb * buf + (size_t)ATT_ROWS * ((G + 3) & ~3) * ATT_SPAN);
 }
 
-typedef void (*attn_kernel)(attn_args);
 #define K16(n)  k_attn<16 * (n), 1>, k_attn<16 * (n), 2>
 #define K16S(n) k_attn<16 * (n), 1>, NULL /* two buffers of a wider head hardly ever fit */
 static const attn_kernel attn_kernels[17][2] = {
@@ -657,46 +549,58 @@ static const attn_kernel attn1_kernels[17] = {NULL,   K1(1),  K1(2),  K1(3),  K1
  * buffer sized for their items of one or two rows at three blocks a SM, measured no faster
  * in a whole pass.) Passes of decode steps (a row a sequence) past that take k_attn1, six
  * blocks a SM (DSPARK_GPU_ATT1=n: n, 0: never): 16 sequences at context 4096 measured 10%
- * faster, one 2.5% (docs/perf.md). */
+ * faster, one 2.5% (docs/perf.md). Passes with a sequence of at least g->attp_min rows (a
+ * prompt's chunk) whose rows reach position g->attp_pos take k_attnp, whose items hold up to
+ * 128 (row, head) pairs: 10% faster prompts of 4,096 tokens, 19% of 16,384, and no faster at
+ * 512 (docs/perf.md, "Prompt attention in larger items"). */
 void attn_choose(gpu_model *g) {
     const step_params *sp = g->hsp;
     long items = 0;
-    int one = 1; /* every sequence has one row */
+    int one = 1, most = 0, far = 0; /* every sequence has one row; the most rows of a
+                                     * sequence; the last position a row sees */
     for (int i = 0; i < sp->n_seq; i++) {
         const seq_params &P = sp->seq[i];
         if (P.n > ATT_COOP_ROWS) items += g->att_few_items + 1;
         one &= P.n == 1;
+        most = P.n > most ? P.n : most;
+        far = P.pos0 + P.n - 1 > far ? P.pos0 + P.n - 1 : far;
         int hi = P.pos0 + P.n - 1, lo = P.noncausal ? hi : P.pos0;
         int span0 = att_lo(lo, g->d.window) / ATT_SPAN;
         items += (long)(P.n + ATT_ROWS - 1) / ATT_ROWS * (hi / ATT_SPAN - span0 + 1) *
                  g->d.n_kv_heads;
     }
-    if (items <= g->att_few_items) /* without two buffers (att_nb 1), k_attn as before */
+    if (g->attp_grid && g->attp_min > 0 && most >= g->attp_min && far >= g->attp_pos)
+        g->att_kind = ATT_PROMPT;
+    else if (items <= g->att_few_items) /* without two buffers (att_nb 1), k_attn as before */
         g->att_kind = g->att_nb == 2 ? ATT_FEW : ATT_ONEBUF;
     else
         g->att_kind = one && g->att_one ? ATT_ONE : ATT_ONEBUF;
 }
 
-/* rows [row0, row0 + n) of a chunk of T rows (n <= g->att_rows) */
-static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
+/* rows [row0, row0 + n) of a chunk of T rows, their partials `spans` apart (n spans at most
+ * g->att_rows g->att_spans) */
+static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n, int spans) {
     const gpu_model_desc *d = &g->d;
     attn_args a;
     a.q = g->q, a.sp = g->dsp, a.xb_out = g->xo, a.acc = g->att_acc, a.ml = g->att_ml;
     a.terms = g->terms;
     a.T = T, a.r0 = row0, a.nr = n;
     a.nh = d->n_heads, a.nkv = d->n_kv_heads, a.G = g->G;
-    a.KT_out = g->KT_QD, a.layer = layer, a.window = d->window, a.spans = g->att_spans;
+    a.KT_out = g->KT_QD, a.layer = layer, a.window = d->window, a.spans = spans;
     a.scale = 1.0f / sqrtf((float)g->D);
     a.early = g->early_merge;
     a.early_kv = g->att_early_kv;
     a.pre_kv = g->att_pre_kv;
     const int nb = g->att_kind == ATT_FEW ? 2 : 1;
-    cudaError_t e =
-        g->att_kind == ATT_ONE
-            ? launch(attn1_kernels[g->D / 16], dim3(g->att_one), dim3(ATT1_THREADS),
-                     attn1_smem(g->G, g->D), g->stream, a)
-            : launch(attn_kernels[g->D / 16][nb - 1], dim3(nb == 2 ? g->sms : g->att_grid),
-                     dim3(ATT_THREADS), attn_smem(g->G, g->D, nb), g->stream, a);
+    cudaError_t e;
+    if (g->att_kind == ATT_PROMPT)
+        e = attnp_launch(g, &a);
+    else if (g->att_kind == ATT_ONE)
+        e = launch(attn1_kernels[g->D / 16], dim3(g->att_one), dim3(ATT1_THREADS),
+                   attn1_smem(g->G, g->D), g->stream, a);
+    else
+        e = launch(attn_kernels[g->D / 16][nb - 1], dim3(nb == 2 ? g->sms : g->att_grid),
+                   dim3(ATT_THREADS), attn_smem(g->G, g->D, nb), g->stream, a);
     if (e != cudaSuccess) return e;
 #ifdef DSPARK_LAB_NOMERGE /* measuring build, results wrong: what the merge kernel costs */
     return e;
@@ -704,10 +608,22 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n) {
     return merge_launch(g, a, n);
 }
 
-/* all T rows of a chunk, g->att_rows at a time */
+/* All T rows of a chunk, as many a launch as the partials' scratch holds. Captured passes (up
+ * to GPU_GROUP rows) space a row's partials by the spans of the longest cache, so that one
+ * graph serves every context; longer passes by the spans their own rows reach, so that a
+ * prompt's rows share fewer, larger launches where the caches are long. */
 cudaError_t attn_launch(gpu_model *g, int layer, int T) {
-    for (int r = 0; r < T; r += g->att_rows) {
-        cudaError_t e = attn_part(g, layer, T, r, T - r < g->att_rows ? T - r : g->att_rows);
+    int spans = g->att_spans, rows = g->att_rows;
+    if (T > GPU_GROUP) {
+        const step_params *sp = g->hsp;
+        int hi = 0; /* the last position a row of the pass sees */
+        for (int i = 0; i < sp->n_seq; i++)
+            hi = sp->seq[i].pos0 + sp->seq[i].n - 1 > hi ? sp->seq[i].pos0 + sp->seq[i].n - 1 : hi;
+        spans = hi / ATT_SPAN + 1 < spans ? hi / ATT_SPAN + 1 : spans;
+        rows = (int)((long)g->att_rows * g->att_spans / spans / GPU_GROUP * GPU_GROUP);
+    }
+    for (int r = 0; r < T; r += rows) {
+        cudaError_t e = attn_part(g, layer, T, r, T - r < rows ? T - r : rows, spans);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
@@ -750,7 +666,7 @@ int attn_init(gpu_model *g, int spans) {
     }
     if (raise_smem((const void *)attn_kernels[D / 16][0], attn_smem(G, D, 1)) ||
         raise_smem((const void *)attn1_kernels[D / 16], attn1_smem(G, D)) ||
-        merge_init(g, spans, most))
+        merge_init(g, spans, most) || attnp_init(g))
         return ERR_UNSUPPORTED;
     /* k_attn1's grid: g->att_one blocks a SM as asked (0: off), at most as many as fit */
     int per_sm = g->att_one, fit = 0;

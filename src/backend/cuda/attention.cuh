@@ -28,6 +28,117 @@ __host__ __device__ __forceinline__ int att_lo(int p, int window) {
     return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
 }
 
+typedef void (*attn_kernel)(attn_args);
+
+/* ---- what the attention kernels share (attention.cu, attn_prompt.cu) ---- */
+
+/* a sequence's share of a launch: rows [a, b), spans [span0, span0 + nsp), items from it0 */
+struct att_seq {
+    int a, b, span0, nsp, units, it0;
+};
+
+/* A work item's rows: position, lowest key and the item's valid keys [j0, j1) of the tile
+ * (j1 = 0: the span is not one of the row's) */
+static_assert(ATT_SPAN == 64, "the softmax takes two keys a lane");
+
+struct att_row {
+    int t, j0, j1;
+};
+
+/* Where sequence P keeps the key (or value) rows of kv head line hh: row j (a position) at
+ * (j < nb ? base : own) + j D, read from P once per tile, not per row */
+struct att_lines {
+    const float *base, *own;
+    int nb;
+    __device__ __forceinline__ const float *row(int j, int D) const {
+        return (j < nb ? base : own) + (size_t)j * D;
+    }
+};
+__device__ __forceinline__ att_lines att_lines_of(const seq_params &P, size_t hh, int D, bool key) {
+    const int nb = P.nb;
+    return att_lines{(key ? P.bk : P.bv) + hh * P.bcap * D,
+                     (key ? P.kc : P.vc) + (ptrdiff_t)(hh * P.cap * D) - (ptrdiff_t)nb * D, nb};
+}
+/* rows [ja, jb) of L into a tile (row j at tile + (j - j0) DP), 16 bytes a copy, by T threads:
+ * with T a multiple of the copies a row, each thread keeps one column */
+template <int D, int T>
+__device__ __forceinline__ void att_copy_rows(float *tile, int j0, const att_lines &L, int ja,
+                                              int jb, int tid) {
+    constexpr int DP = D + 4, D4 = D / 4;
+    if constexpr (T % D4 == 0) {
+        const int c = (tid % D4) * 4;
+        for (int j = ja + tid / D4; j < jb; j += T / D4)
+            cp_async16(tile + (j - j0) * DP + c, L.row(j, D) + c);
+    } else {
+        for (int x = tid; x < (jb - ja) * D4; x += T) {
+            const int j = ja + x / D4, c = (x % D4) * 4;
+            cp_async16(tile + (j - j0) * DP + c, L.row(j, D) + c);
+        }
+    }
+}
+
+/* The span's softmax of one (row, head) pair, by a warp, two keys a lane: the scores sr[j G4]
+ * of the row's keys [r.j0, r.j1) become their weights (keys outside: 0), and the span's max
+ * and sum go to ml[0], ml[1]. */
+__device__ __forceinline__ void att_softmax(float *sr, int G4, att_row r, float *ml, int lane) {
+    float v0 = lane >= r.j0 && lane < r.j1 ? sr[lane * G4] : -INFINITY;
+    float v1 = lane + 32 >= r.j0 && lane + 32 < r.j1 ? sr[(lane + 32) * G4] : -INFINITY;
+    float m = fmaxf(v0, v1);
+    for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    float e0 = v0 == -INFINITY ? 0.f : expf(v0 - m), e1 = v1 == -INFINITY ? 0.f : expf(v1 - m);
+    float l = e0 + e1;
+    for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+    sr[lane * G4] = e0, sr[(lane + 32) * G4] = e1;
+    if (lane == 0) ml[0] = m, ml[1] = l;
+}
+
+/* A tile's queries: (row, head) pair p at p * QP floats, padded so that the four pairs a
+ * tiled score load reads fall in different banks */
+__host__ __device__ constexpr int att_qp(int D) {
+    return D + 4;
+}
+
+/* By warp 0: each sequence's share of the launch's rows and its items, numbered one sequence
+ * after another (units of ru rows, then spans, then kv heads fastest), into seqs;
+ * info: the items, the first sequence, the sequences */
+__device__ __forceinline__ void att_seq_table(const attn_args &a, att_seq *seqs, int *info,
+                                              int lane, int ru) {
+    const step_params *sp = a.sp;
+    int s0 = sp->row_seq[a.r0], s1 = sp->row_seq[a.r0 + a.nr - 1], s = s0 + lane, items = 0;
+    att_seq q = {};
+    if (s <= s1) {
+        const seq_params &P = sp->seq[s];
+        q.a = max(P.row0, a.r0), q.b = min(P.row0 + P.n, a.r0 + a.nr);
+        int pa = P.pos0 + q.a - P.row0, pb = P.pos0 + q.b - 1 - P.row0;
+        if (P.noncausal) pa = pb = P.pos0 + P.n - 1; /* every row sees the whole block */
+        q.span0 = att_lo(pa, a.window) / ATT_SPAN;
+        q.nsp = pb / ATT_SPAN - q.span0 + 1;
+        q.units = (q.b - q.a + ru - 1) / ru;
+        items = q.units * q.nsp * a.nkv;
+    }
+    int inc = items;
+    for (int o = 1; o < 32; o <<= 1) {
+        int v = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += v;
+    }
+    q.it0 = inc - items;
+    if (s <= s1) seqs[lane] = q;
+    if (lane == 31) info[0] = inc;
+    if (lane == 0) info[1] = s0, info[2] = s1 - s0 + 1;
+}
+
+/* Where work item `item` of att_seq_table's numbering lies: the sequence (seqs[i]), its kv head,
+ * span and unit of rows */
+struct att_at {
+    int i, kvh, span, unit;
+};
+__device__ __forceinline__ att_at att_locate(const att_seq *seqs, int ns, int item, int nkv) {
+    int i = 0;
+    while (i + 1 < ns && seqs[i + 1].it0 <= item) i++;
+    const int local = item - seqs[i].it0, rest = local / nkv;
+    return att_at{i, local % nkv, seqs[i].span0 + rest % seqs[i].nsp, rest / seqs[i].nsp};
+}
+
 /* raises kernel k's dynamic shared memory limit to bytes for the whole process (never lowers
  * it); ERR_UNSUPPORTED when the CUDA call fails */
 int raise_smem(const void *k, size_t bytes);
@@ -38,5 +149,10 @@ int raise_smem(const void *k, size_t bytes);
 size_t merge_smem(int spans);
 int merge_init(gpu_model *g, int spans, size_t most);
 cudaError_t merge_launch(gpu_model *g, attn_args a, int n);
+
+/* attn_prompt.cu: k_attnp's limits and grid (g->attp_grid, 0 where it does not serve the
+ * model's heads); its launch for a's rows */
+int attnp_init(gpu_model *g);
+cudaError_t attnp_launch(gpu_model *g, const attn_args *a);
 
 #endif

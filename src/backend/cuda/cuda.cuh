@@ -30,7 +30,7 @@ extern "C" {
 #define ATT_ROWS 8 /* rows per attention work item */
 #endif
 #define ATT_COOP_ROWS 2   /* items of at most this many rows spread each row over the block */
-enum { ATT_ONEBUF, ATT_FEW, ATT_ONE, ATT_KINDS }; /* the attention kernels (attn_choose) */
+enum { ATT_ONEBUF, ATT_FEW, ATT_ONE, ATT_PROMPT, ATT_KINDS }; /* attention kernels (attn_choose) */
 #define ATT_THREADS   256 /* threads per attention block */
 #define ATT_GMAX      16  /* query heads per kv head the attention kernel serves */
 #define ATT_SCRATCH   ((size_t)512 << 20) /* attention partials: more rows a launch up to this */
@@ -415,9 +415,14 @@ struct gpu_model {
     int att_nb;  /* 2: the two-buffer attention kernel is there (one block a SM, loading the
                   * next item's tiles meanwhile), 1: only the one-buffer kernel (two a SM) */
     int att_kind; /* this pass's attention kernel (attn_choose): ATT_ONEBUF, ATT_FEW (at most
-                   * att_few_items items: two buffers, a block a SM) or ATT_ONE (k_attn1) */
+                   * att_few_items items: two buffers, a block a SM), ATT_ONE (k_attn1) or
+                   * ATT_PROMPT (k_attnp, attn_prompt.cu) */
     int att_few_items; /* sms, or DSPARK_GPU_ATT_FEW times it */
     int att_one;       /* k_attn1's blocks a launch (0: never k_attn1; DSPARK_GPU_ATT1) */
+    int attp_min;      /* passes with a sequence of this many rows whose rows reach position
+                        * attp_pos take k_attnp (0: never; DSPARK_GPU_ATTP, _ATTP_POS) */
+    int attp_pos;
+    int attp_grid;     /* k_attnp's blocks a launch (0: no k_attnp for this head size) */
     float *taps;                /* [rows][n_taps][H] hidden-state taps, or NULL */
     int tap_of[GPU_MAX_LAYERS]; /* tap slot of each layer, -1 for none */
     int n_taps;

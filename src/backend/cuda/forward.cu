@@ -342,6 +342,8 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->slots = sms * env_int("DSPARK_GPU_BLOCKS_PER_SM", 2);
     g->att_nb = env_int("DSPARK_GPU_ATT_NB", 2); /* 1: never two buffers; attn_init may take 1 */
     g->att_one = env_int("DSPARK_GPU_ATT1", 6); /* k_attn1's blocks a SM; attn_init: a grid */
+    g->attp_min = env_int("DSPARK_GPU_ATTP", 64); /* rows of a sequence that take k_attnp */
+    g->attp_pos = env_int("DSPARK_GPU_ATTP_POS", 1024); /* and the position they reach */
     for (int i = 0; i < GPU_MAX_LAYERS; i++) g->tap_of[i] = -1;
     gpu_pdl_on = env_int("DSPARK_GPU_PDL", 1);
     g->layers = (dlayer *)calloc((size_t)d->n_layers, sizeof *g->layers);
