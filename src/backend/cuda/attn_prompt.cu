@@ -15,22 +15,18 @@
 #define AP_PW (AP_PAIRS / (AP_THREADS / 32))
 static_assert(AP_PW % 4 == 0, "four pair slots a warp's 8-lane groups");
 
-/* rows an item for G query heads a kv head (the heads padded to four) */
-__host__ __device__ constexpr int ap_rows(int G) {
-    return AP_PAIRS / ((G + 3) & ~3);
-}
-
-/* A block per work item (span, kv head, up to ap_rows(G) rows of a sequence), looping over the
+/* A block per work item (span, kv head, up to AP_PAIRS / G4 rows of a sequence), looping over the
  * items. Shared memory: the span's keys and values [ATT_SPAN][DP], the item's queries by pair
  * slot (row r, head h at r G4 + h) [AP_PAIRS][QP], and the scores, then weights,
  * [rows][ATT_SPAN][G4]. The keys and queries of the next item load during this item's softmax
  * and values, its values during its scores. */
-template <int D> __global__ void __launch_bounds__(AP_THREADS, 1) k_attnp(attn_args a) {
+template <int D, int G4C> __global__ void __launch_bounds__(AP_THREADS, 1) k_attnp(attn_args a) {
     constexpr int DP = D + 4, D4 = D / 4, QP = att_qp(D), DM = D / 32;
     static_assert(D % 32 == 0, "a lane adds dims lane + 32 m");
     extern __shared__ __align__(16) float sm[];
     float *Ks = sm, *Vs = Ks + ATT_SPAN * DP, *Qs = Vs + ATT_SPAN * DP, *S = Qs + AP_PAIRS * QP;
-    const int G = a.G, G4 = (G + 3) & ~3, RU = ap_rows(G);
+    /* G4C: the heads' slots a row when compiled (4: up to four heads), 0: at run time */
+    const int G = a.G, G4 = G4C ? G4C : (G + 3) & ~3, RU = AP_PAIRS / G4;
     __shared__ att_seq seqs[GPU_SEQS];
     __shared__ att_row rows_of[2][AP_PAIRS / 4];
     __shared__ int info[3];
@@ -76,10 +72,11 @@ template <int D> __global__ void __launch_bounds__(AP_THREADS, 1) k_attnp(attn_a
         if (!g.ok) return;
         att_copy_rows<D, AP_THREADS>(Ks, g.k0, att_lines_of(sp->seq[g.si], g.hh, D, true), g.klo,
                                      g.k1, tid);
-        for (int x = tid; x < g.nr * G * D4; x += AP_THREADS) {
-            const int p = x / D4, c = (x % D4) * 4; /* pair p: row p / G, head p % G */
-            cp_async16(Qs + (p / G * G4 + p % G) * QP + c,
-                       a.q + ((size_t)(g.ua + p / G) * a.nh + g.kvh * G + p % G) * D + c);
+        for (int x = tid; x < g.nr * G4 * D4; x += AP_THREADS) {
+            const int p = x / D4, c = (x % D4) * 4; /* slot p: row p / G4, head p % G4 */
+            if (p % G4 < G)
+                cp_async16(Qs + p * QP + c,
+                           a.q + ((size_t)(g.ua + p / G4) * a.nh + g.kvh * G + p % G4) * D + c);
         }
     };
     auto copy_v = [&](const geo &g) {
@@ -246,13 +243,15 @@ static size_t attnp_smem(int D) {
            ((size_t)2 * ATT_SPAN * (D + 4) + (size_t)AP_PAIRS * att_qp(D) + (size_t)AP_PAIRS * ATT_SPAN);
 }
 
-/* the kernel for head dimension D, or NULL */
-static attn_kernel attnp_kernel(int D) {
-    return D == 32 ? k_attnp<32> : D == 64 ? k_attnp<64> : D == 128 ? k_attnp<128> : NULL;
+/* the kernel for head dimension D and G query heads a kv head, or NULL */
+static attn_kernel attnp_kernel(int D, int G) {
+    if (G <= 4)
+        return D == 32 ? k_attnp<32, 4> : D == 64 ? k_attnp<64, 4> : D == 128 ? k_attnp<128, 4> : NULL;
+    return D == 32 ? k_attnp<32, 0> : D == 64 ? k_attnp<64, 0> : D == 128 ? k_attnp<128, 0> : NULL;
 }
 
 int attnp_init(gpu_model *g) {
-    attn_kernel k = attnp_kernel(g->D);
+    attn_kernel k = attnp_kernel(g->D, g->G);
     int fit = 0;
     if (!k || g->attp_min <= 0 || raise_smem((const void *)k, attnp_smem(g->D)) ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, AP_THREADS, attnp_smem(g->D)) !=
@@ -267,6 +266,6 @@ int attnp_init(gpu_model *g) {
 }
 
 cudaError_t attnp_launch(gpu_model *g, const attn_args *a) {
-    return launch(attnp_kernel(g->D), dim3(g->attp_grid), dim3(AP_THREADS), attnp_smem(g->D),
+    return launch(attnp_kernel(g->D, g->G), dim3(g->attp_grid), dim3(AP_THREADS), attnp_smem(g->D),
                   g->stream, *a);
 }
