@@ -556,20 +556,19 @@ static const attn_kernel attn1_kernels[17] = {NULL,   K1(1),  K1(2),  K1(3),  K1
 void attn_choose(gpu_model *g) {
     const step_params *sp = g->hsp;
     long items = 0;
-    int one = 1, most = 0, far = 0; /* every sequence has one row; the most rows of a
-                                     * sequence; the last position a row sees */
+    int one = 1, far = -1; /* every sequence has one row; the last position a row of a
+                            * sequence of attp_min rows or more sees */
     for (int i = 0; i < sp->n_seq; i++) {
         const seq_params &P = sp->seq[i];
         if (P.n > ATT_COOP_ROWS) items += g->att_few_items + 1;
         one &= P.n == 1;
-        most = P.n > most ? P.n : most;
-        far = P.pos0 + P.n - 1 > far ? P.pos0 + P.n - 1 : far;
+        if (P.n >= g->attp_min && P.pos0 + P.n - 1 > far) far = P.pos0 + P.n - 1;
         int hi = P.pos0 + P.n - 1, lo = P.noncausal ? hi : P.pos0;
         int span0 = att_lo(lo, g->d.window) / ATT_SPAN;
         items += (long)(P.n + ATT_ROWS - 1) / ATT_ROWS * (hi / ATT_SPAN - span0 + 1) *
                  g->d.n_kv_heads;
     }
-    if (g->attp_grid && g->attp_min > 0 && most >= g->attp_min && far >= g->attp_pos)
+    if (g->attp_grid && g->attp_min > 0 && far >= 0 && far >= g->attp_pos)
         g->att_kind = ATT_PROMPT;
     else if (items <= g->att_few_items) /* without two buffers (att_nb 1), k_attn as before */
         g->att_kind = g->att_nb == 2 ? ATT_FEW : ATT_ONEBUF;
