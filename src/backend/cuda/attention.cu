@@ -268,25 +268,12 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
         att_item it = {};
         geo = att_geo{0, 0, 0, 0, 0, 0, 0, 0, 0};
         if (item >= n_items) return it;
-        const att_at w = att_locate(seqs, ns, item, a.nkv);
-        const int i = w.i, kvh = w.kvh, span = w.span;
-        const att_seq q = seqs[i];
-        const seq_params &P = sp->seq[s_first + i];
-        int ua = q.a + w.unit * ATT_ROWS, nr = min(q.b - ua, ATT_ROWS);
-        const int last = P.noncausal ? P.pos0 + P.n - 1 : -1; /* every row's limit, or none */
-        int k0 = span * ATT_SPAN,
-            k1 = min(k0 + ATT_SPAN, last >= 0 ? last + 1 : P.pos0 + ua + nr - P.row0);
-        int klo = max(k0, att_lo(last >= 0 ? last : P.pos0 + ua - P.row0, a.window));
-        if (k1 <= klo) return it; /* no row of this unit sees the span */
-        geo = att_geo{k0, klo, k1, s_first + i, ua, nr, kvh, P.pos0,
-                      (size_t)a.layer * a.nkv + kvh};
-        if (tid < nr) {
-            int t = ua + tid, p = last >= 0 ? last : P.pos0 + t - P.row0, lo = att_lo(p, a.window);
-            att_row r = {t, 0, 0};
-            if (k0 <= p && k0 + ATT_SPAN > lo) r.j0 = max(lo, k0) - k0, r.j1 = min(p + 1, k1) - k0;
-            rows_of[rb][tid] = r;
-        }
-        it.ok = 1, it.kvh = kvh, it.span = span, it.nr = nr;
+        const att_span_item w = att_item_at(a, seqs, ns, s_first, item, ATT_ROWS);
+        if (!w.ok) return it; /* no row of this unit sees the span */
+        geo = att_geo{w.k0, w.klo, w.k1, w.si, w.ua, w.nr, w.kvh, w.P->pos0,
+                      (size_t)a.layer * a.nkv + w.kvh};
+        if (tid < w.nr) rows_of[rb][tid] = att_item_row(a, w, w.ua + tid);
+        it.ok = 1, it.kvh = w.kvh, it.span = w.span, it.nr = w.nr;
         return it;
     };
     auto copy_kv = [&](const att_geo &geo, int b, int ja, int jb, bool k, bool v) {
@@ -558,12 +545,14 @@ void attn_choose(gpu_model *g) {
     long items = 0;
     int one = 1, far = -1; /* every sequence has one row; the last position a row of a
                             * sequence of attp_min rows or more sees */
+    g->att_reach = 0;
     for (int i = 0; i < sp->n_seq; i++) {
         const seq_params &P = sp->seq[i];
         if (P.n > ATT_COOP_ROWS) items += g->att_few_items + 1;
         one &= P.n == 1;
         if (P.n >= g->attp_min && P.pos0 + P.n - 1 > far) far = P.pos0 + P.n - 1;
         int hi = P.pos0 + P.n - 1, lo = P.noncausal ? hi : P.pos0;
+        g->att_reach = hi > g->att_reach ? hi : g->att_reach;
         int span0 = att_lo(lo, g->d.window) / ATT_SPAN;
         items += (long)(P.n + ATT_ROWS - 1) / ATT_ROWS * (hi / ATT_SPAN - span0 + 1) *
                  g->d.n_kv_heads;
@@ -614,11 +603,8 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n, in
 cudaError_t attn_launch(gpu_model *g, int layer, int T) {
     int spans = g->att_spans, rows = g->att_rows;
     if (T > GPU_GROUP) {
-        const step_params *sp = g->hsp;
-        int hi = 0; /* the last position a row of the pass sees */
-        for (int i = 0; i < sp->n_seq; i++)
-            hi = sp->seq[i].pos0 + sp->seq[i].n - 1 > hi ? sp->seq[i].pos0 + sp->seq[i].n - 1 : hi;
-        spans = hi / ATT_SPAN + 1 < spans ? hi / ATT_SPAN + 1 : spans;
+        const int reach = g->att_reach / ATT_SPAN + 1;
+        spans = reach < spans ? reach : spans;
         rows = (int)((long)g->att_rows * g->att_spans / spans / GPU_GROUP * GPU_GROUP);
     }
     for (int r = 0; r < T; r += rows) {

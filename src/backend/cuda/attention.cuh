@@ -139,6 +139,36 @@ __device__ __forceinline__ att_at att_locate(const att_seq *seqs, int ns, int it
     return att_at{i, local % nkv, seqs[i].span0 + rest % seqs[i].nsp, rest / seqs[i].nsp};
 }
 
+/* Work item `item` of att_seq_table's numbering (units of ru rows) placed in its sequence:
+ * rows [ua, ua + nr) of sequence si (P), kv head kvh, and of span `span` (the tile at k0) the
+ * keys [klo, k1) some row sees; ok 0 when no row of the unit sees the span. last: every row's
+ * limit in a non-causal block, or -1. */
+struct att_span_item {
+    int ok, si, kvh, span, ua, nr, k0, klo, k1, last;
+    const seq_params *P;
+};
+__device__ __forceinline__ att_span_item att_item_at(const attn_args &a, const att_seq *seqs,
+                                                     int ns, int s_first, int item, int ru) {
+    const att_at w = att_locate(seqs, ns, item, a.nkv);
+    const att_seq q = seqs[w.i];
+    const seq_params &P = a.sp->seq[s_first + w.i];
+    const int ua = q.a + w.unit * ru, nr = min(q.b - ua, ru);
+    const int last = P.noncausal ? P.pos0 + P.n - 1 : -1;
+    const int k0 = w.span * ATT_SPAN,
+              k1 = min(k0 + ATT_SPAN, last >= 0 ? last + 1 : P.pos0 + ua + nr - P.row0);
+    const int klo = max(k0, att_lo(last >= 0 ? last : P.pos0 + ua - P.row0, a.window));
+    return att_span_item{k1 > klo, s_first + w.i, w.kvh, w.span, ua, nr, k0, klo, k1, last, &P};
+}
+/* row t of such an item: its keys of the tile (none: j1 = 0) */
+__device__ __forceinline__ att_row att_item_row(const attn_args &a, const att_span_item &w,
+                                                int t) {
+    const int p = w.last >= 0 ? w.last : w.P->pos0 + t - w.P->row0, lo = att_lo(p, a.window);
+    att_row r = {t, 0, 0};
+    if (w.k0 <= p && w.k0 + ATT_SPAN > lo)
+        r.j0 = max(lo, w.k0) - w.k0, r.j1 = min(p + 1, w.k1) - w.k0;
+    return r;
+}
+
 /* raises kernel k's dynamic shared memory limit to bytes for the whole process (never lowers
  * it); ERR_UNSUPPORTED when the CUDA call fails */
 int raise_smem(const void *k, size_t bytes);

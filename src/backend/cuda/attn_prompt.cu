@@ -46,24 +46,10 @@ template <int D, int G4C> __global__ void __launch_bounds__(AP_THREADS, 1) k_att
      * and rows [ua, ua + nr), the rows into rows_of[rb]; ok 0 when none is left. */
     auto geom = [&](int item, int rb) {
         for (; item < n_items; item += gridDim.x) {
-            const att_at w = att_locate(seqs, ns, item, a.nkv);
-            const att_seq q = seqs[w.i];
-            const seq_params &P = sp->seq[s_first + w.i];
-            const int ua = q.a + w.unit * RU, nr = min(q.b - ua, RU);
-            const int last = P.noncausal ? P.pos0 + P.n - 1 : -1; /* every row's limit, or none */
-            const int k0 = w.span * ATT_SPAN,
-                      k1 = min(k0 + ATT_SPAN, last >= 0 ? last + 1 : P.pos0 + ua + nr - P.row0);
-            const int klo = max(k0, att_lo(last >= 0 ? last : P.pos0 + ua - P.row0, a.window));
-            if (k1 <= klo) continue;
-            if (tid < nr) {
-                const int t = ua + tid, p = last >= 0 ? last : P.pos0 + t - P.row0;
-                const int lo = att_lo(p, a.window);
-                att_row r = {t, 0, 0};
-                if (k0 <= p && k0 + ATT_SPAN > lo)
-                    r.j0 = max(lo, k0) - k0, r.j1 = min(p + 1, k1) - k0;
-                rows_of[rb][tid] = r;
-            }
-            return geo{1, item, k0, klo, k1, s_first + w.i, ua, nr, w.kvh, w.span,
+            const att_span_item w = att_item_at(a, seqs, ns, s_first, item, RU);
+            if (!w.ok) continue;
+            if (tid < w.nr) rows_of[rb][tid] = att_item_row(a, w, w.ua + tid);
+            return geo{1, item, w.k0, w.klo, w.k1, w.si, w.ua, w.nr, w.kvh, w.span,
                        (size_t)a.layer * a.nkv + w.kvh};
         }
         return geo{};
