@@ -492,15 +492,15 @@ TEST(gpu_attention_merge) {
     check_same_passes(m, "the merge by dims (chunks of 3 spans) equals the merge by heads");
 }
 
-/* The prompt kernel (k_attnp, items of up to 128 or 64 (row, head) pairs) gives k_attn's bits:
+/* The prompt kernel (k_attnp, items of up to 128 (row, head) pairs) gives k_attn's bits:
  * DSPARK_GPU_ATTP=1 with DSPARK_GPU_ATTP_POS=0 sends every pass to it, DSPARK_GPU_ATTP=0
  * none; the passes of check_same_passes, a
  * 700-token prompt in chunks of 96 rows (each chunk's rows also see the cached chunks before
  * it) with a verify and steps, and one pass holding a 100-token prompt beside 15 sequences'
  * single steps. pycoder's 3 query heads a kv head fill 3 of an item's 4 head slots. */
-static void attention_prompt_items(const char *pairs) {
-    char *pp = env_swap("DSPARK_GPU_ATTP_PAIRS", pairs);
-    printf("  items of %s pairs:\n", pairs);
+TEST(gpu_attention_prompt) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
     struct model *m[2];
     REQUIRE(load_with("DSPARK_GPU_ATTP", "0", &m[0]) == 0);
     char *pos = env_swap("DSPARK_GPU_ATTP_POS", "0");
@@ -541,14 +541,6 @@ static void attention_prompt_items(const char *pairs) {
            P, same ? "yes" : "NO", PB, NS - 1, mixed ? "yes" : "NO");
     CHECK(same && mixed);
     for (int k = 0; k < 2; k++) free(l[k]), free(lb[k]), model_free(m[k]);
-    env_restore("DSPARK_GPU_ATTP_PAIRS", pp);
-}
-
-TEST(gpu_attention_prompt) {
-    if (!gpu_available()) SKIP("no CUDA build or no GPU");
-    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
-    attention_prompt_items("128"); /* one block a SM */
-    attention_prompt_items("64");  /* two blocks a SM, the weights over the queries */
 }
 
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:

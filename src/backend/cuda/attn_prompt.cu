@@ -3,41 +3,28 @@
  * one chain of fmaf over the head dimension in order, times the scale; the span's softmax is
  * att_softmax's; a value sum is one chain of fmaf over the keys in order. What changes is how
  * many products each shared-memory load serves: a work item is a span of keys against up to
- * 128 or 64 (row, head) pairs, and each thread keeps a register tile of scores (AP_PW / 4 pairs
+ * AP_PAIRS (row, head) pairs, and each thread keeps a register tile of scores (AP_PW / 4 pairs
  * x 8 keys), then of values (AP_PW pairs x D / 32 dims). The merge of the partials is
  * merge.cu's. */
 #include "backend/cuda/attention.cuh"
 
-/* An item holds PAIRS (row, head slot) pairs: its rows times the heads padded to 4. Two
- * forms: 128 pairs on 256 threads, one block a SM, the next item's keys and queries loaded
- * during this one's softmax and values; 64 pairs on 128 threads, two blocks a SM, the scores'
- * weights written over the queries (so the next item's queries load after the values). A warp
- * scores AP_PW pairs (a lane AP_PW / 4 of them) and adds the values of AP_PW / 4 quads (a
- * row's four head slots) in both. */
-#define AP_PW 16
+#define AP_THREADS 256
+#define AP_PAIRS   128 /* (row, head slot) pairs an item: its rows times the heads padded to 4 */
+/* a warp scores AP_PW pairs (a lane AP_PW / 4 of them) and adds the values of AP_PW / 4 quads
+ * (a row's four head slots) */
+#define AP_PW (AP_PAIRS / (AP_THREADS / 32))
 static_assert(AP_PW % 4 == 0, "four pair slots a warp's 8-lane groups");
-__host__ __device__ constexpr int ap_threads(int pairs) {
-    return pairs / AP_PW * 32;
-}
-__host__ __device__ constexpr int ap_qrows(int D) { /* floats a pair's query slot holds */
-    return att_qp(D) > ATT_SPAN ? att_qp(D) : ATT_SPAN;
-}
 
-/* A block per work item (span, kv head, up to PAIRS / G4 rows of a sequence), looping over the
+/* A block per work item (span, kv head, up to AP_PAIRS / G4 rows of a sequence), looping over the
  * items. Shared memory: the span's keys and values [ATT_SPAN][DP], the item's queries by pair
- * slot (row r, head h at r G4 + h) [PAIRS][QP], and the scores, then weights,
- * [rows][ATT_SPAN][G4] (over the queries with SO). The keys (and without SO the queries) of the
- * next item load during this item's softmax and values, its values (and with SO its queries)
- * during its scores. */
-template <int D, int G4C, int PAIRS>
-__global__ void __launch_bounds__(ap_threads(PAIRS), PAIRS < 128 ? 2 : 1) k_attnp(attn_args a) {
+ * slot (row r, head h at r G4 + h) [AP_PAIRS][QP], and the scores, then weights,
+ * [rows][ATT_SPAN][G4]. The keys and queries of the next item load during this item's softmax
+ * and values, its values during its scores. */
+template <int D, int G4C> __global__ void __launch_bounds__(AP_THREADS, 1) k_attnp(attn_args a) {
     constexpr int DP = D + 4, D4 = D / 4, QP = att_qp(D), DM = D / 32;
-    constexpr int AP_THREADS = ap_threads(PAIRS), AP_PAIRS = PAIRS;
-    constexpr bool SO = PAIRS < 128; /* the weights over the queries */
     static_assert(D % 32 == 0, "a lane adds dims lane + 32 m");
     extern __shared__ __align__(16) float sm[];
-    float *Ks = sm, *Vs = Ks + ATT_SPAN * DP, *Qs = Vs + ATT_SPAN * DP;
-    float *S = SO ? Qs : Qs + AP_PAIRS * QP;
+    float *Ks = sm, *Vs = Ks + ATT_SPAN * DP, *Qs = Vs + ATT_SPAN * DP, *S = Qs + AP_PAIRS * QP;
     /* G4C: the heads' slots a row when compiled (4: up to four heads), 0: at run time */
     const int G = a.G, G4 = G4C ? G4C : (G + 3) & ~3, RU = AP_PAIRS / G4;
     __shared__ att_seq seqs[GPU_SEQS];
@@ -67,13 +54,10 @@ __global__ void __launch_bounds__(ap_threads(PAIRS), PAIRS < 128 ? 2 : 1) k_attn
         }
         return geo{};
     };
-    auto copy_k = [&](const geo &g) {
-        if (g.ok)
-            att_copy_rows<D, AP_THREADS>(Ks, g.k0, att_lines_of(sp->seq[g.si], g.hh, D, true),
-                                         g.klo, g.k1, tid);
-    };
-    auto copy_q = [&](const geo &g) {
+    auto copy_kq = [&](const geo &g) { /* the keys and the queries */
         if (!g.ok) return;
+        att_copy_rows<D, AP_THREADS>(Ks, g.k0, att_lines_of(sp->seq[g.si], g.hh, D, true), g.klo,
+                                     g.k1, tid);
         for (int x = tid; x < g.nr * G4 * D4; x += AP_THREADS) {
             const int p = x / D4, c = (x % D4) * 4; /* slot p: row p / G4, head p % G4 */
             if (p % G4 < G)
@@ -88,8 +72,7 @@ __global__ void __launch_bounds__(ap_threads(PAIRS), PAIRS < 128 ? 2 : 1) k_attn
     };
     int rb = 0;
     geo cur = geom(blockIdx.x, rb);
-    copy_k(cur);
-    copy_q(cur);
+    copy_kq(cur);
     cp_async_commit();
     copy_v(cur);
     cp_async_commit();
@@ -98,13 +81,12 @@ __global__ void __launch_bounds__(ap_threads(PAIRS), PAIRS < 128 ? 2 : 1) k_attn
         __syncthreads();
         const att_row *rows = rows_of[rb];
         const int nq = cur.nr * G4; /* pair slots */
-        const bool act = warp * AP_PW < nq;
-        const int ks = lane & 7, p0 = warp * AP_PW + (lane >> 3);
-        float s[AP_PW / 4][8];
-        if (act) {
+        if (warp * AP_PW < nq) {
             /* scores: lane (key slot lane % 8, pair slot lane / 8) of warp w takes keys
              * ks + 8 i and pair slots AP_PW w + ps + 4 j; a round of loads reads 8 keys and 4
              * queries, one wavefront each */
+            const int ks = lane & 7, p0 = warp * AP_PW + (lane >> 3);
+            float s[AP_PW / 4][8];
 #pragma unroll
             for (int j = 0; j < AP_PW / 4; j++)
 #pragma unroll
@@ -127,9 +109,6 @@ __global__ void __launch_bounds__(ap_threads(PAIRS), PAIRS < 128 ? 2 : 1) k_attn
                         s[j][i] = x;
                     }
             }
-        }
-        if (SO) __syncthreads(); /* every warp's scores read before the weights go over them */
-        if (act) {
             /* The span's softmax of pair p0 + 4 j, by the 8 lanes of the pair's key slots
              * (lanes 8 (lane / 8) + ks), with att_softmax's values: the largest score (a max
              * in any order), the weights, and their sum in its tree. There, lane L adds keys L
@@ -172,8 +151,7 @@ __global__ void __launch_bounds__(ap_threads(PAIRS), PAIRS < 128 ? 2 : 1) k_attn
         __syncthreads();
         /* the keys and queries are done with: the next item's load while this one finishes */
         const geo nxt = geom(cur.item + gridDim.x, rb ^ 1);
-        copy_k(nxt);
-        if (!SO) copy_q(nxt);
+        copy_kq(nxt);
         cp_async_commit();
         cp_async_wait1(); /* this item's values */
         __syncthreads();
@@ -239,10 +217,6 @@ __global__ void __launch_bounds__(ap_threads(PAIRS), PAIRS < 128 ? 2 : 1) k_attn
             }
         }
         __syncthreads(); /* the values' tile and S are the next item's */
-        if (SO) {
-            copy_q(nxt);
-            cp_async_commit();
-        }
         copy_v(nxt);
         cp_async_commit();
         cur = nxt, rb ^= 1;
@@ -250,32 +224,23 @@ __global__ void __launch_bounds__(ap_threads(PAIRS), PAIRS < 128 ? 2 : 1) k_attn
     cp_async_wait0();
 }
 
-static size_t attnp_smem(int D, int pairs) {
-    const size_t q = (size_t)pairs * att_qp(D), w = (size_t)pairs * ATT_SPAN;
+static size_t attnp_smem(int D) {
     return sizeof(float) *
-           ((size_t)2 * ATT_SPAN * (D + 4) + (pairs < 128 ? (size_t)pairs * ap_qrows(D) : q + w));
+           ((size_t)2 * ATT_SPAN * (D + 4) + (size_t)AP_PAIRS * att_qp(D) + (size_t)AP_PAIRS * ATT_SPAN);
 }
 
-template <int P> static attn_kernel attnp_kernel_p(int D, int G) {
+/* the kernel for head dimension D and G query heads a kv head, or NULL */
+static attn_kernel attnp_kernel(int D, int G) {
     if (G <= 4)
-        return D == 32    ? k_attnp<32, 4, P>
-               : D == 64  ? k_attnp<64, 4, P>
-               : D == 128 ? k_attnp<128, 4, P>
-                          : NULL;
-    return D == 32 ? k_attnp<32, 0, P> : D == 64 ? k_attnp<64, 0, P> : D == 128 ? k_attnp<128, 0, P> : NULL;
-}
-
-/* the kernel for head dimension D, G query heads a kv head and items of `pairs` pairs, or NULL */
-static attn_kernel attnp_kernel(int D, int G, int pairs) {
-    return pairs == 64 ? attnp_kernel_p<64>(D, G) : pairs == 128 ? attnp_kernel_p<128>(D, G) : NULL;
+        return D == 32 ? k_attnp<32, 4> : D == 64 ? k_attnp<64, 4> : D == 128 ? k_attnp<128, 4> : NULL;
+    return D == 32 ? k_attnp<32, 0> : D == 64 ? k_attnp<64, 0> : D == 128 ? k_attnp<128, 0> : NULL;
 }
 
 int attnp_init(gpu_model *g) {
-    attn_kernel k = attnp_kernel(g->D, g->G, g->attp_pairs);
-    const size_t smem = attnp_smem(g->D, g->attp_pairs);
+    attn_kernel k = attnp_kernel(g->D, g->G);
     int fit = 0;
-    if (!k || g->attp_min <= 0 || raise_smem((const void *)k, smem) ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, ap_threads(g->attp_pairs), smem) !=
+    if (!k || g->attp_min <= 0 || raise_smem((const void *)k, attnp_smem(g->D)) ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, AP_THREADS, attnp_smem(g->D)) !=
             cudaSuccess ||
         fit < 1) {
         cudaGetLastError();
@@ -287,6 +252,6 @@ int attnp_init(gpu_model *g) {
 }
 
 cudaError_t attnp_launch(gpu_model *g, const attn_args *a) {
-    return launch(attnp_kernel(g->D, g->G, g->attp_pairs), dim3(g->attp_grid),
-                  dim3(ap_threads(g->attp_pairs)), attnp_smem(g->D, g->attp_pairs), g->stream, *a);
+    return launch(attnp_kernel(g->D, g->G), dim3(g->attp_grid), dim3(AP_THREADS), attnp_smem(g->D),
+                  g->stream, *a);
 }

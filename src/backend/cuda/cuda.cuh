@@ -423,7 +423,6 @@ struct gpu_model {
                         * attp_pos take k_attnp (0: never; DSPARK_GPU_ATTP, _ATTP_POS) */
     int attp_pos;
     int attp_grid;     /* k_attnp's blocks a launch (0: no k_attnp for this head size) */
-    int attp_pairs;    /* (row, head) pairs a k_attnp item: 128 or 64 (DSPARK_GPU_ATTP_PAIRS) */
     int att_reach;     /* the last position a row of the pass sees (attn_choose) */
     float *taps;                /* [rows][n_taps][H] hidden-state taps, or NULL */
     int tap_of[GPU_MAX_LAYERS]; /* tap slot of each layer, -1 for none */

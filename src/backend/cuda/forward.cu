@@ -344,7 +344,6 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->att_one = env_int("DSPARK_GPU_ATT1", 6); /* k_attn1's blocks a SM; attn_init: a grid */
     g->attp_min = env_int("DSPARK_GPU_ATTP", 64); /* rows of a sequence that take k_attnp */
     g->attp_pos = env_int("DSPARK_GPU_ATTP_POS", 1024); /* and the position they reach */
-    g->attp_pairs = env_int("DSPARK_GPU_ATTP_PAIRS", 128) == 64 ? 64 : 128;
     for (int i = 0; i < GPU_MAX_LAYERS; i++) g->tap_of[i] = -1;
     gpu_pdl_on = env_int("DSPARK_GPU_PDL", 1);
     g->layers = (dlayer *)calloc((size_t)d->n_layers, sizeof *g->layers);
