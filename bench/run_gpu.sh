@@ -2,9 +2,10 @@
 # bench/run_gpu.sh: the CUDA backend's checks and benchmarks in one go, on the GPU machine.
 # Expects test_gpu, bench_gpu (built with `make CUDA=1`) and the shared libraries they need
 # in $BIN (default .gpu); writes logs to $OUT (default /tmp/dspark-gpu). STEPS picks what runs
-# (default all): info test testexact sanitize pycoder spec 8b cpucheck variants torch (test:
-# test_gpu, and bench/wgmma_bits.cu where nvcc is there; testexact: test_gpu with every
-# model's matmul inputs as three bf16 terms, exact products, as on the CPU; race, ncu, serve,
+# (default all): info test testexact testkv sanitize pycoder spec 8b cpucheck variants torch
+# (test: test_gpu, and bench/wgmma_bits.cu where nvcc is there; testexact: test_gpu with every
+# model's matmul inputs as three bf16 terms, exact products, as on the CPU; testkv: test_gpu
+# with K/V caches in bf16; race, ncu, serve,
 # ttft, ab, bound and stamps on request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
 # mangled name, of `bench_gpu --lab`); serve runs `dspark serve --gpu` on models/pycoder in
 # each of SERVE_MODES and drives it with bench/concurrency.py (1, 4, 16, 64 concurrent clients against serialised);
@@ -31,7 +32,7 @@ set -u
 BIN=${BIN:-.gpu}
 OUT=${OUT:-/tmp/dspark-gpu}
 M8B=${M8B:-/tmp/m8b}
-STEPS=${STEPS:-"info test testexact sanitize pycoder spec 8b cpucheck torch"}
+STEPS=${STEPS:-"info test testexact testkv sanitize pycoder spec 8b cpucheck torch"}
 BENCH_ARGS=${BENCH_ARGS:-"--ctx 512,4096 --long 4096"}
 if [ -f "${PACK:-}" ]; then # binaries carried packed
     mkdir -p "$BIN" && tar -C "$BIN" -xf "$PACK"
@@ -79,7 +80,7 @@ fi
 if [ ! -d ../shared/golden ] && [ -d "$BIN/golden" ]; then # the drafters' reference data
     mkdir -p ../shared && cp -r "$BIN/golden" ../shared/
 fi
-if has test || has testexact || has sanitize; then # test_gpu's model with 8 query heads per kv
+if has test || has testexact || has testkv || has sanitize; then # test_gpu's model with 8 query heads per kv
     # head, and its model with a 300,000-token vocabulary (draws on the device)
     [ -f /tmp/dspark-g8/model.safetensors ] || { gcc -O2 -o /tmp/mkmodel-t bench/mkmodel.c -lm &&
         /tmp/mkmodel-t /tmp/dspark-g8 --layers 2 --hidden 256 --heads 16 --kv-heads 2 \
@@ -102,12 +103,16 @@ if has testexact; then
     stamp "test_gpu, matmul inputs as three bf16 terms (exact products)"
     DSPARK_GPU_INPUTS=exact timeout 180 "$BIN/test_gpu" 2>&1 | tee "$OUT/test_gpu_exact.log"
 fi
+if has testkv; then
+    stamp "test_gpu, K/V caches in bf16"
+    DSPARK_GPU_KV=bf16 timeout 180 "$BIN/test_gpu" 2>&1 | tee "$OUT/test_gpu_kv16.log"
+fi
 if has sanitize && command -v compute-sanitizer >/dev/null; then
     stamp compute-sanitizer
     timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$BIN/test_gpu" gpu_golden \
         gpu_multi_sequence gpu_shared_cache gpu_gemm_exact gpu_block_pycoder gpu_attention_buffers \
         gpu_attention_one gpu_attention_merge gpu_attention_prompt gpu_attention_many_steps gpu_many_heads_per_kv gpu_attention_loads_ahead \
-        gpu_cache_trim gpu_inputs_bf16 gpu_sample_summary gpu_chunk_rows \
+        gpu_cache_trim gpu_inputs_bf16 gpu_sample_summary gpu_chunk_rows gpu_kv_bf16 \
         >"$OUT/memcheck.log" 2>&1
     tail -4 "$OUT/memcheck.log"
 fi

@@ -24,6 +24,10 @@ int gpu_model_rows(const struct gpu_model *g) {
     (void)g;
     return 0;
 }
+int gpu_model_kv_bytes(const struct gpu_model *g) {
+    (void)g;
+    return 0;
+}
 
 int gpu_runtime_info(int *driver_version, int *runtime_version, size_t *mem_bytes) {
     *driver_version = *runtime_version = 0;

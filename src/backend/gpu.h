@@ -52,6 +52,9 @@ struct gpu_model_desc {
      * faster for passes of many rows; results move from the CPU's by that rounding); 0: the
      * default, gpu_input_terms() */
     int input_terms;
+    /* 1: K/V caches in bf16 (half the device memory and of attention's reads; keys and values
+     * rounded as they are stored), -1: float, 0: float unless DSPARK_GPU_KV=bf16 */
+    int kv_bf16;
 };
 
 int gpu_available(void); /* 1 when a CUDA build finds a device */
@@ -62,6 +65,9 @@ const char *gpu_device_name(void);
  * a CUDA build (and for a NULL model). */
 int gpu_input_terms(void);
 int gpu_model_input_terms(const struct gpu_model *g);
+/* bytes of an element of the model's device K/V caches: 4 (float) or 2 (bf16,
+ * gpu_model_desc.kv_bf16); 0 without a GPU model */
+int gpu_model_kv_bytes(const struct gpu_model *g);
 /* rows a pass of the model holds: the chunk a prompt is split into (0 without a CUDA build) */
 int gpu_model_rows(const struct gpu_model *g);
 /* Versions as CUDA numbers them (1000 * major + 10 * minor) and device 0's memory, for

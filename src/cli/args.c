@@ -73,3 +73,13 @@ int args_gpu_inputs(const char *v, int *terms) {
     *terms = strcmp(v, "bf16") ? 3 : 1;
     return 0;
 }
+
+int args_gpu_kv(const char *v, int *bytes) {
+    if (!v) return -1;
+    if (strcmp(v, "f32") && strcmp(v, "bf16")) {
+        fprintf(stderr, "error: --gpu-kv takes f32 or bf16, got '%s'\n", v);
+        return -1;
+    }
+    *bytes = strcmp(v, "bf16") ? 4 : 2;
+    return 0;
+}

@@ -21,5 +21,7 @@ int args_u64(const char *flag, const char *v, uint64_t *out);
 int args_float(const char *flag, const char *v, double lo, double hi, float *out);
 /* --gpu-inputs exact|bf16: *terms = 3 for exact, 1 for bf16 (model_opts.gpu_inputs) */
 int args_gpu_inputs(const char *v, int *terms);
+/* --gpu-kv f32|bf16: *bytes = 4 or 2 (model_opts.gpu_kv) */
+int args_gpu_kv(const char *v, int *bytes);
 
 #endif

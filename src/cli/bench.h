@@ -40,6 +40,7 @@ struct opts {
     int recalibrate;
     int gpu;                          /* --gpu: the target (and a draft model) on the GPU */
     int gpu_inputs;                   /* --gpu-inputs: 1 bf16, 3 exact, 0 default */
+    int gpu_kv;                       /* --gpu-kv: 2 bf16, 4 f32, 0 default */
     struct tune_auto *tune[MAX_RUNS]; /* [run] --max-draft auto's costs and state, or NULL */
 };
 

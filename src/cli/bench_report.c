@@ -254,6 +254,8 @@ int bench_write_json(const struct bench *b, const char *path, int threads) {
         cJSON_AddStringToObject(j, "gpu", gpu_device_name());
         cJSON_AddStringToObject(
             j, "gpu_inputs", gpu_model_input_terms(model_gpu(b->e.target)) == 1 ? "bf16" : "exact");
+        cJSON_AddStringToObject(j, "gpu_kv",
+                                gpu_model_kv_bytes(model_gpu(b->e.target)) == 2 ? "bf16" : "f32");
     }
     cJSON_AddNumberToObject(j, "cores", cpu_count());
     cJSON_AddStringToObject(j, "model", o->model_dir);

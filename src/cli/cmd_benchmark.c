@@ -63,6 +63,7 @@ static void usage(FILE *f) {
         "                          CUDA=1` build)\n"
         "  --gpu-inputs exact|bf16 GPU matmul inputs: rounded to bf16 (default) or exact\n"
         "                          float32 products (see dspark generate --help)\n"
+        "  --gpu-kv f32|bf16       GPU K/V cache elements: float32 (default) or bfloat16\n"
         "  --no-chat               raw prompt text (default: a ChatML user turn when the\n"
         "                          tokenizer has <|im_start|> and <|im_end|>)\n"
         "  --widths N              first time one forward pass of widths 1..N (a verify round\n"
@@ -227,6 +228,8 @@ static int parse(int argc, char **argv, struct opts *o) {
             o->gpu = 1;
         } else if (args_flag(&a, "--gpu-inputs")) {
             bad = args_gpu_inputs(a.value, &o->gpu_inputs);
+        } else if (args_flag(&a, "--gpu-kv")) {
+            bad = args_gpu_kv(a.value, &o->gpu_kv);
         } else if (!strcmp(arg, "--no-chat")) {
             o->chat = 0;
         } else {
@@ -520,7 +523,8 @@ static int load_models(struct bench *b, int threads) {
     int need[GEN_DFLASH + 1] = {0};
     for (int i = 0; i < o->n_runs; i++) need[o->runs[i].mode] = 1;
     if (tokenizer_load(o->model_dir, &b->e.tok)) return -1;
-    struct model_opts mo = {.n_threads = threads, .gpu = o->gpu, .gpu_inputs = o->gpu_inputs};
+    struct model_opts mo = {
+        .n_threads = threads, .gpu = o->gpu, .gpu_inputs = o->gpu_inputs, .gpu_kv = o->gpu_kv};
     if (model_load(o->model_dir, &mo, &b->e.target)) return -1;
     mo.pool = model_pool(b->e.target); /* one set of threads for every model */
     if (need[GEN_DRAFT] && model_load(o->drafter_dir, &mo, &b->e.draft)) return -1;

@@ -66,6 +66,9 @@ static void usage(FILE *f) {
             "                         models do (default), or three bf16 terms each, so that\n"
             "                         products are exact float32 ones as on the CPU (slower\n"
             "                         verify rounds and prompts)\n"
+            "  --gpu-kv f32|bf16      GPU K/V cache elements: float32 (default) or bfloat16\n"
+            "                         (half the memory and of attention's reads at long\n"
+            "                         contexts; keys and values rounded as they are stored)\n"
             "  --activations f32|bf16 activation precision (default f32; bf16 rounds where\n"
             "                         transformers' bfloat16 path rounds, to reproduce it)\n"
             "  --no-progress          no progress bar while loading\n");
@@ -74,7 +77,7 @@ static void usage(FILE *f) {
 struct opts {
     const char *model_dir, *drafter_dir, *prompt, *prompt_ids;
     const char *stop[MAX_STOP];
-    int n_stop, threads, progress, bf16_acts, json, max_draft, gpu, gpu_inputs, auto_mode;
+    int n_stop, threads, progress, bf16_acts, json, max_draft, gpu, gpu_inputs, gpu_kv, auto_mode;
     float temperature, top_p;
     int top_k;
     struct gen_params gp;
@@ -165,6 +168,8 @@ static int parse(int argc, char **argv, struct opts *o) {
             o->gpu = 1;
         } else if (args_flag(&a, "--gpu-inputs")) {
             bad = args_gpu_inputs(a.value, &o->gpu_inputs);
+        } else if (args_flag(&a, "--gpu-kv")) {
+            bad = args_gpu_kv(a.value, &o->gpu_kv);
         } else if (!strcmp(arg, "--json")) {
             o->json = 1;
         } else if (!strcmp(arg, "--no-progress")) {
@@ -314,7 +319,8 @@ int cmd_generate(int argc, char **argv) {
                             .show_progress = o.progress && isatty(2),
                             .bf16_activations = o.bf16_acts,
                             .gpu = o.gpu,
-                            .gpu_inputs = o.gpu_inputs};
+                            .gpu_inputs = o.gpu_inputs,
+                            .gpu_kv = o.gpu_kv};
     if (model_load(o.model_dir, &mo, &e.target)) goto done;
     if (o.gp.mode == GEN_DRAFT) {
         struct model_opts dmo = mo;

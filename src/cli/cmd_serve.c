@@ -65,7 +65,10 @@ static void usage(FILE *f) {
                "                           CUDA=1` build)\n"
                "  --gpu-inputs exact|bf16  GPU matmul inputs: rounded to bf16 as PyTorch's\n"
                "                           bf16 models do (default), or exact float32 products\n"
-               "                           as on the CPU (slower verify rounds and prompts)\n");
+               "                           as on the CPU (slower verify rounds and prompts)\n"
+               "  --gpu-kv f32|bf16        GPU K/V cache elements: float32 (default) or\n"
+               "                           bfloat16 (half the memory and of attention's reads;\n"
+               "                           keys and values rounded as they are stored)\n");
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -159,6 +162,8 @@ int cmd_serve(int argc, char **argv) {
             o.gpu = 1;
         } else if (args_flag(&a, "--gpu-inputs")) {
             bad = args_gpu_inputs(a.value, &o.gpu_inputs);
+        } else if (args_flag(&a, "--gpu-kv")) {
+            bad = args_gpu_kv(a.value, &o.gpu_kv);
         } else if (!strcmp(arg, "--no-thinking")) {
             o.thinking = 0;
         } else if (!strcmp(arg, "--no-lookup-drafts")) {

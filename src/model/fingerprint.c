@@ -45,6 +45,7 @@ uint64_t model_fingerprint(struct model *m) {
                       m->gpu != NULL};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) add_int(h, ints[i]);
     if (gpu_model_input_terms(m->gpu) == 1) add(h, "gpu-inputs-bf16", 15); /* other K/V bits */
+    if (gpu_model_kv_bytes(m->gpu) == 2) add(h, "gpu-kv-bf16", 11);         /* K/V rounded */
     float floats[] = {c->rms_eps, c->rope_theta, c->rope_factor, c->rope_low_freq_factor,
                       c->rope_high_freq_factor};
     for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) add_float(h, floats[i]);

@@ -104,6 +104,7 @@ static struct kv_cache *kv_shell(const struct model *m, int cap) {
     if (!kv) return NULL;
     kv->n_layers = c->n_layers, kv->n_kv_heads = c->n_kv_heads, kv->head_dim = c->head_dim;
     kv->cap = cap, kv->refs = 1;
+    kv->es = m->gpu ? gpu_model_kv_bytes(m->gpu) : (int)sizeof(float);
     return kv;
 }
 
@@ -216,11 +217,11 @@ int kv_reserve(struct kv_cache *kv, int cap) {
 
 /* A device cache's own rows (its base counts with the base). */
 static size_t device_bytes(const struct kv_cache *kv) {
-    return 2 * sizeof(float) * heads_of(kv) * (size_t)(kv->cap - kv->nb) * (size_t)kv->head_dim;
+    return 2 * (size_t)kv->es * heads_of(kv) * (size_t)(kv->cap - kv->nb) * (size_t)kv->head_dim;
 }
 
 size_t kv_page_bytes(const struct kv_cache *kv) {
-    return kv->gpu ? sizeof(float) * page_floats(kv) : page_bytes(kv);
+    return kv->gpu ? (size_t)kv->es * page_floats(kv) : page_bytes(kv);
 }
 
 size_t kv_bytes(const struct kv_cache *kv) {

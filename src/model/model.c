@@ -136,6 +136,10 @@ int model_gpu_desc(const struct hf_config *c, const struct layer *layers, const 
     return OK;
 }
 
+int model_kv_elem_bytes(const struct model *m) {
+    return m->gpu ? gpu_model_kv_bytes(m->gpu) : (int)sizeof(float);
+}
+
 struct gpu_model *model_gpu(struct model *m) {
     return m->gpu;
 }
@@ -159,6 +163,7 @@ static int upload_gpu(struct model *m) {
     d.lm_head = W(m->lm_head, c->vocab_size, H);
     d.final_norm = m->final_norm;
     d.input_terms = m->gpu_inputs;
+    d.kv_bf16 = m->gpu_kv == 2 ? 1 : m->gpu_kv == 4 ? -1 : 0;
     int rc = c->head_dim <= 256 ? gpu_model_new(&d, &m->gpu) : ERR_UNSUPPORTED;
     free((void *)d.layers);
     if (rc) log_hint("run on the CPU (without --gpu)");
@@ -179,6 +184,7 @@ int model_load(const char *dir, const struct model_opts *opts, struct model **ou
     const struct hf_config *c = &m->cfg;
     m->act_bf16 = opts && opts->bf16_activations;
     m->gpu_inputs = opts ? opts->gpu_inputs : 0;
+    m->gpu_kv = opts ? opts->gpu_kv : 0;
     if (m->gpu_inputs == 1 && !opts->gpu)
         log_info("bf16 GPU matmul inputs apply to --gpu only; the CPU's products stay exact");
     if (opts && opts->pool) {

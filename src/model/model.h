@@ -33,6 +33,11 @@ struct model_opts {
      * passes and prompts); 0: gpu_input_terms()'s default (1, unless DSPARK_GPU_INPUTS=exact).
      * Drafters follow their target. */
     int gpu_inputs;
+    /* With gpu, bytes of a device K/V cache element: 2 keeps keys and values in bfloat16 (half
+     * the device memory and of attention's reads; each key and value rounded as it is
+     * stored), 4 in float32, 0: float32 unless DSPARK_GPU_KV=bf16. Drafters follow their
+     * target. */
+    int gpu_kv;
 };
 
 int model_load(const char *dir, const struct model_opts *opts, struct model **out);
@@ -126,6 +131,8 @@ int model_on_gpu(const struct model *m); /* 1 when the forward runs on the GPU *
  * to free; embedding, head and norms are the caller's to fill): for this model and for
  * models that run beside it, such as block drafters. */
 struct gpu_model *model_gpu(struct model *m);
+/* bytes of an element of the model's K/V caches: 4, or 2 for bf16 device caches */
+int model_kv_elem_bytes(const struct model *m);
 /* rows one forward pass holds: longer inputs run in passes of this many (MODEL_CHUNK_ROWS on
  * the CPU; the GPU's chunk with --gpu) */
 int model_pass_rows(struct model *m);

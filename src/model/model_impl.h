@@ -22,6 +22,7 @@ struct model {
     size_t weight_bytes;   /* matmul weights read per decode step */
     int act_bf16;          /* model_opts.bf16_activations */
     int gpu_inputs;        /* model_opts.gpu_inputs */
+    int gpu_kv;            /* model_opts.gpu_kv */
     struct gpu_model *gpu; /* the forward runs on the GPU when set */
     void *huge;            /* matmul weights copied to 2 MiB pages (munmap), or NULL */
     size_t huge_bytes;
@@ -61,6 +62,7 @@ struct kv_cache {
     int nb;
     int refs;           /* 1 + the device caches using this one as their base */
     struct gpu_kv *gpu; /* the K/V in device memory, for GPU models */
+    int es;             /* bytes of a device element: 4 (float) or 2 (bf16) */
 };
 
 /* Position j's K (or V, with v != 0) row of (layer, kv head h) in a host cache; its page must

@@ -87,7 +87,7 @@ static long prefill_step(struct server *s, struct job **active, int n_active, in
  * plus, then, the shared page it copies and its last page's rounding. */
 static long job_kv_bytes(const struct server *s, const struct job *j) {
     const struct hf_config *c = model_config(s->eng.target);
-    long row = 2L * (long)sizeof(float) * c->n_layers * c->n_kv_heads * c->head_dim;
+    long row = 2L * model_kv_elem_bytes(s->eng.target) * c->n_layers * c->n_kv_heads * c->head_dim;
     long rows = (long)j->n_prompt + j->gp.max_tokens + VERIFY_MAX_DRAFT + 1;
     if (j->kv_shared) rows += 2 * (1 << KV_PAGE_SHIFT) - j->kv_shared;
     return (long)j->n_choices * rows * row;

@@ -67,6 +67,7 @@ int server_new(const struct server_opts *opts, struct server **out) {
         .show_progress = opts->show_progress,
         .gpu = opts->gpu,
         .gpu_inputs = opts->gpu_inputs,
+        .gpu_kv = opts->gpu_kv,
     };
     if ((rc = tokenizer_load(opts->model_dir, &s->eng.tok)) ||
         (rc = model_load(opts->model_dir, &mo, &s->eng.target)))

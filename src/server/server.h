@@ -35,6 +35,7 @@ struct server_opts {
     int n_threads;
     int gpu;        /* run the target on the GPU */
     int gpu_inputs; /* model_opts.gpu_inputs */
+    int gpu_kv;     /* model_opts.gpu_kv */
     int show_progress;
     int auto_draft;         /* --max-draft auto: each round's cap is chosen up to the mode's
                              * widest (calibrated by server_new; max_draft is then ignored) */

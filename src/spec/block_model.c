@@ -153,6 +153,7 @@ static int upload_gpu(struct block_model *bm) {
     d.hidden_norm = bm->hidden_norm;
     d.share = model_gpu(bm->target);
     d.input_terms = gpu_model_input_terms(d.share); /* the target's: one contract per pair */
+    d.kv_bf16 = gpu_model_kv_bytes(d.share) == 2 ? 1 : -1; /* the target's */
     d.markov_w1 = (struct gpu_weight){bm->w1.data, bm->w1.dtype, V, c->markov_rank};
     d.markov_w2 = (struct gpu_weight){bm->w2.data, bm->w2.dtype, V, c->markov_rank};
     int rc = gpu_model_new(&d, &bm->gpu);

@@ -15,6 +15,7 @@
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "sample/dist.h"
+#include "tensor/dtype.h"
 #include "sample/rng.h"
 #include "spec/block_model.h"
 #include "spec/verify.h"
@@ -22,6 +23,7 @@
 #include "sample/penalty.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,9 +234,13 @@ TEST(gpu_inputs_bf16) {
     if (!gpu_available()) SKIP("no CUDA build or no GPU");
     if (!fs_exists("models/pycoder")) SKIP("models/ absent");
     struct model *m, *mx, *mc;
+    /* float caches, whatever the suite's default: exact inputs are then exact products */
     REQUIRE(model_load("models/pycoder",
-                       &(struct model_opts){.n_threads = 1, .gpu = 1, .gpu_inputs = 1}, &m) == 0);
-    REQUIRE(load_with("DSPARK_GPU_INPUTS", "exact", &mx) == 0);
+                       &(struct model_opts){.n_threads = 1, .gpu = 1, .gpu_inputs = 1, .gpu_kv = 4},
+                       &m) == 0);
+    REQUIRE(model_load("models/pycoder",
+                       &(struct model_opts){.n_threads = 1, .gpu = 1, .gpu_inputs = 3, .gpu_kv = 4},
+                       &mx) == 0);
     REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 2}, &mc) == 0);
     CHECK(gpu_model_input_terms(model_gpu(m)) == 1 && gpu_model_input_terms(model_gpu(mx)) == 3);
     CHECK(model_fingerprint(m) != model_fingerprint(mx));
@@ -541,6 +547,90 @@ TEST(gpu_attention_prompt) {
            P, same ? "yes" : "NO", PB, NS - 1, mixed ? "yes" : "NO");
     CHECK(same && mixed);
     for (int k = 0; k < 2; k++) free(l[k]), free(lb[k]), model_free(m[k]);
+}
+
+/* K/V caches in bf16 (--gpu-kv bf16, DSPARK_GPU_KV=bf16). Each kernel reads the rounded rows
+ * the same way, so a row's bits still never depend on the pass: the passes of
+ * check_same_passes on k_attnp equal k_attn (k_attn1 takes the 16 sequences' steps), a
+ * 700-token prompt in chunks of 96 rows equals chunks of 512, and a 16-row verify equals 16
+ * single steps. The logits stay near the float caches' (the keys' and values' rounding), a
+ * cache holds bf16 values (its export rounds to itself) and one imported from that export
+ * continues with the same bits (the prefix cache's path). */
+TEST(gpu_kv_bf16) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    char *kvenv = env_swap("DSPARK_GPU_KV", "bf16");
+    struct model *m[2];
+    REQUIRE(load_with("DSPARK_GPU_ATTP", "0", &m[0]) == 0);
+    char *pos = env_swap("DSPARK_GPU_ATTP_POS", "0");
+    REQUIRE(load_with("DSPARK_GPU_ATTP", "1", &m[1]) == 0);
+    env_restore("DSPARK_GPU_ATTP_POS", pos);
+    CHECK(model_kv_elem_bytes(m[0]) == 2);
+    check_same_passes(m, "bf16 caches: the prompt kernel for every pass equals k_attn");
+    struct model *b[2], *f;
+    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &b[0]) ==
+            0);
+    REQUIRE(load_with("DSPARK_GPU_ROWS", "96", &b[1]) == 0);
+    env_restore("DSPARK_GPU_KV", kvenv);
+    REQUIRE(model_load("models/pycoder",
+                       &(struct model_opts){.n_threads = 1, .gpu = 1, .gpu_kv = 4}, &f) == 0);
+    CHECK(model_kv_elem_bytes(f) == 4);
+    enum { P = 700, W = 16, S = 4 };
+    const int V = model_config(f)->vocab_size;
+    static int32_t ids[P + W + S];
+    for (int i = 0; i < P + W + S; i++) ids[i] = 20 + (i * 389) % 8000;
+    float *l[3];
+    const size_t n = (size_t)V * (P + W + S);
+    REQUIRE((l[0] = prompt_verify_steps(b[0], ids, P, W, S, P + W + S)));
+    REQUIRE((l[1] = prompt_verify_steps(b[1], ids, P, W, S, P + W + S)));
+    REQUIRE((l[2] = prompt_verify_steps(f, ids, P, W, S, P + W + S)));
+    const int chunks = !memcmp(l[0], l[1], sizeof(float) * n);
+    double big = 0, diff = 0;
+    int top_same = 0, finite = 1;
+    for (int r = 0; r < P + W + S; r++) {
+        const float *x = l[0] + (size_t)r * V, *y = l[2] + (size_t)r * V;
+        int ax = 0, ay = 0;
+        for (int i = 0; i < V; i++) {
+            finite &= isfinite(x[i]);
+            if (fabs(y[i]) > big) big = fabs(y[i]);
+            if (fabs(x[i] - y[i]) > diff) diff = fabs(x[i] - y[i]);
+            if (x[i] > x[ax]) ax = i;
+            if (y[i] > y[ay]) ay = i;
+        }
+        top_same += ax == ay;
+    }
+    printf("  bf16 caches: a %d-token prompt in chunks of 96 rows, a verify and steps equal "
+           "chunks of 512: %s; against float caches: logits within %.2e of the largest, the "
+           "same top token in %d of %d rows\n",
+           P, chunks ? "yes" : "NO", diff / big, top_same, P + W + S);
+    CHECK(chunks && finite);
+    CHECK(diff <= 5e-2 * big);
+    CHECK(top_same >= (P + W + S) * 9 / 10);
+    /* a verify of 16 rows equals 16 single steps; export, import, one more step */
+    struct kv_cache *kv, *kv2;
+    REQUIRE(kv_new(b[0], P + W + 2, &kv) == 0 && kv_new(b[0], P + W + 2, &kv2) == 0);
+    float *steps = malloc(sizeof(float) * V * W), *out = malloc(sizeof(float) * V * W);
+    REQUIRE(steps && out);
+    CHECK(model_forward(b[0], kv, ids, P, NULL, 0) == 0);
+    for (int i = 0; i < W; i++)
+        CHECK(model_forward(b[0], kv, ids + P + i, 1, steps + (size_t)i * V, 0) == 0);
+    CHECK(pass_equals_steps(b[0], kv, ids, P, W, steps, out));
+    const size_t nf = kv_row_floats(kv) * (P + W);
+    float *rows = malloc(sizeof(float) * nf);
+    REQUIRE(rows && kv_export(kv, P + W, rows) == 0);
+    int rounded = 1;
+    for (size_t i = 0; i < nf; i++) rounded &= rows[i] == bf16_round(rows[i]);
+    CHECK(kv_import(kv2, rows, P + W, P + W) == 0);
+    CHECK(model_forward(b[0], kv, ids + P + W, 1, steps, 0) == 0);
+    CHECK(model_forward(b[0], kv2, ids + P + W, 1, out, 0) == 0);
+    const int cont = !memcmp(steps, out, sizeof(float) * V);
+    printf("  bf16 caches: a 16-row verify equals 16 steps (checked), exported rows are bf16: "
+           "%s, an imported copy continues with the same bits: %s\n",
+           rounded ? "yes" : "NO", cont ? "yes" : "NO");
+    CHECK(rounded && cont);
+    free(rows), free(steps), free(out), kv_free(kv), kv_free(kv2);
+    for (int k = 0; k < 3; k++) free(l[k]);
+    model_free(b[0]), model_free(b[1]), model_free(f);
 }
 
 /* Decode steps of many sequences (more attention items than SMs, each of one or two rows:
@@ -1623,6 +1713,7 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
     if (wanted(argc, argv, "gpu_attention_merge")) RUN(gpu_attention_merge);
     if (wanted(argc, argv, "gpu_attention_prompt")) RUN(gpu_attention_prompt);
+    if (wanted(argc, argv, "gpu_kv_bf16")) RUN(gpu_kv_bf16);
     if (wanted(argc, argv, "gpu_attention_many_steps")) RUN(gpu_attention_many_steps);
     if (wanted(argc, argv, "gpu_many_heads_per_kv")) RUN(gpu_many_heads_per_kv);
     if (wanted(argc, argv, "gpu_block_golden")) RUN(gpu_block_golden);

@@ -40,11 +40,10 @@ __global__ void k_rope(const float *qkv, float *qout, const step_params *sp, con
         return;
     }
     int kvh = h - nh;
-    float *kc, *vc;
-    size_t base = row_cache(sp, t, layer, nkv, kvh, D, &kc, &vc);
-    kc[base + i] = ra, kc[base + i + half] = rb;
+    const kv_row kr = row_cache(sp, t, layer, nkv, kvh, D);
+    kv_put(kr, 0, i, ra), kv_put(kr, 0, i + half, rb);
     const float *vs = qkv + (size_t)t * (QD + 2 * KD) + QD + KD + kvh * D;
-    vc[base + i] = __ldcg(vs + i), vc[base + i + half] = __ldcg(vs + i + half);
+    kv_put(kr, 1, i, __ldcg(vs + i)), kv_put(kr, 1, i + half, __ldcg(vs + i + half));
 }
 
 cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T) {
@@ -234,7 +233,8 @@ struct att_item {
  * once the scores are done the next item's keys and queries load during this item's softmax
  * and values. With pre_kv a block requests its first item's keys and values of positions
  * before the pass (rows no kernel of the pass writes) before its wait on the previous kernel. */
-template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
+template <int D, int NB, bool KV16>
+__global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
     constexpr int DP = D + 4, D4 = D / 4, QP = att_qp(D);
     extern __shared__ __align__(16) float sm[];
     /* per buffer: K and V tiles [ATT_SPAN][DP] and the rows' queries [ATT_ROWS][G][QP]; then
@@ -280,8 +280,12 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
         if (jb <= ja) return;
         const seq_params &P = sp->seq[geo.si];
         float *Ks = sm + b * BUF, *Vs = Ks + ATT_SPAN * DP;
-        if (k) att_copy_rows<D, ATT_THREADS>(Ks, geo.k0, att_lines_of(P, geo.hh, D, true), ja, jb, tid);
-        if (v) att_copy_rows<D, ATT_THREADS>(Vs, geo.k0, att_lines_of(P, geo.hh, D, false), ja, jb, tid);
+        if (k)
+            att_copy_rows<D, ATT_THREADS, KV16>(Ks, geo.k0, att_lines_of<KV16>(P, geo.hh, D, true),
+                                                ja, jb, tid);
+        if (v)
+            att_copy_rows<D, ATT_THREADS, KV16>(Vs, geo.k0, att_lines_of<KV16>(P, geo.hh, D, false),
+                                                ja, jb, tid);
     };
     auto copy_q = [&](const att_geo &geo, int b) {
         if (geo.k1 <= geo.klo) return;
@@ -338,6 +342,10 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
             cp_async_wait1();
         }
         __syncthreads();
+        if (KV16 && cur.ok) { /* bf16 tiles landed: floats (two buffers: the values too) */
+            att_expand<D, ATT_THREADS>(sm + buf * BUF, tid);
+            if (NB == 2) att_expand<D, ATT_THREADS>(sm + buf * BUF + ATT_SPAN * DP, tid);
+        }
         const float *Ks = sm + buf * BUF, *Vs = Ks + ATT_SPAN * DP, *Qs = Vs + ATT_SPAN * DP;
         const att_row *rows = rows_of[rb];
         const int kvh = cur.kvh, span = cur.span, nr = cur.nr;
@@ -383,6 +391,7 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
                     cp_async_wait0();
             }
             __syncthreads();
+            if (NB == 1 && KV16) att_expand<D, ATT_THREADS>(sm + ATT_SPAN * DP, tid);
             /* values: with more rows att_values_tiled; with a few a thread per (row, dim),
              * four heads at a time, keys in order */
             if (nr > ATT_COOP_ROWS) {
@@ -421,7 +430,7 @@ template <int D, int NB> __global__ void __launch_bounds__(ATT_THREADS, 2) k_att
  * score4 per key, att_softmax per head, att_values_row per dim. */
 #define ATT1_THREADS 128
 static_assert(ATT1_THREADS >= ATT_SPAN, "a thread per key");
-template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_args a) {
+template <int D, bool KV16> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_args a) {
     constexpr int DP = D + 4, D4 = D / 4, QP = att_qp(D);
     extern __shared__ __align__(16) float sm[];
     const int G = a.G, G4 = (G + 3) & ~3;
@@ -451,7 +460,8 @@ template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_ar
         return g.k1 > g.klo;
     };
     auto copy_rows = [&](const geo1 &g, int ja, int jb, bool key) { /* keys [ja, jb) */
-        att_copy_rows<D, ATT1_THREADS>(KV, g.k0, att_lines_of(*g.P, g.hh, D, key), ja, jb, tid);
+        att_copy_rows<D, ATT1_THREADS, KV16>(KV, g.k0, att_lines_of<KV16>(*g.P, g.hh, D, key), ja,
+                                             jb, tid);
     };
     auto copy_q = [&](const geo1 &g) {
         for (int x = tid; x < G * D4; x += ATT1_THREADS) {
@@ -477,6 +487,7 @@ template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_ar
             cp_async_wait0();
         }
         __syncthreads();
+        if (ok && KV16) att_expand<D, ATT1_THREADS>(KV, tid);
         if (ok) {
             if (tid >= g.r.j0 && tid < g.r.j1)
                 for (int g0 = 0; g0 < G; g0 += 4)
@@ -490,6 +501,7 @@ template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_ar
                 att_softmax(S + h, G4, g.r, a.ml + (slot + (size_t)h * a.spans) * 2, lane);
             cp_async_wait0();
             __syncthreads();
+            if (KV16) att_expand<D, ATT1_THREADS>(KV, tid);
             for (int d = tid; d < D; d += ATT1_THREADS)
                 att_values_row<D>(KV, S, g.r, G, d, a.acc + slot * D + d, (size_t)a.spans * D);
             __syncthreads(); /* the tile, S and Qs are the next item's */
@@ -506,28 +518,181 @@ template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_ar
     }
 }
 
+/* k_attn1 over bf16 caches for head dims of 8 or 16 copies a row (64, 128): the keys and the
+ * values in tiles of their own as stored, bf16, both requested at the item's start (the float
+ * kernel's values wait for the keys' tile). A row's 16-byte copy c lies at slot c ^ (row & 7)
+ * so that the 8 keys a score load reads fall in different banks. Each score is score4's chain
+ * and each value sum att_values_row's, over the same floats (a bf16 as a float is exact), so
+ * the bits are k_attn1<D, true>'s. */
+template <int D> __device__ __forceinline__ const uint16_t *att_b16(const uint16_t *t, int j, int c) {
+    return t + (size_t)j * D + ((c ^ (j & 7)) << 3); /* copy c of row j */
+}
+template <int D>
+__device__ __forceinline__ void score4_b16(const float *q, const uint16_t *K, int j, int ng,
+                                           float scale, float *out) {
+    constexpr int QP = att_qp(D);
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+    for (int c = 0; c < D / 8; c++) {
+        const uint4 w = *(const uint4 *)att_b16<D>(K, j, c);
+        const float k[8] = {att_lo16(w.x), att_hi16(w.x), att_lo16(w.y), att_hi16(w.y),
+                            att_lo16(w.z), att_hi16(w.z), att_lo16(w.w), att_hi16(w.w)};
+#pragma unroll
+        for (int gi = 0; gi < 4; gi++) {
+            if (gi < ng) {
+                const float4 qa = *(const float4 *)(q + gi * QP + 8 * c),
+                             qb = *(const float4 *)(q + gi * QP + 8 * c + 4);
+                s[gi] = fmaf(qa.x, k[0], s[gi]), s[gi] = fmaf(qa.y, k[1], s[gi]);
+                s[gi] = fmaf(qa.z, k[2], s[gi]), s[gi] = fmaf(qa.w, k[3], s[gi]);
+                s[gi] = fmaf(qb.x, k[4], s[gi]), s[gi] = fmaf(qb.y, k[5], s[gi]);
+                s[gi] = fmaf(qb.z, k[6], s[gi]), s[gi] = fmaf(qb.w, k[7], s[gi]);
+            }
+        }
+    }
+#pragma unroll
+    for (int gi = 0; gi < 4; gi++)
+        if (gi < ng) out[gi] = s[gi] * scale;
+}
+template <int D>
+__device__ __forceinline__ void att_values_b16(const uint16_t *V, const float *e, att_row r, int G,
+                                               int d, float *out, size_t hstride) {
+    const int G4 = (G + 3) & ~3;
+    for (int g0 = 0; g0 < G; g0 += 4) {
+        float o[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+        for (int j = r.j0; j < r.j1; j++) {
+            const float v = __uint_as_float((uint32_t)att_b16<D>(V, j, d >> 3)[d & 7] << 16);
+            const float4 w = *(const float4 *)(e + j * G4 + g0);
+            o[0] = fmaf(w.x, v, o[0]), o[1] = fmaf(w.y, v, o[1]);
+            o[2] = fmaf(w.z, v, o[2]), o[3] = fmaf(w.w, v, o[3]);
+        }
+#pragma unroll
+        for (int gi = 0; gi < 4; gi++)
+            if (g0 + gi < G) out[(size_t)(g0 + gi) * hstride] = o[gi];
+    }
+}
+template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1_b16(attn_args a) {
+    constexpr int C8 = D / 8, D4 = D / 4, QP = att_qp(D);
+    static_assert(C8 == 8 || C8 == 16, "a row's copies swizzled by row & 7");
+    extern __shared__ __align__(16) float sm[];
+    const int G = a.G, G4 = (G + 3) & ~3;
+    uint16_t *Kb = (uint16_t *)sm, *Vb = Kb + ATT_SPAN * D;
+    float *Qs = (float *)(Vb + ATT_SPAN * D), *S = Qs + G * QP; /* S: [ATT_SPAN][G4] */
+    __shared__ att_seq seqs[GPU_SEQS];
+    __shared__ int info[3];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const step_params *sp = a.sp; /* written before the pass: readable before the wait */
+    if (warp == 0) att_seq_table(a, seqs, info, lane, ATT_ROWS);
+    __syncthreads();
+    const int n_items = info[0], s_first = info[1], ns = info[2];
+    struct geo1 {
+        int k0, klo, k1, kvh, span, old;
+        att_row r;
+        const seq_params *P;
+        size_t hh;
+    };
+    auto geom = [&](int item, geo1 &g) { /* k_attn1's */
+        const att_at w = att_locate(seqs, ns, item, a.nkv);
+        const att_seq q = seqs[w.i];
+        const seq_params &P = sp->seq[s_first + w.i];
+        const int p = P.pos0 + q.a - P.row0, lo = att_lo(p, a.window);
+        g.kvh = w.kvh, g.span = w.span;
+        g.k0 = g.span * ATT_SPAN, g.k1 = min(g.k0 + ATT_SPAN, p + 1), g.klo = max(g.k0, lo);
+        g.r = att_row{q.a, g.klo - g.k0, g.k1 - g.k0};
+        g.P = &P, g.old = P.pos0, g.hh = (size_t)a.layer * a.nkv + g.kvh;
+        return g.k1 > g.klo;
+    };
+    auto copy_rows = [&](const geo1 &g, int ja, int jb) { /* keys and values [ja, jb) */
+        const att_lines<true> LK = att_lines_of<true>(*g.P, g.hh, D, true),
+                              LV = att_lines_of<true>(*g.P, g.hh, D, false);
+        for (int x = tid; x < (jb - ja) * C8; x += ATT1_THREADS) {
+            const int j = ja + x / C8, c = x % C8, t = j - g.k0;
+            cp_async16((void *)att_b16<D>(Kb, t, c), LK.row(j, D) + 8 * c);
+            cp_async16((void *)att_b16<D>(Vb, t, c), LV.row(j, D) + 8 * c);
+        }
+    };
+    auto copy_q = [&](const geo1 &g) {
+        for (int x = tid; x < G * D4; x += ATT1_THREADS) {
+            const int h = x / D4, c = (x % D4) * 4;
+            cp_async16(Qs + h * QP + c, a.q + ((size_t)g.r.t * a.nh + g.kvh * G + h) * D + c);
+        }
+    };
+    int item = blockIdx.x, from = 0; /* rows [klo, from) of the item are requested */
+    geo1 g;
+    bool ok = item < n_items && geom(item, g);
+    if (ok) { /* with pre_kv, rows of positions before the pass before the wait */
+        from = a.pre_kv ? min(max(g.old, g.klo), g.k1) : g.klo;
+        copy_rows(g, g.klo, from);
+        cp_async_commit();
+    }
+    pdl_wait();
+    pdl_launch();
+    for (; item < n_items; item += gridDim.x) {
+        if (ok) {
+            copy_rows(g, from, g.k1);
+            if (item == (int)blockIdx.x) copy_q(g); /* later items': with their rows, below */
+            cp_async_commit();
+            cp_async_wait0();
+        }
+        __syncthreads();
+        if (ok) {
+            if (tid >= g.r.j0 && tid < g.r.j1)
+                for (int g0 = 0; g0 < G; g0 += 4)
+                    score4_b16<D>(Qs + g0 * QP, Kb, tid, min(G - g0, 4), a.scale,
+                                  S + (size_t)tid * G4 + g0);
+            __syncthreads();
+            const size_t slot = ((size_t)(g.r.t - a.r0) * a.nh + g.kvh * G) * a.spans + g.span;
+            for (int h = warp; h < G; h += ATT1_THREADS / 32)
+                att_softmax(S + h, G4, g.r, a.ml + (slot + (size_t)h * a.spans) * 2, lane);
+            __syncthreads();
+            for (int d = tid; d < D; d += ATT1_THREADS)
+                att_values_b16<D>(Vb, S, g.r, G, d, a.acc + slot * D + d, (size_t)a.spans * D);
+            __syncthreads(); /* the tiles, S and Qs are the next item's */
+        }
+        if (item + (int)gridDim.x < n_items) { /* the next item's rows and queries */
+            ok = geom(item + gridDim.x, g);
+            if (ok) {
+                copy_rows(g, g.klo, g.k1);
+                copy_q(g);
+                cp_async_commit();
+                from = g.k1;
+            }
+        }
+    }
+}
+
 static size_t attn_smem(int G, int D, int nb) {
     const size_t buf = 2 * (size_t)ATT_SPAN * (D + 4) + (size_t)ATT_ROWS * G * att_qp(D);
     return sizeof(float) * (nb * buf + (size_t)ATT_ROWS * ((G + 3) & ~3) * ATT_SPAN);
 }
 
-#define K16(n)  k_attn<16 * (n), 1>, k_attn<16 * (n), 2>
-#define K16S(n) k_attn<16 * (n), 1>, NULL /* two buffers of a wider head hardly ever fit */
-static const attn_kernel attn_kernels[17][2] = {
-    {NULL, NULL}, {K16(1)},   {K16(2)},   {K16(3)},   {K16(4)},   {K16(5)},
-    {K16(6)},     {K16(7)},   {K16(8)},   {K16S(9)},  {K16S(10)}, {K16S(11)},
-    {K16S(12)},   {K16S(13)}, {K16S(14)}, {K16S(15)}, {K16S(16)}};
+/* [bf16 caches][head dim / 16][buffers - 1] */
+#define K16(n, c)  k_attn<16 * (n), 1, c>, k_attn<16 * (n), 2, c>
+#define K16S(n, c) k_attn<16 * (n), 1, c>, NULL /* two buffers of a wider head hardly ever fit */
+#define KROW(c)                                                                                    \
+    {{NULL, NULL},    {K16(1, c)},   {K16(2, c)},   {K16(3, c)},   {K16(4, c)},   {K16(5, c)},     \
+     {K16(6, c)},     {K16(7, c)},   {K16(8, c)},   {K16S(9, c)},  {K16S(10, c)}, {K16S(11, c)},   \
+     {K16S(12, c)},   {K16S(13, c)}, {K16S(14, c)}, {K16S(15, c)}, {K16S(16, c)}}
+static const attn_kernel attn_kernels_kv[2][17][2] = {KROW(false), KROW(true)};
 
-/* k_attn1's shared memory: one tile, the row's queries and its scores */
-static size_t attn1_smem(int G, int D) {
-    return sizeof(float) * ((size_t)ATT_SPAN * (D + 4) + (size_t)G * att_qp(D) +
-                            (size_t)ATT_SPAN * ((G + 3) & ~3));
+/* k_attn1's shared memory: one tile (k_attn1_b16: two of bf16), the row's queries and its
+ * scores */
+static size_t attn1_smem(int G, int D, int kv16) {
+    const size_t tiles = kv16 && (D == 64 || D == 128) ? (size_t)2 * ATT_SPAN * D * 2 /* K, V */
+                                                        : sizeof(float) * ATT_SPAN * (D + 4);
+    return tiles + sizeof(float) * ((size_t)G * att_qp(D) + (size_t)ATT_SPAN * ((G + 3) & ~3));
 }
 
-#define K1(n) k_attn1<16 * (n)>
-static const attn_kernel attn1_kernels[17] = {NULL,   K1(1),  K1(2),  K1(3),  K1(4),  K1(5),
-                                              K1(6),  K1(7),  K1(8),  K1(9),  K1(10), K1(11),
-                                              K1(12), K1(13), K1(14), K1(15), K1(16)};
+#define K1(n, c) k_attn1<16 * (n), c>
+#define K1ROW(c)                                                                                   \
+    {NULL,      K1(1, c),  K1(2, c),  K1(3, c),  K1(4, c),  K1(5, c),  K1(6, c),  K1(7, c),        \
+     K1(8, c),  K1(9, c),  K1(10, c), K1(11, c), K1(12, c), K1(13, c), K1(14, c), K1(15, c),       \
+     K1(16, c)}
+static const attn_kernel attn1_kernels_kv[2][17] = {
+    K1ROW(false),
+    {NULL, K1(1, true), K1(2, true), K1(3, true), k_attn1_b16<64>, K1(5, true), K1(6, true),
+     K1(7, true), k_attn1_b16<128>, K1(9, true), K1(10, true), K1(11, true), K1(12, true),
+     K1(13, true), K1(14, true), K1(15, true), K1(16, true)}};
 
 /* Work items of the pass in g->hsp (as k_attn numbers them): with at most one per SM, each
  * of at most ATT_COOP_ROWS rows (decode steps), one block a SM with two buffers measured
@@ -584,10 +749,10 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n, in
     if (g->att_kind == ATT_PROMPT)
         e = attnp_launch(g, &a);
     else if (g->att_kind == ATT_ONE)
-        e = launch(attn1_kernels[g->D / 16], dim3(g->att_one), dim3(ATT1_THREADS),
-                   attn1_smem(g->G, g->D), g->stream, a);
+        e = launch(attn1_kernels_kv[g->kv16][g->D / 16], dim3(g->att_one), dim3(ATT1_THREADS),
+                   attn1_smem(g->G, g->D, g->kv16), g->stream, a);
     else
-        e = launch(attn_kernels[g->D / 16][nb - 1], dim3(nb == 2 ? g->sms : g->att_grid),
+        e = launch(attn_kernels_kv[g->kv16][g->D / 16][nb - 1], dim3(nb == 2 ? g->sms : g->att_grid),
                    dim3(ATT_THREADS), attn_smem(g->G, g->D, nb), g->stream, a);
     if (e != cudaSuccess) return e;
 #ifdef DSPARK_LAB_NOMERGE /* measuring build, results wrong: what the merge kernel costs */
@@ -634,9 +799,9 @@ int attn_init(gpu_model *g, int spans) {
     const int G = g->G, D = g->D;
     if (D % 16 || D > 256 || G > ATT_GMAX) return ERR_UNSUPPORTED;
     size_t most = 227 << 10;
-    if (g->att_nb != 1 && attn_kernels[D / 16][1] && attn_smem(G, D, 2) <= most) {
+    if (g->att_nb != 1 && attn_kernels_kv[g->kv16][D / 16][1] && attn_smem(G, D, 2) <= most) {
         g->att_nb = 2;
-        if (raise_smem((const void *)attn_kernels[D / 16][1], attn_smem(G, D, 2)))
+        if (raise_smem((const void *)attn_kernels_kv[g->kv16][D / 16][1], attn_smem(G, D, 2)))
             return ERR_UNSUPPORTED;
     } else {
         g->att_nb = 1;
@@ -649,14 +814,14 @@ int attn_init(gpu_model *g, int spans) {
         log_hint("run on the CPU (without --gpu)");
         return ERR_UNSUPPORTED;
     }
-    if (raise_smem((const void *)attn_kernels[D / 16][0], attn_smem(G, D, 1)) ||
-        raise_smem((const void *)attn1_kernels[D / 16], attn1_smem(G, D)) ||
+    if (raise_smem((const void *)attn_kernels_kv[g->kv16][D / 16][0], attn_smem(G, D, 1)) ||
+        raise_smem((const void *)attn1_kernels_kv[g->kv16][D / 16], attn1_smem(G, D, g->kv16)) ||
         merge_init(g, spans, most) || attnp_init(g))
         return ERR_UNSUPPORTED;
     /* k_attn1's grid: g->att_one blocks a SM as asked (0: off), at most as many as fit */
     int per_sm = g->att_one, fit = 0;
     if (per_sm > 0 && cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                          &fit, attn1_kernels[D / 16], ATT1_THREADS, attn1_smem(G, D)) != cudaSuccess)
+                          &fit, attn1_kernels_kv[g->kv16][D / 16], ATT1_THREADS, attn1_smem(G, D, g->kv16)) != cudaSuccess)
         fit = 0, cudaGetLastError();
     g->att_one = per_sm > 0 ? (per_sm < fit ? per_sm : fit) * g->sms : 0;
     return OK;

@@ -6,6 +6,8 @@
 
 #include "backend/cuda/cuda.cuh"
 
+#include <type_traits>
+
 struct attn_args {
     const float *q; /* [T, nh, D] */
     const step_params *sp;
@@ -46,26 +48,46 @@ struct att_row {
 };
 
 /* Where sequence P keeps the key (or value) rows of kv head line hh: row j (a position) at
- * (j < nb ? base : own) + j D, read from P once per tile, not per row */
-struct att_lines {
-    const float *base, *own;
+ * (j < nb ? base : own) + j D elements of es bytes (4: float, 2: bf16), read from P once per
+ * tile, not per row */
+template <bool KV16> struct att_lines {
+    typedef typename std::conditional<KV16, uint16_t, float>::type elem; /* bf16 bits, float */
+    const elem *base, *own;
     int nb;
-    __device__ __forceinline__ const float *row(int j, int D) const {
+    __device__ __forceinline__ const elem *row(int j, int D) const {
         return (j < nb ? base : own) + (size_t)j * D;
     }
 };
-__device__ __forceinline__ att_lines att_lines_of(const seq_params &P, size_t hh, int D, bool key) {
+template <bool KV16>
+__device__ __forceinline__ att_lines<KV16> att_lines_of(const seq_params &P, size_t hh, int D,
+                                                        bool key) {
+    typedef typename att_lines<KV16>::elem E;
     const int nb = P.nb;
-    return att_lines{(key ? P.bk : P.bv) + hh * P.bcap * D,
-                     (key ? P.kc : P.vc) + (ptrdiff_t)(hh * P.cap * D) - (ptrdiff_t)nb * D, nb};
+    return att_lines<KV16>{(const E *)(key ? P.bk : P.bv) + hh * P.bcap * D,
+                           (const E *)(key ? P.kc : P.vc) + (ptrdiff_t)(hh * P.cap * D) -
+                               (ptrdiff_t)nb * D,
+                           nb};
+}
+/* A bf16 tile's rows land in the upper half of its float tile (row r at byte 2 D r of it,
+ * att_staged), att_expand makes them floats in place. */
+template <int D> __device__ __forceinline__ char *att_staged(float *tile) {
+    return (char *)(tile + ATT_SPAN / 2 * (D + 4));
 }
 /* rows [ja, jb) of L into a tile (row j at tile + (j - j0) DP), 16 bytes a copy, by T threads:
- * with T a multiple of the copies a row, each thread keeps one column */
-template <int D, int T>
-__device__ __forceinline__ void att_copy_rows(float *tile, int j0, const att_lines &L, int ja,
+ * with T a multiple of the copies a row, each thread keeps one column. bf16 rows go to
+ * att_staged (att_expand, once they have landed, makes the tile). */
+template <int D, int T, bool KV16>
+__device__ __forceinline__ void att_copy_rows(float *tile, int j0, const att_lines<KV16> &L, int ja,
                                               int jb, int tid) {
-    constexpr int DP = D + 4, D4 = D / 4;
-    if constexpr (T % D4 == 0) {
+    constexpr int DP = D + 4, D4 = D / 4, C8 = D / 8;
+    static_assert(D % 8 == 0, "a bf16 row in 16-byte copies");
+    if constexpr (KV16) {
+        char *st = att_staged<D>(tile);
+        for (int x = tid; x < (jb - ja) * C8; x += T) {
+            const int j = ja + x / C8, c = (x % C8) * 8;
+            cp_async16(st + (size_t)(j - j0) * 2 * D + 2 * c, L.row(j, D) + c);
+        }
+    } else if constexpr (T % D4 == 0) {
         const int c = (tid % D4) * 4;
         for (int j = ja + tid / D4; j < jb; j += T / D4)
             cp_async16(tile + (j - j0) * DP + c, L.row(j, D) + c);
@@ -75,6 +97,42 @@ __device__ __forceinline__ void att_copy_rows(float *tile, int j0, const att_lin
             cp_async16(tile + (j - j0) * DP + c, L.row(j, D) + c);
         }
     }
+}
+/* 8 bf16 (a 16-byte copy) as floats at o */
+__device__ __forceinline__ float att_lo16(uint32_t u) {
+    return __uint_as_float(u << 16);
+}
+__device__ __forceinline__ float att_hi16(uint32_t u) {
+    return __uint_as_float(u & 0xffff0000u);
+}
+__device__ __forceinline__ void att_bf16x8(float *o, uint4 w) {
+    *(float4 *)o = make_float4(att_lo16(w.x), att_hi16(w.x), att_lo16(w.y), att_hi16(w.y));
+    *(float4 *)(o + 4) = make_float4(att_lo16(w.z), att_hi16(w.z), att_lo16(w.w), att_hi16(w.w));
+}
+/* The staged bf16 rows of a tile (landed and seen by every thread) as its float rows, by all
+ * T threads of the block, which may read the tile on return. Float rows below ATT_SPAN / 2
+ * lie under the staged rows; the upper half's staged rows are held in registers across a
+ * barrier before their floats go over them. Rows no copy filled become any floats, which no
+ * kernel reads (as with a float tile's rows). */
+template <int D, int T> __device__ __forceinline__ void att_expand(float *tile, int tid) {
+    constexpr int DP = D + 4, C8 = D / 8, H = ATT_SPAN / 2, N = H * C8, NH = (N + T - 1) / T;
+    const char *st = att_staged<D>(tile);
+    uint4 hi[NH];
+#pragma unroll
+    for (int k = 0; k < NH; k++) {
+        const int x = tid + k * T;
+        if (x < N) hi[k] = *(const uint4 *)(st + (size_t)(H + x / C8) * 2 * D + (x % C8) * 16);
+    }
+    for (int x = tid; x < N; x += T)
+        att_bf16x8(tile + (x / C8) * DP + (x % C8) * 8,
+                   *(const uint4 *)(st + (size_t)(x / C8) * 2 * D + (x % C8) * 16));
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < NH; k++) {
+        const int x = tid + k * T;
+        if (x < N) att_bf16x8(tile + (H + x / C8) * DP + (x % C8) * 8, hi[k]);
+    }
+    __syncthreads();
 }
 
 /* The span's softmax of one (row, head) pair, by a warp, two keys a lane: the scores sr[j G4]

@@ -20,7 +20,8 @@ static_assert(AP_PW % 4 == 0, "four pair slots a warp's 8-lane groups");
  * slot (row r, head h at r G4 + h) [AP_PAIRS][QP], and the scores, then weights,
  * [rows][ATT_SPAN][G4]. The keys and queries of the next item load during this item's softmax
  * and values, its values during its scores. */
-template <int D, int G4C> __global__ void __launch_bounds__(AP_THREADS, 1) k_attnp(attn_args a) {
+template <int D, int G4C, bool KV16>
+__global__ void __launch_bounds__(AP_THREADS, 1) k_attnp(attn_args a) {
     constexpr int DP = D + 4, D4 = D / 4, QP = att_qp(D), DM = D / 32;
     static_assert(D % 32 == 0, "a lane adds dims lane + 32 m");
     extern __shared__ __align__(16) float sm[];
@@ -56,7 +57,7 @@ template <int D, int G4C> __global__ void __launch_bounds__(AP_THREADS, 1) k_att
     };
     auto copy_kq = [&](const geo &g) { /* the keys and the queries */
         if (!g.ok) return;
-        att_copy_rows<D, AP_THREADS>(Ks, g.k0, att_lines_of(sp->seq[g.si], g.hh, D, true), g.klo,
+        att_copy_rows<D, AP_THREADS, KV16>(Ks, g.k0, att_lines_of<KV16>(sp->seq[g.si], g.hh, D, true), g.klo,
                                      g.k1, tid);
         for (int x = tid; x < g.nr * G4 * D4; x += AP_THREADS) {
             const int p = x / D4, c = (x % D4) * 4; /* slot p: row p / G4, head p % G4 */
@@ -67,7 +68,7 @@ template <int D, int G4C> __global__ void __launch_bounds__(AP_THREADS, 1) k_att
     };
     auto copy_v = [&](const geo &g) {
         if (g.ok)
-            att_copy_rows<D, AP_THREADS>(Vs, g.k0, att_lines_of(sp->seq[g.si], g.hh, D, false),
+            att_copy_rows<D, AP_THREADS, KV16>(Vs, g.k0, att_lines_of<KV16>(sp->seq[g.si], g.hh, D, false),
                                          g.klo, g.k1, tid);
     };
     int rb = 0;
@@ -79,6 +80,7 @@ template <int D, int G4C> __global__ void __launch_bounds__(AP_THREADS, 1) k_att
     while (cur.ok) {
         cp_async_wait1(); /* this item's keys and queries */
         __syncthreads();
+        if (KV16) att_expand<D, AP_THREADS>(Ks, tid);
         const att_row *rows = rows_of[rb];
         const int nq = cur.nr * G4; /* pair slots */
         if (warp * AP_PW < nq) {
@@ -155,6 +157,7 @@ template <int D, int G4C> __global__ void __launch_bounds__(AP_THREADS, 1) k_att
         cp_async_commit();
         cp_async_wait1(); /* this item's values */
         __syncthreads();
+        if (KV16) att_expand<D, AP_THREADS>(Vs, tid);
         if (warp * (AP_PW / 4) < nq / 4) {
             /* values: warp w takes the quads (row, four head slots) from AP_PW / 4 w on, lane the
              * dims lane + 32 m, over the keys any of those rows sees; a key a row does not see
@@ -229,15 +232,22 @@ static size_t attnp_smem(int D) {
            ((size_t)2 * ATT_SPAN * (D + 4) + (size_t)AP_PAIRS * att_qp(D) + (size_t)AP_PAIRS * ATT_SPAN);
 }
 
-/* the kernel for head dimension D and G query heads a kv head, or NULL */
-static attn_kernel attnp_kernel(int D, int G) {
+template <bool C> static attn_kernel attnp_kernel_c(int D, int G) {
     if (G <= 4)
-        return D == 32 ? k_attnp<32, 4> : D == 64 ? k_attnp<64, 4> : D == 128 ? k_attnp<128, 4> : NULL;
-    return D == 32 ? k_attnp<32, 0> : D == 64 ? k_attnp<64, 0> : D == 128 ? k_attnp<128, 0> : NULL;
+        return D == 32    ? k_attnp<32, 4, C>
+               : D == 64  ? k_attnp<64, 4, C>
+               : D == 128 ? k_attnp<128, 4, C>
+                          : NULL;
+    return D == 32 ? k_attnp<32, 0, C> : D == 64 ? k_attnp<64, 0, C> : D == 128 ? k_attnp<128, 0, C> : NULL;
+}
+
+/* the kernel for head dimension D, G query heads a kv head and bf16 caches (kv16), or NULL */
+static attn_kernel attnp_kernel(int D, int G, int kv16) {
+    return kv16 ? attnp_kernel_c<true>(D, G) : attnp_kernel_c<false>(D, G);
 }
 
 int attnp_init(gpu_model *g) {
-    attn_kernel k = attnp_kernel(g->D, g->G);
+    attn_kernel k = attnp_kernel(g->D, g->G, g->kv16);
     int fit = 0;
     if (!k || g->attp_min <= 0 || raise_smem((const void *)k, attnp_smem(g->D)) ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, AP_THREADS, attnp_smem(g->D)) !=
@@ -252,6 +262,6 @@ int attnp_init(gpu_model *g) {
 }
 
 cudaError_t attnp_launch(gpu_model *g, const attn_args *a) {
-    return launch(attnp_kernel(g->D, g->G), dim3(g->attp_grid), dim3(AP_THREADS), attnp_smem(g->D),
+    return launch(attnp_kernel(g->D, g->G, g->kv16), dim3(g->attp_grid), dim3(AP_THREADS), attnp_smem(g->D),
                   g->stream, *a);
 }

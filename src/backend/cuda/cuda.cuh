@@ -297,10 +297,11 @@ struct seq_params {
     int row0, n;    /* its rows [row0, row0 + n) of the pass */
     int pos0;       /* positions its cache held before this pass */
     int cap;        /* rows per head of its own (positions nb, nb + 1, ...) */
-    float *kc, *vc; /* its own rows, [n_layers][n_kv][cap][D] each */
+    void *kc, *vc;  /* its own rows, [n_layers][n_kv][cap][D] each (float, or bf16 with kv16) */
     int nb, bcap;   /* positions [0, nb) are rows of a base cache of bcap rows per head */
-    const float *bk, *bv;
+    const void *bk, *bv;
     int noncausal; /* its rows attend to all its rows of the pass (a drafter's block) */
+    int kv16;      /* the caches hold bf16 (gpu_model.kv16) */
 };
 struct step_params {
     int n_seq;
@@ -319,11 +320,24 @@ __device__ inline int row_lim(const step_params *sp, int t) {
     const seq_params &s = sp->seq[sp->row_seq[t]];
     return s.noncausal ? s.pos0 + s.n - 1 : s.pos0 + t - s.row0;
 }
-__device__ inline size_t row_cache(const step_params *sp, int t, int layer, int nkv, int h, int D,
-                                   float **kc, float **vc) {
+/* where row t's key and value of (layer, kv head h) go: element `at` of k and of v */
+struct kv_row {
+    void *k, *v;
+    size_t at;
+    int kv16;
+};
+__device__ inline kv_row row_cache(const step_params *sp, int t, int layer, int nkv, int h, int D) {
     const seq_params &s = sp->seq[sp->row_seq[t]];
-    *kc = s.kc, *vc = s.vc;
-    return (((size_t)layer * nkv + h) * s.cap + s.pos0 + t - s.row0 - s.nb) * D;
+    return kv_row{s.kc, s.vc, (((size_t)layer * nkv + h) * s.cap + s.pos0 + t - s.row0 - s.nb) * D,
+                  s.kv16};
+}
+/* element at + i of the row's key (v 0) or value (v 1): x, or x rounded to bf16 */
+__device__ inline void kv_put(const kv_row &r, int v, int i, float x) {
+    void *c = v ? r.v : r.k;
+    if (r.kv16)
+        ((__nv_bfloat16 *)c)[r.at + i] = __float2bfloat16_rn(x);
+    else
+        ((float *)c)[r.at + i] = x;
 }
 
 /* A weight matrix y = x · W^T with W [M, K]. On the tensor-core path (BF16 weights) W is stored
@@ -423,6 +437,7 @@ struct gpu_model {
                         * attp_pos take k_attnp (0: never; DSPARK_GPU_ATTP, _ATTP_POS) */
     int attp_pos;
     int attp_grid;     /* k_attnp's blocks a launch (0: no k_attnp for this head size) */
+    int kv16;          /* KV caches in bf16, not float (DSPARK_GPU_KV=bf16): half the bytes */
     int att_reach;     /* the last position a row of the pass sees (attn_choose) */
     float *taps;                /* [rows][n_taps][H] hidden-state taps, or NULL */
     int tap_of[GPU_MAX_LAYERS]; /* tap slot of each layer, -1 for none */
@@ -470,7 +485,8 @@ struct gpu_model {
 };
 
 struct gpu_kv {
-    float *k, *v; /* own rows: [n_layers][n_kv][cap - nb][D], row r holding position nb + r */
+    void *k, *v;  /* own rows: [n_layers][n_kv][cap - nb][D], row r holding position nb + r
+                   * (float, or bf16 where the model's kv16) */
     int cap;        /* positions, the shared ones included */
     gpu_model *g;   /* its model (attention's scratch grows with the caches) */
     /* positions [0, nb) are the first rows of base's own rows (base has no base; it stays
@@ -486,7 +502,8 @@ static inline seq_params seq_of(int row0, int n, int pos0, const gpu_kv *kv, int
                     kv->nb ? kv->base->cap : 0,
                     kv->nb ? kv->base->k : NULL,
                     kv->nb ? kv->base->v : NULL,
-                    noncausal};
+                    noncausal,
+                    kv->g->kv16};
     return s;
 }
 

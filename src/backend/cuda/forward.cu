@@ -97,6 +97,10 @@ extern "C" int gpu_input_terms(void) {
     return s && !strcmp(s, "exact") ? 3 : 1;
 }
 
+extern "C" int gpu_model_kv_bytes(const gpu_model *g) {
+    return g ? (g->kv16 ? 2 : 4) : 0;
+}
+
 extern "C" int gpu_model_input_terms(const gpu_model *g) {
     return g ? g->terms : 0;
 }
@@ -332,6 +336,10 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->att_wide = env_int("DSPARK_GPU_ATT_WIDE", 1);
     g->att_early_kv = env_int("DSPARK_GPU_ATT_EARLY_KV", 1);
     g->att_pre_kv = env_int("DSPARK_GPU_ATT_PRE_KV", 1);
+    {
+        const char *kv = getenv("DSPARK_GPU_KV"); /* bf16: caches of half the bytes */
+        g->kv16 = d->kv_bf16 > 0 || (!d->kv_bf16 && kv && !strcmp(kv, "bf16"));
+    }
     g->merge_dims = env_int("DSPARK_GPU_MERGE_DIMS", 1);
     g->merge_ch = env_int("DSPARK_GPU_MERGE_CH", 0); /* 0: MERGE_CH (tests take fewer) */
     g->pre_kt = env_int("DSPARK_GPU_PRE_KT", 0); /* measured slower at 8, 16 */

@@ -42,15 +42,20 @@ static int att_reserve(gpu_model *g, int cap) {
     return OK;
 }
 
+/* bytes of a cache element */
+static size_t kv_es(const gpu_kv *kv) {
+    return kv->g->kv16 ? 2 : sizeof(float);
+}
+
 /* own rows for positions [nb, cap) of every (layer, kv head) */
 static int alloc_own(gpu_kv *kv, int heads, int D) {
     size_t n = (size_t)heads * (size_t)(kv->cap - kv->nb > 0 ? kv->cap - kv->nb : 1) * D;
-    if (cudaMalloc(&kv->k, n * sizeof(float)) != cudaSuccess ||
-        cudaMalloc(&kv->v, n * sizeof(float)) != cudaSuccess) {
+    if (cudaMalloc(&kv->k, n * kv_es(kv)) != cudaSuccess ||
+        cudaMalloc(&kv->v, n * kv_es(kv)) != cudaSuccess) {
         if (kv->k) cudaFree(kv->k);
         kv->k = kv->v = NULL;
         log_error("cannot allocate a GPU KV cache of %d positions (%.1f MB)", kv->cap - kv->nb,
-                  2.0 * (double)n * 4 / 1e6);
+                  2.0 * (double)n * kv_es(kv) / 1e6);
         return ERR_NOMEM;
     }
     return OK;
@@ -91,12 +96,11 @@ extern "C" int gpu_kv_new_shared(gpu_model *g, int cap, const gpu_kv *base, int 
     return new_kv(g, cap, base, nb, out);
 }
 
-/* rows [0, n) of each of heads blocks: from pitch sp floats to pitch dp floats */
+/* rows [0, n) of each of heads blocks of es-byte elements: from pitch sp to pitch dp */
 static int copy_rows(void *dst, size_t dp, const void *src, size_t sp, int n, int heads, int D,
-                     cudaMemcpyKind kind) {
+                     size_t es, cudaMemcpyKind kind) {
     if (n <= 0) return OK;
-    CK(cudaMemcpy2D(dst, dp * sizeof(float), src, sp * sizeof(float), (size_t)n * D * sizeof(float),
-                    (size_t)heads, kind));
+    CK(cudaMemcpy2D(dst, dp * es, src, sp * es, (size_t)n * D * es, (size_t)heads, kind));
     /* a copy within the device, or from pageable host memory, may return before its rows have
      * landed, and the passes run on a stream that does not wait for the default one: finish
      * it before the next pass reads the rows */
@@ -105,22 +109,23 @@ static int copy_rows(void *dst, size_t dp, const void *src, size_t sp, int n, in
 }
 
 /* Positions [from, n) of kv's K (v = 0) or V rows, from its base and its own rows, to dst in
- * the layout [heads][rows][D] with dp floats a head, position j at row j - d0 (the host, or
- * another device cache's own rows). */
+ * the layout [heads][rows][D] with dp elements (kv's) a head, position j at row j - d0 (the
+ * host, or another device cache's own rows). */
 static int copy_out(void *dst, size_t dp, int d0, const gpu_kv *kv, int v, int from, int n,
                     int heads, int D, cudaMemcpyKind kind) {
+    const size_t es = kv_es(kv);
     int a = from, b = n < kv->nb ? n : kv->nb; /* [a, b) from the base */
     int rc = OK;
     if (b > a)
-        rc = copy_rows((float *)dst + (size_t)(a - d0) * D, dp,
-                       (v ? kv->base->v : kv->base->k) + (size_t)a * D, (size_t)kv->base->cap * D,
-                       b - a, heads, D, kind);
+        rc = copy_rows((char *)dst + (size_t)(a - d0) * D * es, dp,
+                       (const char *)(v ? kv->base->v : kv->base->k) + (size_t)a * D * es,
+                       (size_t)kv->base->cap * D, b - a, heads, D, es, kind);
     if (rc) return rc;
     a = from > kv->nb ? from : kv->nb; /* [a, n) from the own rows */
     if (n <= a) return OK;
-    return copy_rows((float *)dst + (size_t)(a - d0) * D, dp,
-                     (v ? kv->v : kv->k) + (size_t)(a - kv->nb) * D,
-                     (size_t)(kv->cap - kv->nb) * D, n - a, heads, D, kind);
+    return copy_rows((char *)dst + (size_t)(a - d0) * D * es, dp,
+                     (const char *)(v ? kv->v : kv->k) + (size_t)(a - kv->nb) * D * es,
+                     (size_t)(kv->cap - kv->nb) * D, n - a, heads, D, es, kind);
 }
 
 extern "C" int gpu_kv_copy(gpu_kv *dst, const gpu_kv *src, int from, int n, int heads, int D) {
@@ -131,19 +136,43 @@ extern "C" int gpu_kv_copy(gpu_kv *dst, const gpu_kv *src, int from, int n, int 
               : copy_out(dst->v, dp, dst->nb, src, 1, from, n, heads, D, cudaMemcpyDeviceToDevice);
 }
 
+/* The export layout is float whatever the cache holds: bf16 rows come through a host buffer
+ * (exactly), and imported floats are rounded to bf16 (exact for rows a bf16 cache exported). */
 extern "C" int gpu_kv_export(const gpu_kv *kv, int n, int heads, int D, float *out) {
-    size_t per = (size_t)n * D;
-    int rc = copy_out(out, per, 0, kv, 0, 0, n, heads, D, cudaMemcpyDeviceToHost);
-    return rc ? rc
-              : copy_out(out + heads * per, per, 0, kv, 1, 0, n, heads, D, cudaMemcpyDeviceToHost);
+    size_t per = (size_t)n * D, all = 2 * (size_t)heads * per;
+    if (!kv->g->kv16) {
+        int rc = copy_out(out, per, 0, kv, 0, 0, n, heads, D, cudaMemcpyDeviceToHost);
+        return rc ? rc
+                  : copy_out(out + heads * per, per, 0, kv, 1, 0, n, heads, D,
+                             cudaMemcpyDeviceToHost);
+    }
+    uint16_t *h = (uint16_t *)malloc(all * sizeof *h);
+    if (!h) return ERR_NOMEM;
+    int rc = copy_out(h, per, 0, kv, 0, 0, n, heads, D, cudaMemcpyDeviceToHost);
+    if (!rc) rc = copy_out(h + heads * per, per, 0, kv, 1, 0, n, heads, D, cudaMemcpyDeviceToHost);
+    if (!rc)
+        for (size_t i = 0; i < all; i++) out[i] = __bfloat162float(__ushort_as_bfloat16(h[i]));
+    free(h);
+    return rc;
 }
 
 extern "C" int gpu_kv_import(gpu_kv *kv, const float *in, int n_in, int n, int heads, int D) {
     if (n > kv->cap || n > n_in || kv->nb) return ERR_ARG;
     size_t per = (size_t)n_in * D, dp = (size_t)kv->cap * D;
-    int rc = copy_rows(kv->k, dp, in, per, n, heads, D, cudaMemcpyHostToDevice);
-    return rc ? rc
-              : copy_rows(kv->v, dp, in + heads * per, per, n, heads, D, cudaMemcpyHostToDevice);
+    if (!kv->g->kv16) {
+        int rc = copy_rows(kv->k, dp, in, per, n, heads, D, sizeof(float), cudaMemcpyHostToDevice);
+        return rc ? rc
+                  : copy_rows(kv->v, dp, in + heads * per, per, n, heads, D, sizeof(float),
+                              cudaMemcpyHostToDevice);
+    }
+    const size_t all = 2 * (size_t)heads * per;
+    uint16_t *h = (uint16_t *)malloc(all * sizeof *h);
+    if (!h) return ERR_NOMEM;
+    for (size_t i = 0; i < all; i++) h[i] = __bfloat16_as_ushort(__float2bfloat16_rn(in[i]));
+    int rc = copy_rows(kv->k, dp, h, per, n, heads, D, 2, cudaMemcpyHostToDevice);
+    if (!rc) rc = copy_rows(kv->v, dp, h + heads * per, per, n, heads, D, 2, cudaMemcpyHostToDevice);
+    free(h);
+    return rc;
 }
 
 /* kv with new own rows for positions [nb, cap) (nb: 0 or kv's), holding kv's [nb, len) */

@@ -115,11 +115,10 @@ __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val,
             wa[j] = in && nw ? nw[i] : 0.f;
             wb[j] = in && nw ? nw[i + half] : 0.f;
         }
-        float *kc, *vc;
-        size_t cache = row_cache(e.sp, row0 + t, e.layer, e.nkv, h, D, &kc, &vc);
+        const kv_row kr = row_cache(e.sp, row0 + t, e.layer, e.nkv, h, D);
         const int pos = row_pos(e.sp, row0 + t);
         if (kind == 2) {
-            for (int d = lane; d < D; d += 32) vc[cache + d] = x[d];
+            for (int d = lane; d < D; d += 32) kv_put(kr, 1, d, x[d]);
             continue;
         }
         float inv = 1.f;
@@ -147,7 +146,7 @@ __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val,
                 float *o = e.q + ((size_t)(row0 + t) * e.nh + h) * D;
                 o[i] = ra, o[i + half] = rb;
             } else {
-                kc[cache + i] = ra, kc[cache + i + half] = rb;
+                kv_put(kr, 0, i, ra), kv_put(kr, 0, i + half, rb);
             }
         }
     }
