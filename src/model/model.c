@@ -185,6 +185,8 @@ int model_load(const char *dir, const struct model_opts *opts, struct model **ou
     m->act_bf16 = opts && opts->bf16_activations;
     m->gpu_inputs = opts ? opts->gpu_inputs : 0;
     m->gpu_kv = opts ? opts->gpu_kv : 0;
+    if (m->gpu_kv == 2 && !opts->gpu)
+        log_info("bf16 K/V caches apply to --gpu only; the CPU's caches stay float32");
     if (m->gpu_inputs == 1 && !opts->gpu)
         log_info("bf16 GPU matmul inputs apply to --gpu only; the CPU's products stay exact");
     if (opts && opts->pool) {

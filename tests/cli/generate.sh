@@ -51,6 +51,9 @@ for cmd in generate serve benchmark; do
     "$D" $cmd --gpu-inputs fp8 >/dev/null 2>"$tmp/e6"
     [ $? -eq 2 ] && grep -q "gpu-inputs takes exact or bf16" "$tmp/e6" &&
         ok "$cmd: bad --gpu-inputs" || bad "$cmd: bad --gpu-inputs"
+    "$D" $cmd --gpu-kv f16 >/dev/null 2>"$tmp/e7"
+    [ $? -eq 2 ] && grep -q "gpu-kv takes f32 or bf16" "$tmp/e7" &&
+        ok "$cmd: bad --gpu-kv" || bad "$cmd: bad --gpu-kv"
 done
 # bf16 GPU inputs ask nothing of the CPU: it says so, and its output does not change
 "$D" generate --model $M --prompt "def add(a, b):" --max-tokens 12 --temperature 0 \
@@ -60,6 +63,11 @@ sed 's/.*"ids":\(\[[^]]*\]\).*/\1/' "$tmp/bf.json" >"$tmp/bf.ids"
     --json --no-progress 2>/dev/null | sed 's/.*"ids":\(\[[^]]*\]\).*/\1/' >"$tmp/f32.ids"
 grep -q "apply to --gpu only" "$tmp/bf.err" && cmp -s "$tmp/bf.ids" "$tmp/f32.ids" &&
     ok "--gpu-inputs bf16 without --gpu" || bad "--gpu-inputs bf16 without --gpu"
+"$D" generate --model $M --prompt "def add(a, b):" --max-tokens 12 --temperature 0 \
+    --gpu-kv bf16 --json --no-progress >"$tmp/kv.json" 2>"$tmp/kv.err"
+sed 's/.*"ids":\(\[[^]]*\]\).*/\1/' "$tmp/kv.json" >"$tmp/kv.ids"
+grep -q "K/V caches apply to --gpu only" "$tmp/kv.err" && cmp -s "$tmp/kv.ids" "$tmp/f32.ids" &&
+    ok "--gpu-kv bf16 without --gpu" || bad "--gpu-kv bf16 without --gpu"
 "$D" generate --model "$tmp/nowhere" --prompt x >/dev/null 2>"$tmp/e3"
 st=$?
 [ $st -ne 0 ] && [ $st -lt 128 ] && grep -q "error:" "$tmp/e3" && ok "missing folder" ||
