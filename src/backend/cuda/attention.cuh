@@ -48,8 +48,8 @@ struct att_row {
 };
 
 /* Where sequence P keeps the key (or value) rows of kv head line hh: row j (a position) at
- * (j < nb ? base : own) + j D elements of es bytes (4: float, 2: bf16), read from P once per
- * tile, not per row */
+ * (j < nb ? base : own) + j D elements (floats, or bf16 with KV16), read from P once per tile,
+ * not per row */
 template <bool KV16> struct att_lines {
     typedef typename std::conditional<KV16, uint16_t, float>::type elem; /* bf16 bits, float */
     const elem *base, *own;
@@ -98,21 +98,22 @@ __device__ __forceinline__ void att_copy_rows(float *tile, int j0, const att_lin
         }
     }
 }
-/* 8 bf16 (a 16-byte copy) as floats at o */
+/* the low and the high bf16 of a word as floats (exact) */
 __device__ __forceinline__ float att_lo16(uint32_t u) {
     return __uint_as_float(u << 16);
 }
 __device__ __forceinline__ float att_hi16(uint32_t u) {
     return __uint_as_float(u & 0xffff0000u);
 }
+/* 8 bf16 (a 16-byte copy) as floats at o */
 __device__ __forceinline__ void att_bf16x8(float *o, uint4 w) {
     *(float4 *)o = make_float4(att_lo16(w.x), att_hi16(w.x), att_lo16(w.y), att_hi16(w.y));
     *(float4 *)(o + 4) = make_float4(att_lo16(w.z), att_hi16(w.z), att_lo16(w.w), att_hi16(w.w));
 }
 /* The staged bf16 rows of a tile (landed and seen by every thread) as its float rows, by all
- * T threads of the block, which may read the tile on return. Float rows below ATT_SPAN / 2
- * lie under the staged rows; the upper half's staged rows are held in registers across a
- * barrier before their floats go over them. Rows no copy filled become any floats, which no
+ * T threads of the block, which may read the tile on return. The float rows below ATT_SPAN / 2
+ * lie below the staged bytes and are written at once; the staged rows of the upper half are
+ * held in registers across a barrier before their floats go over the staged bytes. Rows no copy filled become any floats, which no
  * kernel reads (as with a float tile's rows). */
 template <int D, int T> __device__ __forceinline__ void att_expand(float *tile, int tid) {
     constexpr int DP = D + 4, C8 = D / 8, H = ATT_SPAN / 2, N = H * C8, NH = (N + T - 1) / T;
