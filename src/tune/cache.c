@@ -142,10 +142,10 @@ int tune_cache_key(const struct tune_subject *s, char *key, size_t cap) {
     char device[256];
     uint64_t flags = 0, target = 0, drafter = 0;
     if (s->gpu) {
-        snprintf(device, sizeof device, "cuda:%s%s", gpu_device_name() ? gpu_device_name() : "?",
-                 gpu_model_input_terms(s->target ? model_gpu(s->target) : NULL) == 1
-                     ? ";inputs=bf16"
-                     : "");
+        struct gpu_model *g = s->target ? model_gpu(s->target) : NULL;
+        snprintf(device, sizeof device, "cuda:%s%s%s", gpu_device_name() ? gpu_device_name() : "?",
+                 gpu_model_input_terms(g) == 1 ? ";inputs=bf16" : "",
+                 gpu_model_kv_bytes(g) == 2 ? ";kv=bf16" : ""); /* other costs */
     } else {
         char cpu[200];
         cpu_id(cpu, sizeof cpu, &flags);

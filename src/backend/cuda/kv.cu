@@ -140,7 +140,7 @@ extern "C" int gpu_kv_copy(gpu_kv *dst, const gpu_kv *src, int from, int n, int 
  * (exactly), and imported floats are rounded to bf16 (exact for rows a bf16 cache exported). */
 extern "C" int gpu_kv_export(const gpu_kv *kv, int n, int heads, int D, float *out) {
     size_t per = (size_t)n * D, all = 2 * (size_t)heads * per;
-    if (!kv->g->kv16) {
+    if (!kv->g->kv16 || !all) {
         int rc = copy_out(out, per, 0, kv, 0, 0, n, heads, D, cudaMemcpyDeviceToHost);
         return rc ? rc
                   : copy_out(out + heads * per, per, 0, kv, 1, 0, n, heads, D,
@@ -159,7 +159,7 @@ extern "C" int gpu_kv_export(const gpu_kv *kv, int n, int heads, int D, float *o
 extern "C" int gpu_kv_import(gpu_kv *kv, const float *in, int n_in, int n, int heads, int D) {
     if (n > kv->cap || n > n_in || kv->nb) return ERR_ARG;
     size_t per = (size_t)n_in * D, dp = (size_t)kv->cap * D;
-    if (!kv->g->kv16) {
+    if (!kv->g->kv16 || n <= 0) { /* (no rows: copy_rows does nothing) */
         int rc = copy_rows(kv->k, dp, in, per, n, heads, D, sizeof(float), cudaMemcpyHostToDevice);
         return rc ? rc
                   : copy_rows(kv->v, dp, in + heads * per, per, n, heads, D, sizeof(float),
