@@ -66,19 +66,18 @@ cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T) {
  * grid of blocks loops over the items, so captured graphs serve any context length. */
 
 
-/* Dim d of one row's values over the span: for four heads at a time, the weights e[j G4 + h]
- * times Vs[j DP + d] added in key order over the row's keys [r.j0, r.j1); head h's sum goes
- * to out[h * hstride] */
-template <int D>
-__device__ __forceinline__ void att_values_row(const float *Vs, const float *e, att_row r, int G,
-                                               int d, float *out, size_t hstride) {
-    constexpr int DP = D + 4;
+/* One dim of one row's values over the span: for four heads at a time, the weights
+ * e[j G4 + h] times value(j), key j's value in that dim, added in key order over the row's
+ * keys [r.j0, r.j1); head h's sum goes to out[h * hstride] */
+template <typename Value>
+__device__ __forceinline__ void att_values_by(Value value, const float *e, att_row r, int G,
+                                              float *out, size_t hstride) {
     const int G4 = (G + 3) & ~3;
     for (int g0 = 0; g0 < G; g0 += 4) {
         float o[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 4
         for (int j = r.j0; j < r.j1; j++) {
-            float v = Vs[j * DP + d];
+            float v = value(j);
             float4 w = *(const float4 *)(e + j * G4 + g0);
             o[0] = fmaf(w.x, v, o[0]), o[1] = fmaf(w.y, v, o[1]);
             o[2] = fmaf(w.z, v, o[2]), o[3] = fmaf(w.w, v, o[3]);
@@ -87,6 +86,13 @@ __device__ __forceinline__ void att_values_row(const float *Vs, const float *e, 
         for (int gi = 0; gi < 4; gi++)
             if (g0 + gi < G) out[(size_t)(g0 + gi) * hstride] = o[gi];
     }
+}
+/* the same over a float tile: dim d of key j at Vs[j DP + d] */
+template <int D>
+__device__ __forceinline__ void att_values_row(const float *Vs, const float *e, att_row r, int G,
+                                               int d, float *out, size_t hstride) {
+    constexpr int DP = D + 4;
+    att_values_by([=](int j) { return Vs[j * DP + d]; }, e, r, G, out, hstride);
 }
 
 /* out[gi] = scale * (q_gi . k) for the ng <= 4 queries q + gi * att_qp(D): each a chain over d
@@ -430,45 +436,53 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
  * score4 per key, att_softmax per head, att_values_row per dim. */
 #define ATT1_THREADS 128
 static_assert(ATT1_THREADS >= ATT_SPAN, "a thread per key");
+/* An item of such a pass (a unit of one row): the row, its keys [klo, k1) of the tile at k0 */
+struct geo1 {
+    int k0, klo, k1, kvh, span, old;
+    att_row r;
+    const seq_params *P;
+    size_t hh;
+};
+/* work item `item` of att_seq_table's numbering into g; false: no key of the span is the row's */
+__device__ __forceinline__ bool att1_geom(const attn_args &a, const att_seq *seqs, int ns,
+                                          int s_first, int item, geo1 &g) {
+    const att_at w = att_locate(seqs, ns, item, a.nkv); /* unit 0: one row */
+    const att_seq q = seqs[w.i];
+    const seq_params &P = a.sp->seq[s_first + w.i];
+    const int p = P.pos0 + q.a - P.row0, lo = att_lo(p, a.window);
+    g.kvh = w.kvh, g.span = w.span;
+    g.k0 = g.span * ATT_SPAN, g.k1 = min(g.k0 + ATT_SPAN, p + 1), g.klo = max(g.k0, lo);
+    g.r = att_row{q.a, g.klo - g.k0, g.k1 - g.k0};
+    g.P = &P, g.old = P.pos0, g.hh = (size_t)a.layer * a.nkv + g.kvh;
+    return g.k1 > g.klo;
+}
+/* the item's row's queries of the kv head's G heads into Qs (head h at h QP) */
+template <int D>
+__device__ __forceinline__ void att1_copy_q(const attn_args &a, float *Qs, const geo1 &g, int tid) {
+    constexpr int D4 = D / 4, QP = att_qp(D);
+    for (int x = tid; x < a.G * D4; x += ATT1_THREADS) {
+        const int h = x / D4, c = (x % D4) * 4;
+        cp_async16(Qs + h * QP + c, a.q + ((size_t)g.r.t * a.nh + g.kvh * a.G + h) * D + c);
+    }
+}
 template <int D, bool KV16> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_args a) {
-    constexpr int DP = D + 4, D4 = D / 4, QP = att_qp(D);
+    constexpr int DP = D + 4, QP = att_qp(D);
     extern __shared__ __align__(16) float sm[];
     const int G = a.G, G4 = (G + 3) & ~3;
     float *KV = sm, *Qs = KV + ATT_SPAN * DP, *S = Qs + G * QP; /* S: [ATT_SPAN][G4] */
     __shared__ att_seq seqs[GPU_SEQS];
     __shared__ int info[3];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const step_params *sp = a.sp; /* written before the pass: readable before the wait */
+    /* the pass's parameters, written before the pass: readable before the wait */
     if (warp == 0) att_seq_table(a, seqs, info, lane, ATT_ROWS);
     __syncthreads();
     const int n_items = info[0], s_first = info[1], ns = info[2];
-    struct geo1 {
-        int k0, klo, k1, kvh, span, old;
-        att_row r;
-        const seq_params *P;
-        size_t hh;
-    };
-    auto geom = [&](int item, geo1 &g) { /* false: no key of the span is the row's */
-        const att_at w = att_locate(seqs, ns, item, a.nkv); /* unit 0: one row */
-        const att_seq q = seqs[w.i];
-        const seq_params &P = sp->seq[s_first + w.i];
-        const int p = P.pos0 + q.a - P.row0, lo = att_lo(p, a.window);
-        g.kvh = w.kvh, g.span = w.span;
-        g.k0 = g.span * ATT_SPAN, g.k1 = min(g.k0 + ATT_SPAN, p + 1), g.klo = max(g.k0, lo);
-        g.r = att_row{q.a, g.klo - g.k0, g.k1 - g.k0};
-        g.P = &P, g.old = P.pos0, g.hh = (size_t)a.layer * a.nkv + g.kvh;
-        return g.k1 > g.klo;
-    };
+    auto geom = [&](int item, geo1 &g) { return att1_geom(a, seqs, ns, s_first, item, g); };
     auto copy_rows = [&](const geo1 &g, int ja, int jb, bool key) { /* keys [ja, jb) */
         att_copy_rows<D, ATT1_THREADS, KV16>(KV, g.k0, att_lines_of<KV16>(*g.P, g.hh, D, key), ja,
                                              jb, tid);
     };
-    auto copy_q = [&](const geo1 &g) {
-        for (int x = tid; x < G * D4; x += ATT1_THREADS) {
-            const int h = x / D4, c = (x % D4) * 4;
-            cp_async16(Qs + h * QP + c, a.q + ((size_t)g.r.t * a.nh + g.kvh * G + h) * D + c);
-        }
-    };
+    auto copy_q = [&](const geo1 &g) { att1_copy_q<D>(a, Qs, g, tid); };
     int item = blockIdx.x, from = 0; /* keys [klo, from) of the item are requested */
     geo1 g;
     bool ok = item < n_items && geom(item, g);
@@ -556,23 +570,12 @@ __device__ __forceinline__ void score4_b16(const float *q, const uint16_t *K, in
 template <int D>
 __device__ __forceinline__ void att_values_b16(const uint16_t *V, const float *e, att_row r, int G,
                                                int d, float *out, size_t hstride) {
-    const int G4 = (G + 3) & ~3;
-    for (int g0 = 0; g0 < G; g0 += 4) {
-        float o[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 4
-        for (int j = r.j0; j < r.j1; j++) {
-            const float v = __uint_as_float((uint32_t)att_b16<D>(V, j, d >> 3)[d & 7] << 16);
-            const float4 w = *(const float4 *)(e + j * G4 + g0);
-            o[0] = fmaf(w.x, v, o[0]), o[1] = fmaf(w.y, v, o[1]);
-            o[2] = fmaf(w.z, v, o[2]), o[3] = fmaf(w.w, v, o[3]);
-        }
-#pragma unroll
-        for (int gi = 0; gi < 4; gi++)
-            if (g0 + gi < G) out[(size_t)(g0 + gi) * hstride] = o[gi];
-    }
+    att_values_by(
+        [=](int j) { return __uint_as_float((uint32_t)att_b16<D>(V, j, d >> 3)[d & 7] << 16); }, e,
+        r, G, out, hstride);
 }
 template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1_b16(attn_args a) {
-    constexpr int C8 = D / 8, D4 = D / 4, QP = att_qp(D);
+    constexpr int C8 = D / 8, QP = att_qp(D);
     static_assert(C8 == 8 || C8 == 16, "a row's copies swizzled by row & 7");
     extern __shared__ __align__(16) float sm[];
     const int G = a.G, G4 = (G + 3) & ~3;
@@ -581,27 +584,11 @@ template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1_b16(att
     __shared__ att_seq seqs[GPU_SEQS];
     __shared__ int info[3];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const step_params *sp = a.sp; /* written before the pass: readable before the wait */
+    /* the pass's parameters, written before the pass: readable before the wait */
     if (warp == 0) att_seq_table(a, seqs, info, lane, ATT_ROWS);
     __syncthreads();
     const int n_items = info[0], s_first = info[1], ns = info[2];
-    struct geo1 {
-        int k0, klo, k1, kvh, span, old;
-        att_row r;
-        const seq_params *P;
-        size_t hh;
-    };
-    auto geom = [&](int item, geo1 &g) { /* k_attn1's */
-        const att_at w = att_locate(seqs, ns, item, a.nkv);
-        const att_seq q = seqs[w.i];
-        const seq_params &P = sp->seq[s_first + w.i];
-        const int p = P.pos0 + q.a - P.row0, lo = att_lo(p, a.window);
-        g.kvh = w.kvh, g.span = w.span;
-        g.k0 = g.span * ATT_SPAN, g.k1 = min(g.k0 + ATT_SPAN, p + 1), g.klo = max(g.k0, lo);
-        g.r = att_row{q.a, g.klo - g.k0, g.k1 - g.k0};
-        g.P = &P, g.old = P.pos0, g.hh = (size_t)a.layer * a.nkv + g.kvh;
-        return g.k1 > g.klo;
-    };
+    auto geom = [&](int item, geo1 &g) { return att1_geom(a, seqs, ns, s_first, item, g); };
     auto copy_rows = [&](const geo1 &g, int ja, int jb) { /* keys and values [ja, jb) */
         const att_lines<true> LK = att_lines_of<true>(*g.P, g.hh, D, true),
                               LV = att_lines_of<true>(*g.P, g.hh, D, false);
@@ -611,12 +598,7 @@ template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1_b16(att
             cp_async16((void *)att_b16<D>(Vb, t, c), LV.row(j, D) + 8 * c);
         }
     };
-    auto copy_q = [&](const geo1 &g) {
-        for (int x = tid; x < G * D4; x += ATT1_THREADS) {
-            const int h = x / D4, c = (x % D4) * 4;
-            cp_async16(Qs + h * QP + c, a.q + ((size_t)g.r.t * a.nh + g.kvh * G + h) * D + c);
-        }
-    };
+    auto copy_q = [&](const geo1 &g) { att1_copy_q<D>(a, Qs, g, tid); };
     int item = blockIdx.x, from = 0; /* rows [klo, from) of the item are requested */
     geo1 g;
     bool ok = item < n_items && geom(item, g);
