@@ -64,22 +64,22 @@ int args_float(const char *flag, const char *v, double lo, double hi, float *out
     return 0;
 }
 
-int args_gpu_inputs(const char *v, int *terms) {
+/* flag's value v, one of two words: *out = va for a, vb for b */
+static int args_pick(const char *flag, const char *v, const char *a, int va, const char *b, int vb,
+                     int *out) {
     if (!v) return -1;
-    if (strcmp(v, "exact") && strcmp(v, "bf16")) {
-        fprintf(stderr, "error: --gpu-inputs takes exact or bf16, got '%s'\n", v);
+    if (strcmp(v, a) && strcmp(v, b)) {
+        fprintf(stderr, "error: %s takes %s or %s, got '%s'\n", flag, a, b, v);
         return -1;
     }
-    *terms = strcmp(v, "bf16") ? 3 : 1;
+    *out = strcmp(v, a) ? vb : va;
     return 0;
 }
 
+int args_gpu_inputs(const char *v, int *terms) {
+    return args_pick("--gpu-inputs", v, "exact", 3, "bf16", 1, terms);
+}
+
 int args_gpu_kv(const char *v, int *bytes) {
-    if (!v) return -1;
-    if (strcmp(v, "f32") && strcmp(v, "bf16")) {
-        fprintf(stderr, "error: --gpu-kv takes f32 or bf16, got '%s'\n", v);
-        return -1;
-    }
-    *bytes = strcmp(v, "bf16") ? 4 : 2;
-    return 0;
+    return args_pick("--gpu-kv", v, "f32", 4, "bf16", 2, bytes);
 }
