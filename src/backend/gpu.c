@@ -24,6 +24,10 @@ int gpu_model_rows(const struct gpu_model *g) {
     (void)g;
     return 0;
 }
+unsigned gpu_model_cluster_passes(const struct gpu_model *g) {
+    (void)g;
+    return 0;
+}
 int gpu_model_kv_bytes(const struct gpu_model *g) {
     (void)g;
     return 0;
