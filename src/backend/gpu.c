@@ -24,10 +24,6 @@ int gpu_model_rows(const struct gpu_model *g) {
     (void)g;
     return 0;
 }
-unsigned gpu_model_cluster_passes(const struct gpu_model *g) {
-    (void)g;
-    return 0;
-}
 int gpu_model_kv_bytes(const struct gpu_model *g) {
     (void)g;
     return 0;

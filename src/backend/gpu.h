@@ -70,9 +70,6 @@ int gpu_model_input_terms(const struct gpu_model *g);
 int gpu_model_kv_bytes(const struct gpu_model *g);
 /* rows a pass of the model holds: the chunk a prompt is split into (0 without a CUDA build) */
 int gpu_model_rows(const struct gpu_model *g);
-/* passes so far whose attention merged its spans in thread-block clusters (one row, few
- * spans; DSPARK_GPU_ATT_CM), for tests; 0 without a CUDA build */
-unsigned gpu_model_cluster_passes(const struct gpu_model *g);
 /* Versions as CUDA numbers them (1000 * major + 10 * minor) and device 0's memory, for
  * `dspark doctor`. ERR_UNSUPPORTED without a CUDA build, ERR_IO when CUDA finds no device. */
 int gpu_runtime_info(int *driver_version, int *runtime_version, size_t *mem_bytes);

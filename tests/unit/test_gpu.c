@@ -384,40 +384,6 @@ TEST(gpu_attention_one) {
     for (int k = 0; k < 2; k++) free(l[k]), model_free(m[k]);
 }
 
-/* Single steps whose row sees at most 8 spans merge them in thread-block clusters (no merge
- * kernel); they give the bits of the merge kernel (DSPARK_GPU_ATT_CM=0): a 480-token prompt,
- * a 16-row verify and 24 steps, the last 8 past position 511 (nine spans: the merge kernel
- * again). */
-TEST(gpu_attention_cluster) {
-    if (!gpu_available()) SKIP("no CUDA build or no GPU");
-    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
-    struct model *m[2];
-    REQUIRE(model_load("models/pycoder", &(struct model_opts){.n_threads = 1, .gpu = 1}, &m[0]) ==
-            0);
-    REQUIRE(load_with("DSPARK_GPU_ATT_CM", "0", &m[1]) == 0);
-    enum { P = 480, W = 16, S = 24 };
-    int V = model_config(m[0])->vocab_size;
-    int32_t ids[P + W + S];
-    for (int i = 0; i < P + W + S; i++) ids[i] = 17 + (i * 233) % 8000;
-    float *l[2];
-    unsigned cl[2];
-    for (int k = 0; k < 2; k++) {
-        const unsigned before = gpu_model_cluster_passes(model_gpu(m[k]));
-        REQUIRE((l[k] = prompt_verify_steps(m[k], ids, P, W, S, 1024)));
-        cl[k] = gpu_model_cluster_passes(model_gpu(m[k])) - before;
-    }
-    const size_t at = (size_t)V * (P + W);
-    int same = !memcmp(l[0], l[1], sizeof(float) * at),
-        steps = !memcmp(l[0] + at, l[1] + at, sizeof(float) * V * S);
-    printf("  steps merged in clusters (%u of %d) equal the merge kernel's: prompt and verify %s, "
-           "steps %s\n",
-           cl[0], S, same ? "yes" : "NO", steps ? "yes" : "NO");
-    CHECK(cl[0] == S - 8 && cl[1] == 0);
-    CHECK(same);
-    CHECK(steps);
-    for (int k = 0; k < 2; k++) free(l[k]), model_free(m[k]);
-}
-
 /* A prompt's chunk (DSPARK_GPU_ROWS) never changes a row's bits: a 700-token prompt in chunks
  * of 512 rows (the default), of 96, and of 256 with every pass over 32 rows in one matmul
  * launch (128-row tiles where they apply), then a 16-row verify and single steps. */
@@ -1734,7 +1700,6 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_gemm_exact")) RUN(gpu_gemm_exact);
     if (wanted(argc, argv, "gpu_attention_buffers")) RUN(gpu_attention_buffers);
     if (wanted(argc, argv, "gpu_attention_one")) RUN(gpu_attention_one);
-    if (wanted(argc, argv, "gpu_attention_cluster")) RUN(gpu_attention_cluster);
     if (wanted(argc, argv, "gpu_chunk_rows")) RUN(gpu_chunk_rows);
     if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
     if (wanted(argc, argv, "gpu_attention_merge")) RUN(gpu_attention_merge);

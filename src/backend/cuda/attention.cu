@@ -4,10 +4,6 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/mm.cuh"
 
-#include <cooperative_groups.h>
-
-namespace cg = cooperative_groups;
-
 /* One block per (row, head slot): slots [0, nh) are query heads, [nh, nh + nkv) key heads
  * (whose block also appends the value row to the row's sequence's cache). */
 __global__ void k_rope(const float *qkv, float *qout, const step_params *sp, const float *q_norm,
@@ -243,7 +239,7 @@ struct att_item {
  * once the scores are done the next item's keys and queries load during this item's softmax
  * and values. With pre_kv a block requests its first item's keys and values of positions
  * before the pass (rows no kernel of the pass writes) before its wait on the previous kernel. */
-template <int D, int NB, bool KV16, bool CM>
+template <int D, int NB, bool KV16>
 __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
     constexpr int DP = D + 4, D4 = D / 4, QP = att_qp(D);
     extern __shared__ __align__(16) float sm[];
@@ -266,15 +262,6 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
     if (warp == 0) att_seq_table(a, seqs, info, lane, ATT_ROWS);
     __syncthreads();
     const int n_items = info[0], s_first = info[1], ns = info[2];
-    /* CM (a pass of one row, at most ATT_CM spans): block b takes span rank b % ATT_CM of the
-     * row's spans for kv head b / ATT_CM (none past them); its partial stays in shared memory
-     * (cm_ml, cm_acc), and the kv head's cluster merges them after the loop */
-    int first = blockIdx.x;
-    float *cm_ml = S + ATT_ROWS * G4 * ATT_SPAN, *cm_acc = cm_ml + 2 * G4;
-    if constexpr (CM) {
-        const int r = blockIdx.x % ATT_CM;
-        first = r < seqs[0].nsp ? r * a.nkv + (int)blockIdx.x / ATT_CM : n_items;
-    }
     /* An item's K, V and queries go into buffer b by asynchronous copies (the caller commits;
      * with one buffer the keys and queries are a group of their own before the values), its
      * rows into rows_of[rb]. geom() finds the item's keys and rows, copy_kv() requests keys
@@ -338,7 +325,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
     att_item cur;
     if (a.pre_kv) { /* keys and values of earlier positions, a group of their own */
         att_geo geo;
-        cur = geom(first, 0, geo);
+        cur = geom(blockIdx.x, 0, geo);
         const int split = min(max(geo.old, geo.klo), geo.k1);
         copy_kv(geo, 0, geo.klo, split, true, true);
         cp_async_commit();
@@ -346,10 +333,10 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
         pdl_launch();
         fetch_from(geo, 0, split);
     } else {
-        cur = fetch(first, 0, 0);
+        cur = fetch(blockIdx.x, 0, 0);
     }
     cp_async_commit();
-    for (int item = first; item < n_items; item += gridDim.x) {
+    for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
         att_item next = {};
         att_geo geo_next = {0, 0, 0, 0, 0, 0, 0, 0, 0};
         bool early = false; /* the next item's keys and queries are on their way */
@@ -401,7 +388,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
                 float *sr = S + (size_t)(pr / G) * ATT_SPAN * G4 + pr % G; /* key j: sr[j G4] */
                 const size_t slot =
                     ((size_t)(r.t - a.r0) * a.nh + kvh * G + pr % G) * a.spans + span;
-                att_softmax(sr, G4, r, CM ? cm_ml + pr % G * 2 : a.ml + slot * 2, lane);
+                att_softmax(sr, G4, r, a.ml + slot * 2, lane);
             }
             if (NB == 1) { /* the values (and not the next item's keys) */
                 if (early)
@@ -424,11 +411,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
                 att_row r = rows[ri];
                 if (!r.j1) continue;
                 const size_t slot = ((size_t)(r.t - a.r0) * a.nh + kvh * G) * a.spans + span;
-                if (CM)
-                    att_values_row<D>(Vs, S, r, G, d, cm_acc + d, D);
-                else
-                    att_values_row<D>(Vs, S + (size_t)ri * ATT_SPAN * G4, r, G, d,
-                                      a.acc + slot * D + d, (size_t)a.spans * D);
+                att_values_row<D>(Vs, S + (size_t)ri * ATT_SPAN * G4, r, G, d,
+                                  a.acc + slot * D + d, (size_t)a.spans * D);
             }
         }
         __syncthreads(); /* this buffer is refilled two items on (S, rows: the next item) */
@@ -442,33 +426,6 @@ __global__ void __launch_bounds__(ATT_THREADS, 2) k_attn(attn_args a) {
         } else {
             cur = next, buf ^= 1, rb ^= 1;
         }
-    }
-    if constexpr (CM) { /* k_attn_merge's sums for the row's heads of this kv head, a share a
-                         * block, the span partials read from the cluster's blocks */
-        cg::cluster_group cl = cg::this_cluster();
-        cl.sync(); /* every block's partial is there */
-        const int t = a.r0, p = row_lim(sp, t), sa = att_lo(p, a.window) / ATT_SPAN;
-        const int sb = p / ATT_SPAN, rank = blockIdx.x % ATT_CM, kvh = blockIdx.x / ATT_CM;
-        float *cm_w = cm_acc + G * D, *cm_l = cm_w + G * ATT_CM; /* [G][ATT_CM], [G] */
-        for (int h = warp; h < G; h += ATT_THREADS / 32)
-            merge_weights(
-                [&](int s) { return *(const float2 *)cl.map_shared_rank(cm_ml + 2 * h, s - sa); },
-                sa, sb, cm_w + h * ATT_CM, cm_l + h, lane);
-        __syncthreads();
-        const int per = (G * D + ATT_CM - 1) / ATT_CM, x1 = min(G * D, (rank + 1) * per);
-        for (int x = rank * per + tid; x < x1; x += ATT_THREADS) {
-            const int h = x / D;
-            float v[ATT_CM]; /* every span's value requested before the adds */
-#pragma unroll
-            for (int j = 0; j < ATT_CM; j++)
-                v[j] = sa + j <= sb ? *cl.map_shared_rank(cm_acc + x, j) : 0.f;
-            float o = 0.f;
-#pragma unroll
-            for (int j = 0; j < ATT_CM; j++)
-                if (sa + j <= sb) o = fmaf(v[j], cm_w[h * ATT_CM + j], o);
-            xb_put(a.xb_out, a.T, a.KT_out, t, kvh * G * D + x, o / cm_l[h], a.terms);
-        }
-        cl.sync(); /* no block leaves while another reads its partial */
     }
 }
 
@@ -692,26 +649,13 @@ static size_t attn_smem(int G, int D, int nb) {
 }
 
 /* [bf16 caches][head dim / 16][buffers - 1] */
-#define K16(n, c)  k_attn<16 * (n), 1, c, false>, k_attn<16 * (n), 2, c, false>
-#define K16S(n, c) k_attn<16 * (n), 1, c, false>, NULL /* two buffers of a wider head hardly ever fit */
+#define K16(n, c)  k_attn<16 * (n), 1, c>, k_attn<16 * (n), 2, c>
+#define K16S(n, c) k_attn<16 * (n), 1, c>, NULL /* two buffers of a wider head hardly ever fit */
 #define KROW(c)                                                                                    \
     {{NULL, NULL},    {K16(1, c)},   {K16(2, c)},   {K16(3, c)},   {K16(4, c)},   {K16(5, c)},     \
      {K16(6, c)},     {K16(7, c)},   {K16(8, c)},   {K16S(9, c)},  {K16S(10, c)}, {K16S(11, c)},   \
      {K16S(12, c)},   {K16S(13, c)}, {K16S(14, c)}, {K16S(15, c)}, {K16S(16, c)}}
 static const attn_kernel attn_kernels_kv[2][17][2] = {KROW(false), KROW(true)};
-
-/* k_attn of a cluster a kv head (ATT_CLUSTER), for head sizes 64 and 128: [bf16 caches][64, 128] */
-static const attn_kernel attn_cm_kernels[2][2] = {{k_attn<64, 1, false, true>, k_attn<128, 1, false, true>},
-                                                   {k_attn<64, 1, true, true>, k_attn<128, 1, true, true>}};
-static attn_kernel attn_cm_kernel(const gpu_model *g) {
-    return g->D == 64 || g->D == 128 ? attn_cm_kernels[g->kv16][g->D == 128] : NULL;
-}
-/* its shared memory: k_attn's with one buffer, then the block's partial (maxima and sums, G4
- * pairs; values [G][D]) and the merge's span weights [G][ATT_CM] and sums [G] */
-static size_t attn_cm_smem(int G, int D) {
-    return attn_smem(G, D, 1) +
-           sizeof(float) * (2 * (size_t)((G + 3) & ~3) + (size_t)G * (D + ATT_CM + 1));
-}
 
 /* k_attn1's shared memory: one tile (k_attn1_b16: two of bf16), the row's queries and its
  * scores */
@@ -760,11 +704,7 @@ void attn_choose(gpu_model *g) {
         items += (long)(P.n + ATT_ROWS - 1) / ATT_ROWS * (hi / ATT_SPAN - span0 + 1) *
                  g->d.n_kv_heads;
     }
-    const seq_params &P0 = sp->seq[0];
-    if (g->att_cm && sp->n_seq == 1 && P0.n == 1 && !P0.noncausal &&
-        P0.pos0 / ATT_SPAN - att_lo(P0.pos0, g->d.window) / ATT_SPAN < ATT_CM)
-        g->att_kind = ATT_CLUSTER;
-    else if (g->attp_grid && g->attp_min > 0 && far >= 0 && far >= g->attp_pos)
+    if (g->attp_grid && g->attp_min > 0 && far >= 0 && far >= g->attp_pos)
         g->att_kind = ATT_PROMPT;
     else if (items <= g->att_few_items) /* without two buffers (att_nb 1), k_attn as before */
         g->att_kind = g->att_nb == 2 ? ATT_FEW : ATT_ONEBUF;
@@ -788,9 +728,6 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n, in
     a.pre_kv = g->att_pre_kv;
     const int nb = g->att_kind == ATT_FEW ? 2 : 1;
     cudaError_t e;
-    if (g->att_kind == ATT_CLUSTER) /* the cluster merges: no merge kernel */
-        return launch_cl(attn_cm_kernel(g), dim3(ATT_CM * g->d.n_kv_heads), dim3(ATT_THREADS),
-                         attn_cm_smem(g->G, g->D), g->stream, ATT_CM, a);
     if (g->att_kind == ATT_PROMPT)
         e = attnp_launch(g, &a);
     else if (g->att_kind == ATT_ONE)
@@ -863,23 +800,6 @@ int attn_init(gpu_model *g, int spans) {
         raise_smem((const void *)attn1_kernels_kv[g->kv16][D / 16], attn1_smem(G, D, g->kv16)) ||
         merge_init(g, spans, most) || attnp_init(g))
         return ERR_UNSUPPORTED;
-    /* ATT_CLUSTER where asked, its kernel is there and all its clusters fit at once */
-    if (g->att_cm && attn_cm_kernel(g)) {
-        const attn_kernel k = attn_cm_kernel(g);
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at;
-        at.id = cudaLaunchAttributeClusterDimension;
-        at.val.clusterDim.x = ATT_CM, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
-        cfg.gridDim = dim3(ATT_CM * g->d.n_kv_heads), cfg.blockDim = dim3(ATT_THREADS);
-        cfg.dynamicSmemBytes = attn_cm_smem(G, D), cfg.attrs = &at, cfg.numAttrs = 1;
-        int fit = 0;
-        if (raise_smem((const void *)k, attn_cm_smem(G, D)) ||
-            cudaOccupancyMaxActiveClusters(&fit, k, &cfg) != cudaSuccess)
-            fit = 0, cudaGetLastError();
-        if (fit < g->d.n_kv_heads) g->att_cm = 0;
-    } else {
-        g->att_cm = 0;
-    }
     /* k_attn1's grid: g->att_one blocks a SM as asked (0: off), at most as many as fit */
     int per_sm = g->att_one, fit = 0;
     if (per_sm > 0 && cudaOccupancyMaxActiveBlocksPerMultiprocessor(

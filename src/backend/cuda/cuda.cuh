@@ -30,9 +30,7 @@ extern "C" {
 #define ATT_ROWS 8 /* rows per attention work item */
 #endif
 #define ATT_COOP_ROWS 2   /* items of at most this many rows spread each row over the block */
-enum { ATT_ONEBUF, ATT_FEW, ATT_ONE, ATT_PROMPT, ATT_CLUSTER, ATT_KINDS }; /* attention kernels
-                                                                         * (attn_choose) */
-#define ATT_CM        8   /* ATT_CLUSTER: blocks a cluster, the spans a row may have */
+enum { ATT_ONEBUF, ATT_FEW, ATT_ONE, ATT_PROMPT, ATT_KINDS }; /* attention kernels (attn_choose) */
 #define ATT_THREADS   256 /* threads per attention block */
 #define ATT_GMAX      16  /* query heads per kv head the attention kernel serves */
 #define ATT_SCRATCH   ((size_t)512 << 20) /* attention partials: more rows a launch up to this */
@@ -431,14 +429,10 @@ struct gpu_model {
     int att_nb;  /* 2: the two-buffer attention kernel is there (one block a SM, loading the
                   * next item's tiles meanwhile), 1: only the one-buffer kernel (two a SM) */
     int att_kind; /* this pass's attention kernel (attn_choose): ATT_ONEBUF, ATT_FEW (at most
-                   * att_few_items items: two buffers, a block a SM), ATT_ONE (k_attn1),
-                   * ATT_PROMPT (k_attnp, attn_prompt.cu) or ATT_CLUSTER (k_attn, no merge
-                   * kernel) */
+                   * att_few_items items: two buffers, a block a SM), ATT_ONE (k_attn1) or
+                   * ATT_PROMPT (k_attnp, attn_prompt.cu) */
     int att_few_items; /* sms, or DSPARK_GPU_ATT_FEW times it */
     int att_one;       /* k_attn1's blocks a launch (0: never k_attn1; DSPARK_GPU_ATT1) */
-    int att_cm;        /* passes of one row seeing at most ATT_CM spans take ATT_CLUSTER: a
-                        * cluster a kv head merges its spans (0: never; DSPARK_GPU_ATT_CM) */
-    unsigned att_cm_passes; /* passes that took it (gpu_model_cluster_passes) */
     int attp_min;      /* passes with a sequence of this many rows whose rows reach position
                         * attp_pos take k_attnp (0: never; DSPARK_GPU_ATTP, _ATTP_POS) */
     int attp_pos;
@@ -521,29 +515,20 @@ static inline seq_params seq_of(int row0, int n, int pos0, const gpu_kv *kv, int
 /* ---- launching ---- */
 extern int gpu_pdl_on; /* programmatic dependent launch for every kernel */
 
-/* kern on stream st, with programmatic dependent launch where it is on, in clusters of cx
- * blocks (0: none) */
 template <typename... KArgs, typename... Args>
-static inline cudaError_t launch_cl(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                    cudaStream_t st, unsigned cx, Args... args) {
-    cudaLaunchAttribute at[2];
+static inline cudaError_t launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t st, Args... args) {
+    cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = gpu_pdl_on;
-    at[1].id = cudaLaunchAttributeClusterDimension;
-    at[1].val.clusterDim.x = cx, at[1].val.clusterDim.y = 1, at[1].val.clusterDim.z = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cfg.attrs = at;
-    cfg.numAttrs = cx ? 2 : 1;
+    cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
-}
-template <typename... KArgs, typename... Args>
-static inline cudaError_t launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                 cudaStream_t st, Args... args) {
-    return launch_cl(kern, grid, block, smem, st, 0u, args...);
 }
 
 static inline unsigned cdiv(size_t n, size_t per) {

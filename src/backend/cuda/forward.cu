@@ -109,10 +109,6 @@ extern "C" int gpu_model_rows(const gpu_model *g) {
     return g ? g->rows : 0;
 }
 
-extern "C" unsigned gpu_model_cluster_passes(const gpu_model *g) {
-    return g ? g->att_cm_passes : 0;
-}
-
 extern "C" const char *gpu_device_name(void) {
     static char name[256];
     cudaDeviceProp p;
@@ -354,7 +350,6 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->slots = sms * env_int("DSPARK_GPU_BLOCKS_PER_SM", 2);
     g->att_nb = env_int("DSPARK_GPU_ATT_NB", 2); /* 1: never two buffers; attn_init may take 1 */
     g->att_one = env_int("DSPARK_GPU_ATT1", 6); /* k_attn1's blocks a SM; attn_init: a grid */
-    g->att_cm = env_int("DSPARK_GPU_ATT_CM", 1); /* attn_init: 0 where it does not serve */
     g->attp_min = env_int("DSPARK_GPU_ATTP", 64); /* rows of a sequence that take k_attnp */
     g->attp_pos = env_int("DSPARK_GPU_ATTP_POS", 1024); /* and the position they reach */
     for (int i = 0; i < GPU_MAX_LAYERS; i++) g->tap_of[i] = -1;
@@ -539,7 +534,6 @@ static int put_params(gpu_model *g, const pass_seq *seqs, int n, int T) {
     CK(cudaMemcpyAsync(g->dsp, sp, offsetof(step_params, ids) + sizeof(int32_t) * (size_t)T,
                        cudaMemcpyHostToDevice, g->stream));
     attn_choose(g);
-    g->att_cm_passes += g->att_kind == ATT_CLUSTER;
     return OK;
 }
 

@@ -4,6 +4,43 @@
  * those are few and the spans many; the same sums in the same order either way. */
 #include "backend/cuda/attention.cuh"
 
+/* By warp 0 of a merge block (lane < 32): the weights w[s - sa] = exp(m_s - M) of a row's
+ * spans [sa, sb], M the largest span max, and into *Ls their sum weighted by the span sums,
+ * get(s) giving span s's (max, sum). A lane takes spans sa + lane + 32 i in order, holding its
+ * first MERGE_ML pairs for both the max and the sum; then butterflies. */
+#define MERGE_ML 4 /* (max, sum) pairs a lane holds: spans sa + lane + 32 i */
+template <class Get>
+__device__ __forceinline__ void merge_weights(Get get, int sa, int sb, float *w, float *Ls,
+                                              int lane) {
+    float2 r[MERGE_ML];
+#pragma unroll
+    for (int i = 0; i < MERGE_ML; i++)
+        r[i] = sa + lane + 32 * i <= sb ? get(sa + lane + 32 * i) : make_float2(-INFINITY, 0.f);
+    float M = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < MERGE_ML; i++)
+        if (sa + lane + 32 * i <= sb) M = fmaxf(M, r[i].x);
+    for (int s = sa + lane + 32 * MERGE_ML; s <= sb; s += 32) M = fmaxf(M, get(s).x);
+    for (int off = 16; off; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+    float L = 0.f;
+#pragma unroll
+    for (int i = 0; i < MERGE_ML; i++) {
+        const int s = sa + lane + 32 * i;
+        if (s > sb) break;
+        float e = expf(r[i].x - M);
+        w[s - sa] = e;
+        L = fmaf(r[i].y, e, L);
+    }
+    for (int s = sa + lane + 32 * MERGE_ML; s <= sb; s += 32) {
+        const float2 q = get(s);
+        float e = expf(q.x - M);
+        w[s - sa] = e;
+        L = fmaf(q.y, e, L);
+    }
+    for (int off = 16; off; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+    if (lane == 0) *Ls = L;
+}
+
 /* Block (row, head): the row's span partials merged in span order (merge_weights), divided by
  * the merged sum, into the B operand. Its loads are few round trips: the first MV spans of dim
  * tid and each lane's first MERGE_ML maxima and sums are requested together, and later spans
