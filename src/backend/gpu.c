@@ -16,6 +16,9 @@ const char *gpu_device_name(void) {
 int gpu_input_terms(void) {
     return 0;
 }
+int gpu_kv_default_bytes(void) {
+    return 0;
+}
 int gpu_model_input_terms(const struct gpu_model *g) {
     (void)g;
     return 0;

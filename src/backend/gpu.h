@@ -65,6 +65,10 @@ const char *gpu_device_name(void);
  * a CUDA build (and for a NULL model). */
 int gpu_input_terms(void);
 int gpu_model_input_terms(const struct gpu_model *g);
+/* bytes of a K/V cache element for models that do not choose (gpu_model_desc.kv_bf16 0): 2
+ * where DSPARK_GPU_KV=bf16, else 4; 0 without a CUDA build. Unknown values of DSPARK_GPU_KV
+ * and DSPARK_GPU_INPUTS are warned of, once, at a model's load. */
+int gpu_kv_default_bytes(void);
 /* bytes of an element of the model's device K/V caches: 4 (float) or 2 (bf16,
  * gpu_model_desc.kv_bf16); 0 without a GPU model */
 int gpu_model_kv_bytes(const struct gpu_model *g);
@@ -78,7 +82,8 @@ void gpu_model_free(struct gpu_model *g);
 int gpu_kv_new(struct gpu_model *g, int cap, struct gpu_kv **out);
 void gpu_kv_free(struct gpu_kv *kv);
 /* A device cache of cap positions whose first nb are base's (read, never written; base has
- * no base of its own and must outlive it). */
+ * no base of its own and must outlive it). ERR_ARG where base's model keeps the other K/V
+ * element type (bf16 or float), as gpu_kv_copy between such caches. */
 int gpu_kv_new_shared(struct gpu_model *g, int cap, const struct gpu_kv *base, int nb,
                       struct gpu_kv **out);
 /* Rows of every (layer, kv head) of a device cache (heads = n_layers * n_kv_heads, D floats a

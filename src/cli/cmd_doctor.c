@@ -178,14 +178,17 @@ static void print_text(const struct doctor *d, int measured) {
     for (int i = 0; i < FEAT_COUNT; i++)
         printf(" %s%s", s->has[i] ? "" : "-", cpu_feature_names[i]);
     printf("   (-: missing)\n");
-    const int terms = gpu_input_terms();
-    printf("build        %s CPU kernels%s, %s, %s%s\n", s->kernels,
+    const int terms = gpu_input_terms(), kvb = gpu_kv_default_bytes();
+    printf("build        %s CPU kernels%s, %s, %s%s%s\n", s->kernels,
            s->amx ? " + AMX-BF16 matmul" : "", s->compiler,
            d->gpu_rc == ERR_UNSUPPORTED ? "no CUDA" : "CUDA",
            terms == 1   ? " (GPU matmul inputs rounded to bf16; --gpu-inputs exact: three "
-                          "bf16 terms, exact products)"
-           : terms == 3 ? " (GPU matmul inputs as three bf16 terms: DSPARK_GPU_INPUTS=exact)"
-                        : "");
+                          "bf16 terms, exact products"
+           : terms == 3 ? " (GPU matmul inputs as three bf16 terms: DSPARK_GPU_INPUTS=exact"
+                        : "",
+           kvb == 4   ? "; K/V caches float32, --gpu-kv bf16: half the bytes)"
+           : kvb == 2 ? "; K/V caches bf16: DSPARK_GPU_KV=bf16)"
+                      : "");
     printf("memory       %.1f GiB total, %.1f GiB available; transparent hugepages: %s\n",
            s->mem_total / GIB, s->mem_avail / GIB, *s->thp ? s->thp : "not available");
     if (measured)
@@ -243,6 +246,8 @@ static int print_json(const struct doctor *d, int measured) {
     cJSON_AddStringToObject(x, "compiler", s->compiler);
     cJSON_AddBoolToObject(x, "cuda", d->gpu_rc != ERR_UNSUPPORTED);
     if (gpu_input_terms()) cJSON_AddNumberToObject(x, "cuda_input_terms", gpu_input_terms());
+    if (gpu_kv_default_bytes())
+        cJSON_AddNumberToObject(x, "cuda_kv_bytes", gpu_kv_default_bytes());
     x = cJSON_AddObjectToObject(o, "memory");
     cJSON_AddNumberToObject(x, "total_bytes", (double)s->mem_total);
     cJSON_AddNumberToObject(x, "available_bytes", (double)s->mem_avail);

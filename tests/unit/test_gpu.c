@@ -619,6 +619,14 @@ TEST(gpu_kv_bf16) {
            "%s, an imported copy continues with the same bits: %s\n",
            rounded ? "yes" : "NO", cont ? "yes" : "NO");
     CHECK(rounded && cont);
+    /* a float cache takes no rows of a bf16 one, copied or shared */
+    struct kv_cache *kvf, *ks = NULL;
+    REQUIRE(kv_new(f, P + W + 2, &kvf) == 0);
+    const int copy_rc = kv_copy_prefix(kvf, kv, P), share_rc = kv_new_shared(f, P + W + 2, kv, P, &ks);
+    printf("  a float cache refuses a bf16 cache's rows: copied %s, shared %s\n",
+           copy_rc == ERR_ARG ? "yes" : "NO", share_rc == ERR_ARG && !ks ? "yes" : "NO");
+    CHECK(copy_rc == ERR_ARG && share_rc == ERR_ARG && !ks);
+    kv_free(kvf);
     free(rows), free(steps), free(out), kv_free(kv), kv_free(kv2);
     for (int k = 0; k < 3; k++) free(l[k]);
     model_free(b[0]), model_free(b[1]), model_free(f);

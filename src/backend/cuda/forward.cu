@@ -97,6 +97,19 @@ extern "C" int gpu_input_terms(void) {
     return s && !strcmp(s, "exact") ? 3 : 1;
 }
 
+extern "C" int gpu_kv_default_bytes(void) {
+    const char *s = getenv("DSPARK_GPU_KV");
+    return s && !strcmp(s, "bf16") ? 2 : 4;
+}
+
+/* a value of environment variable var that is neither a nor b: said once a process (*said) */
+static void env_check(const char *var, const char *a, const char *b, const char *means,
+                      int *said) {
+    const char *s = getenv(var);
+    if (!s || !*s || !strcmp(s, a) || !strcmp(s, b) || (*said)++) return;
+    log_error("%s=%s is neither %s nor %s; %s", var, s, a, b, means);
+}
+
 extern "C" int gpu_model_kv_bytes(const gpu_model *g) {
     return g ? (g->kv16 ? 2 : 4) : 0;
 }
@@ -336,10 +349,10 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->att_wide = env_int("DSPARK_GPU_ATT_WIDE", 1);
     g->att_early_kv = env_int("DSPARK_GPU_ATT_EARLY_KV", 1);
     g->att_pre_kv = env_int("DSPARK_GPU_ATT_PRE_KV", 1);
-    {
-        const char *kv = getenv("DSPARK_GPU_KV"); /* bf16: caches of half the bytes */
-        g->kv16 = d->kv_bf16 > 0 || (!d->kv_bf16 && kv && !strcmp(kv, "bf16"));
-    }
+    static int said_kv, said_inputs;
+    env_check("DSPARK_GPU_KV", "f32", "bf16", "K/V caches in float32", &said_kv);
+    env_check("DSPARK_GPU_INPUTS", "bf16", "exact", "matmul inputs rounded to bf16", &said_inputs);
+    g->kv16 = d->kv_bf16 > 0 || (!d->kv_bf16 && gpu_kv_default_bytes() == 2);
     g->merge_dims = env_int("DSPARK_GPU_MERGE_DIMS", 1);
     g->merge_ch = env_int("DSPARK_GPU_MERGE_CH", 0); /* 0: MERGE_CH (tests take fewer) */
     g->pre_kt = env_int("DSPARK_GPU_PRE_KT", 0); /* measured slower at 8, 16 */

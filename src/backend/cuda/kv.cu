@@ -92,7 +92,8 @@ extern "C" int gpu_kv_new(gpu_model *g, int cap, gpu_kv **out) {
 
 extern "C" int gpu_kv_new_shared(gpu_model *g, int cap, const gpu_kv *base, int nb, gpu_kv **out) {
     *out = NULL;
-    if (base->nb || nb > base->cap || nb > cap) return ERR_ARG;
+    /* the same element type: a base's rows are read as the model's own */
+    if (base->nb || nb > base->cap || nb > cap || base->g->kv16 != g->kv16) return ERR_ARG;
     return new_kv(g, cap, base, nb, out);
 }
 
@@ -129,7 +130,8 @@ static int copy_out(void *dst, size_t dp, int d0, const gpu_kv *kv, int v, int f
 }
 
 extern "C" int gpu_kv_copy(gpu_kv *dst, const gpu_kv *src, int from, int n, int heads, int D) {
-    if (n > dst->cap || n > src->cap || from < dst->nb) return ERR_ARG;
+    if (n > dst->cap || n > src->cap || from < dst->nb || dst->g->kv16 != src->g->kv16)
+        return ERR_ARG;
     size_t dp = (size_t)(dst->cap - dst->nb) * D;
     int rc = copy_out(dst->k, dp, dst->nb, src, 0, from, n, heads, D, cudaMemcpyDeviceToDevice);
     return rc ? rc
