@@ -171,16 +171,35 @@ __device__ __forceinline__ void mm_inv_warps(const mm_args &a, float *inv) {
         if ((threadIdx.x & 31) == 0) inv[t] = v;
     }
 }
-/* mm_epilogue's inputs gathered in place (the prompt-chunk kernel, whose epilogue is not on a
- * decode pass's path): inv[t], 1 / rms of input row t (a.in_ss; a thread a row, the same
- * bits as mm_inv_warps), and pre */
+/* mm_resid_gather's values by asynchronous 16-byte copies, every one requested before any
+ * is waited for (the caller commits and waits); pre 16-byte aligned. False, with nothing
+ * requested, where a row or the norm's weights are not 16-byte aligned. */
+__device__ __forceinline__ bool mm_resid_request(const mm_args &a, int g, int nitems, float *pre) {
+    const bool nw = a.norm_w && a.out_ss;
+    if ((a.ldy & 3) || ((uintptr_t)a.y & 15) || (nw && ((uintptr_t)a.norm_w & 15))) return false;
+    for (int i = threadIdx.x * 4; i < nitems + (nw ? 128 : 0); i += 1024) {
+        const int t = i >> 7, m = g * 128 + (i & 127), n = max(0, min(4, a.M - m)) * 4;
+        const float *src = t < a.T ? a.y + (size_t)(a.row0 + t) * a.ldy + m : a.norm_w + m;
+        cp_async16_n(pre + i, n ? src : a.y, n); /* zeros past the matrix */
+    }
+    return true;
+}
+/* mm_epilogue's inputs gathered in place (the prompt-chunk kernels, whose epilogue is not on
+ * a decode pass's path): inv[t], 1 / rms of input row t (a.in_ss; a thread a row, the same
+ * bits as mm_inv_warps), and pre, whose copies are all in flight at once (a load a float,
+ * each waited for before the next, took most of o's and down's time at 512 rows) */
 __device__ __forceinline__ void mm_epi_gather(const mm_args &a, int g, int nitems, float *inv,
                                               float *pre) {
+    const bool async = a.epi == EPI_RESID && mm_resid_request(a, g, nitems, pre);
+    if (async) cp_async_commit();
     if (a.in_ss)
         for (int t = threadIdx.x; t < a.T; t += 256)
             inv[t] = ss_inv_thread(a.in_ss + (size_t)(a.row0 + t) * a.n_ssg, a.n_ssg, a.H_norm,
                                    a.eps);
-    if (a.epi == EPI_RESID) mm_resid_gather(a, g, nitems, pre);
+    if (async)
+        cp_async_wait0();
+    else if (a.epi == EPI_RESID)
+        mm_resid_gather(a, g, nitems, pre);
     __syncthreads();
 }
 
