@@ -46,26 +46,6 @@ __global__ void k_rope(const float *qkv, float *qout, const step_params *sp, con
     kv_put(kr, 1, i, __ldcg(vs + i)), kv_put(kr, 1, i + half, __ldcg(vs + i + half));
 }
 
-/* RoPE's cos and sin of a chunk's T rows, cs[t D / 2 + i] (rope_cs, the values the q|k|v
- * epilogues compute), once a pass for the prompt kernels (qkv_epi.cs): their epilogues took
- * them in double precision for every (layer, head, row) */
-__global__ void k_rope_cs(float2 *cs, const step_params *sp, const float *inv_freq, int half,
-                          int T) {
-    pdl_wait(); /* the last pass's epilogues may still read the table */
-    pdl_launch();
-    const int x = blockIdx.x * blockDim.x + threadIdx.x;
-    if (x >= T * half) return;
-    float c, s;
-    rope_cs(row_pos(sp, x / half), inv_freq[x % half], &c, &s);
-    cs[x] = make_float2(c, s);
-}
-
-cudaError_t rope_cs_launch(gpu_model *g, int T) {
-    const int half = g->D / 2;
-    return launch(k_rope_cs, dim3(cdiv((size_t)T * half, 256)), dim3(256), 0, g->stream,
-                  g->rope_cs, g->dsp, g->inv_freq, half, T);
-}
-
 cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T) {
     const gpu_model_desc *d = &g->d;
     return launch(k_rope, dim3(T, d->n_heads + d->n_kv_heads), dim3(128), 0, g->stream, g->qkv,

@@ -412,7 +412,6 @@ struct gpu_model {
     float *x;                   /* [T, H] the residual stream */
     float *qkv;                 /* [T, QD + 2KD] */
     float *q;                   /* [T, QD] after norm and RoPE */
-    float2 *rope_cs;            /* [T, D / 2] RoPE's cos and sin of a long pass's rows */
     float *gu;                  /* [T, 2I] (matmuls without the fused SwiGLU) */
     uint16_t *xa;               /* xb of the attention input (K = H), also the final norm's */
     uint16_t *xo;               /* xb of the attention output (K = QD) */
@@ -552,8 +551,6 @@ struct qkv_epi {
     const float *q_norm, *k_norm, *inv_freq;
     int nh, nkv, D, layer;
     float eps;
-    const float2 *cs; /* passes over GPU_GROUP rows: RoPE's cos and sin of the chunk's rows,
-                       * [row][D / 2] (k_rope_cs), for the prompt kernels; else NULL */
 };
 
 /* Rows [row0, row0 + n) of a chunk of T rows (row0 % GPU_GROUP == 0), in one launch or a
@@ -586,7 +583,6 @@ int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, 
 int mm_init(void); /* shared-memory limits of the matmul kernels */
 
 cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T);
-cudaError_t rope_cs_launch(gpu_model *g, int T); /* g->rope_cs of the pass's T rows */
 cudaError_t attn_launch(gpu_model *g, int layer, int T);
 void attn_choose(gpu_model *g); /* att_kind for the pass in g->hsp */
 int attn_init(gpu_model *g, int spans);

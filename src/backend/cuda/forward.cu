@@ -279,7 +279,6 @@ static int alloc_state(gpu_model *g) {
     if ((rc = dev_alloc(g, (void **)&g->x, sizeof(float) * R * g->H)) ||
         (rc = dev_alloc(g, (void **)&g->qkv, sizeof(float) * R * g->QKV)) ||
         (rc = dev_alloc(g, (void **)&g->q, sizeof(float) * R * g->QD)) ||
-        (rc = dev_alloc(g, (void **)&g->rope_cs, sizeof(float2) * R * (g->D / 2))) ||
         (rc = dev_alloc(g, (void **)&g->gu, sizeof(float) * R * 2 * g->I)) ||
         (rc = dev_zeros(g, (void **)&g->xa, sizeof(uint2) * groups * xb_group_stride(g->KT_H))) ||
         (rc = dev_zeros(g, (void **)&g->xf, sizeof(uint2) * groups * xb_group_stride(g->KT_H))) ||
@@ -428,11 +427,8 @@ static cudaError_t qkv_rows(gpu_model *g, int li, int T, const double *in_ss) {
     mm_call c = {&l->qkv, g->xa, T, 0, T, EPI_STORE, g->qkv, g->QKV, l->bqkv, NULL, NULL, NULL,
                  NULL, NULL, in_ss};
     if (l->qkv.mma && 128 % g->D == 0) { /* norm, RoPE and the cache append in the epilogue */
-        /* passes of the prompt kernels: the rows' RoPE cos and sin once, before layer 0 */
-        const bool table = T > GPU_GROUP;
-        if (table && li == 0) E(rope_cs_launch(g, T));
         qkv_epi qe = {g->dsp,          g->q, l->q_norm, l->k_norm,   g->inv_freq, g->d.n_heads,
-                      g->d.n_kv_heads, g->D, li,        g->d.rms_eps, table ? g->rope_cs : NULL};
+                      g->d.n_kv_heads, g->D, li,        g->d.rms_eps};
         c.epi = EPI_QKV, c.y = NULL, c.ldy = 0, c.qe = &qe;
         return mm_launch(g, &c);
     }

@@ -335,11 +335,7 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
     __shared__ float inv[MG_ROWS];
     float *pre = val + MG_ROWS * 128; /* [rows][128] residual rows, [128] norm weights */
     mm_epi_gather(e, g, 128 * rows, inv, pre);
-    if (a.qe.cs) /* RoPE's table (k_rope_cs) */
-        mm_epilogue<TERMS, true>(e, g, val, 128 * rows, inv, pre, a.qe,
-                                 a.qe.cs + (size_t)e.row0 * (a.qe.D / 2));
-    else
-        mm_epilogue<TERMS>(e, g, val, 128 * rows, inv, pre, a.qe);
+    mm_epilogue<TERMS>(e, g, val, 128 * rows, inv, pre, a.qe);
 }
 
 /* ---- Tiles of 128 rows (bf16 inputs, sm_90a): four whole row groups under one wgmma ----
@@ -489,11 +485,7 @@ __global__ void __launch_bounds__(256, 1)
         e.T = MG_ROWS, e.row0 = a.row0 + t0 + h * MG_ROWS;
         if (h) __syncthreads(); /* the last half is done with inv and pre */
         mm_epi_gather(e, g, 128 * MG_ROWS, inv, pre);
-        if (a.qe.cs) /* RoPE's table (k_rope_cs) */
-            mm_epilogue<1, true>(e, g, val + h * MG_ROWS * 128, 128 * MG_ROWS, inv, pre, a.qe,
-                                 a.qe.cs + (size_t)e.row0 * (a.qe.D / 2));
-        else
-            mm_epilogue<1>(e, g, val + h * MG_ROWS * 128, 128 * MG_ROWS, inv, pre, a.qe);
+        mm_epilogue<1>(e, g, val + h * MG_ROWS * 128, 128 * MG_ROWS, inv, pre, a.qe);
     }
 #else
     __trap(); /* launched only where the sm_90a code runs (mmg_init) */

@@ -65,7 +65,7 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
         mm_call c = {NULL, NULL, n,    0,    n,    EPI_STORE, NULL, 0,
                      NULL, NULL, NULL, NULL, NULL, NULL,      NULL};
         qkv_epi qe = {g->dsp,          g->q, l->q_norm, l->k_norm,   g->inv_freq, g->d.n_heads,
-                      g->d.n_kv_heads, g->D, li,        g->d.rms_eps, NULL};
+                      g->d.n_kv_heads, g->D, li,        g->d.rms_eps};
         cudaError_t e = cudaSuccess;
         if (op >= OP_PASS) {
             g->lab_skip = op > OP_PASS ? 1u << (op - OP_PASS_LESS) : 0;
