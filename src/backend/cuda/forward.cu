@@ -318,6 +318,9 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     }
     int rc = check_shape(d);
     if (rc) return rc;
+    static int said_kv, said_inputs; /* before the settings they change are stated */
+    env_check("DSPARK_GPU_KV", "f32", "bf16", "K/V caches in float32", &said_kv);
+    env_check("DSPARK_GPU_INPUTS", "bf16", "exact", "matmul inputs rounded to bf16", &said_inputs);
     const int terms = d->input_terms ? d->input_terms : gpu_input_terms();
     if (terms != 1 && terms != 3) {
         log_error("GPU: matmul inputs of %d bf16 terms: 3 (exact) or 1 (bf16) only", terms);
@@ -349,9 +352,6 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->att_wide = env_int("DSPARK_GPU_ATT_WIDE", 1);
     g->att_early_kv = env_int("DSPARK_GPU_ATT_EARLY_KV", 1);
     g->att_pre_kv = env_int("DSPARK_GPU_ATT_PRE_KV", 1);
-    static int said_kv, said_inputs;
-    env_check("DSPARK_GPU_KV", "f32", "bf16", "K/V caches in float32", &said_kv);
-    env_check("DSPARK_GPU_INPUTS", "bf16", "exact", "matmul inputs rounded to bf16", &said_inputs);
     g->kv16 = d->kv_bf16 > 0 || (!d->kv_bf16 && gpu_kv_default_bytes() == 2);
     g->merge_dims = env_int("DSPARK_GPU_MERGE_DIMS", 1);
     g->merge_ch = env_int("DSPARK_GPU_MERGE_CH", 0); /* 0: MERGE_CH (tests take fewer) */
