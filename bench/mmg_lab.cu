@@ -9,9 +9,12 @@
  *   wait1    a stage's wgmmas left in flight while the next stage's are issued; the slot
  *            two stages back released
  *   ss       as wait1, A from shared memory too (no register loads of the weights)
- * (wait1 and ss index their two register sets by the stage's parity at run time, so they
- * live in local memory here: their numbers say nothing of the forms), each with the ring refilled from L2 by bulk copies as k_mmg4 does (copies) or never
- * refilled (smem: the products and shared-memory reads alone).
+ * wait1 and ss index their two register sets by the stage's parity at run time, so those
+ * live in local memory here: their numbers say nothing of the forms. Each runs with the ring
+ * refilled from L2 by bulk copies as k_mmg4 does (copies) or never refilled (smem: the
+ * products and shared-memory reads alone). Then grids of 128 x 128 tiles over K = 4,096 (64
+ * stages): a block a tile, and a persistent block a SM whose ring runs on from one tile into
+ * the next, each tile ended by a stand-in epilogue of some length.
  *
  *   nvcc -O3 -gencode arch=compute_90a,code=sm_90a -Isrc -o /tmp/mmg_lab bench/mmg_lab.cu
  *   /tmp/mmg_lab */
@@ -54,10 +57,19 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t d
 }
 #endif
 
-/* FORM 0 wait0, 1 wait1, 2 ss; COPY: refill the ring from src (a region L2 holds) */
+/* FORM 0 wait0, 1 wait1, 2 ss; COPY: refill the ring from src (a region L2 holds). Tiles of
+ * per_tile stages (0: one tile of nst), each ended by a stand-in epilogue: epi rounds of a
+ * 64-long fmaf chain over the sums, which are then stored (64 KB a tile) and cleared. With
+ * ntiles > 0 the grid is persistent: block b takes tiles b, b + grid, ... (nst is then
+ * computed here), and its ring runs on across tiles, so the next tile's first stages are
+ * requested while this one's epilogue runs. */
 template <int FORM, bool COPY>
-__global__ void __launch_bounds__(256, 1) k_loop(const uint4 *src, int nchunk, int nst, float *out) {
+__global__ void __launch_bounds__(256, 1)
+    k_loop(const uint4 *src, int nchunk, int nst, float *out, int per_tile, int epi, int ntiles) {
 #if MG_WGMMA
+    if (ntiles > 0)
+        nst = per_tile * ((ntiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x);
+    if (per_tile <= 0) per_tile = nst;
     extern __shared__ __align__(128) uint4 sm[];
     __shared__ __align__(8) unsigned long long full[ST], empty[ST];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
@@ -115,23 +127,51 @@ __global__ void __launch_bounds__(256, 1) k_loop(const uint4 *src, int nchunk, i
             __syncwarp();
             if (lane == 0 && s > 0) mbar_arrive(&empty[(s - 1) % ST]);
         }
+        if ((s + 1) % per_tile == 0 && s + 1 < nst) { /* a tile's end (the last: below) */
+            if (FORM != 0) {
+                wg_wait0();
+                wg_keep(d);
+            }
+            float acc = 0.f;
+            for (int k = 0; k < epi; k++)
+#pragma unroll
+                for (int i = 0; i < 64; i++) acc = fmaf(acc, 0.999f, d[i]);
+            const int tile = ntiles > 0 ? (int)blockIdx.x + (s / per_tile) * (int)gridDim.x
+                                        : (int)blockIdx.x;
+            float4 *o = (float4 *)out + ((size_t)tile * 256 + tid) * 16;
+#pragma unroll
+            for (int i = 0; i < 16; i++)
+                o[i] = make_float4(d[4 * i] + acc, d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]);
+#pragma unroll
+            for (int i = 0; i < 64; i++) d[i] = 0.f;
+        }
     }
     wg_wait0();
     wg_keep(d);
     float acc = 0.f;
+    for (int k = 0; k < epi; k++)
 #pragma unroll
-    for (int i = 0; i < 64; i++) acc += d[i];
-    if (acc == 12345.f) out[blockIdx.x * 256 + tid] = acc;
+        for (int i = 0; i < 64; i++) acc = fmaf(acc, 0.999f, d[i]);
+    if (nst > 0) { /* the last tile's sums */
+        const int tile = ntiles > 0 ? (int)blockIdx.x + (nst / per_tile - 1) * (int)gridDim.x
+                                    : (int)blockIdx.x;
+        float4 *o = (float4 *)out + ((size_t)tile * 256 + tid) * 16;
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            o[i] = make_float4(d[4 * i] + acc, d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]);
+    }
 #endif
 }
 
-/* blocks: sms (one a SM, nst stages each) or, with tiles, that many blocks of 64 stages (a
- * 128 x 128 tile over K = 4,096: new blocks as SMs free up, each filling its ring afresh) */
+/* blocks: sms (one a SM, nst stages each) or, with tiles, that many tiles of 64 stages (a
+ * 128 x 128 tile over K = 4,096): a block each (new blocks as SMs free up, each filling its
+ * ring afresh), or with persist a block a SM taking them in turn; epi: the stand-in
+ * epilogue's rounds */
 template <int FORM, bool COPY>
 static void run(const char *name, const uint4 *src, int nchunk, float *out, int sms,
-                int tiles = 0) {
-    const int nst = tiles ? 64 : 4096; /* stages a block */
-    const int blocks = tiles ? tiles : sms;
+                int tiles = 0, bool persist = false, int epi = 0) {
+    const int nst = tiles ? 64 : 4096; /* stages a tile */
+    const int blocks = tiles && !persist ? tiles : sms;
     cudaFuncSetAttribute(k_loop<FORM, COPY>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
@@ -139,7 +179,8 @@ static void run(const char *name, const uint4 *src, int nchunk, float *out, int 
     float best = 1e30f;
     for (int r = 0; r < 4; r++) {
         cudaEventRecord(e0);
-        k_loop<FORM, COPY><<<blocks, 256, SMEM>>>(src, nchunk, nst, out);
+        k_loop<FORM, COPY><<<blocks, 256, SMEM>>>(src, nchunk, nst, out, tiles ? 64 : 0, epi,
+                                                  persist ? tiles : 0);
         cudaEventRecord(e1);
         cudaEventSynchronize(e1);
         float ms;
@@ -147,11 +188,11 @@ static void run(const char *name, const uint4 *src, int nchunk, float *out, int 
         if (r && ms < best) best = ms;
     }
     /* a stage: two warpgroups x KS k-tiles x 64 x 128 x 16 products */
-    const double flop = 2.0 * 2 * KS * 64 * 128 * 16 * (double)nst * blocks;
+    const double flop = 2.0 * 2 * KS * 64 * 128 * 16 * (double)nst * (tiles ? tiles : blocks);
     if (tiles)
-        printf("%-6s %-6s %4d tiles: %7.1f TFLOP/s  %6.1f us  (%s)\n", name,
-               COPY ? "copies" : "smem", tiles, flop / best / 1e9, best * 1e3,
-               cudaGetErrorString(cudaGetLastError()));
+        printf("%-6s %-6s %4d tiles%s, epilogue %3d: %7.1f TFLOP/s  %6.1f us  (%s)\n", name,
+               COPY ? "copies" : "smem", tiles, persist ? " persistent" : "", epi,
+               flop / best / 1e9, best * 1e3, cudaGetErrorString(cudaGetLastError()));
     else
         printf("%-6s %-6s %7.1f TFLOP/s  %6.3f us a stage  (%s)\n", name, COPY ? "copies" : "smem",
                flop / best / 1e9, best * 1e3 / nst, cudaGetErrorString(cudaGetLastError()));
@@ -165,7 +206,7 @@ int main() {
     float *out;
     cudaMalloc(&src, (size_t)nchunk * STAGE * 16);
     cudaMemset(src, 0, (size_t)nchunk * STAGE * 16);
-    cudaMalloc(&out, (size_t)sms * 256 * 4);
+    cudaMalloc(&out, (size_t)1024 * 256 * 64 * 4); /* 64 sums a thread, up to 1,024 tiles */
     run<0, false>("wait0", src, nchunk, out, sms);
     run<1, false>("wait1", src, nchunk, out, sms);
     run<2, false>("ss", src, nchunk, out, sms);
@@ -176,5 +217,11 @@ int main() {
     run<0, true>("wait0", src, nchunk, out, sms, 768);
     run<0, true>("wait0", src, nchunk, out, sms, 128);
     run<0, false>("wait0", src, nchunk, out, sms, 768);
+    /* a block a tile against a persistent block a SM, with stand-in epilogues of 0, 50 and
+     * 100 rounds (a round: a 64-long fmaf chain) */
+    for (int epi : {0, 50, 100}) {
+        run<0, true>("wait0", src, nchunk, out, sms, 768, false, epi);
+        run<0, true>("wait0", src, nchunk, out, sms, 768, true, epi);
+    }
     return 0;
 }
