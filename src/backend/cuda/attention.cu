@@ -538,7 +538,8 @@ template <int D, bool KV16> __global__ void __launch_bounds__(ATT1_THREADS) k_at
  * so that the 8 keys a score load reads fall in different banks. Each score is score4's chain
  * and each value sum att_values_row's, over the same floats (a bf16 as a float is exact), so
  * the bits are k_attn1<D, true>'s. */
-template <int D> __device__ __forceinline__ const uint16_t *att_b16(const uint16_t *t, int j, int c) {
+template <int D>
+__device__ __forceinline__ const uint16_t *att_b16(const uint16_t *t, int j, int c) {
     return t + (size_t)j * D + ((c ^ (j & 7)) << 3); /* copy c of row j */
 }
 template <int D>
@@ -734,8 +735,9 @@ static cudaError_t attn_part(gpu_model *g, int layer, int T, int row0, int n, in
         e = launch(attn1_kernels_kv[g->kv16][g->D / 16], dim3(g->att_one), dim3(ATT1_THREADS),
                    attn1_smem(g->G, g->D, g->kv16), g->stream, a);
     else
-        e = launch(attn_kernels_kv[g->kv16][g->D / 16][nb - 1], dim3(nb == 2 ? g->sms : g->att_grid),
-                   dim3(ATT_THREADS), attn_smem(g->G, g->D, nb), g->stream, a);
+        e = launch(attn_kernels_kv[g->kv16][g->D / 16][nb - 1],
+                   dim3(nb == 2 ? g->sms : g->att_grid), dim3(ATT_THREADS),
+                   attn_smem(g->G, g->D, nb), g->stream, a);
     if (e != cudaSuccess) return e;
 #ifdef DSPARK_LAB_NOMERGE /* measuring build, results wrong: what the merge kernel costs */
     return e;
@@ -802,8 +804,9 @@ int attn_init(gpu_model *g, int spans) {
         return ERR_UNSUPPORTED;
     /* k_attn1's grid: g->att_one blocks a SM as asked (0: off), at most as many as fit */
     int per_sm = g->att_one, fit = 0;
+    const attn_kernel k1 = attn1_kernels_kv[g->kv16][D / 16];
     if (per_sm > 0 && cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                          &fit, attn1_kernels_kv[g->kv16][D / 16], ATT1_THREADS, attn1_smem(G, D, g->kv16)) != cudaSuccess)
+                          &fit, k1, ATT1_THREADS, attn1_smem(G, D, g->kv16)) != cudaSuccess)
         fit = 0, cudaGetLastError();
     g->att_one = per_sm > 0 ? (per_sm < fit ? per_sm : fit) * g->sms : 0;
     return OK;

@@ -113,8 +113,8 @@ __device__ __forceinline__ void att_bf16x8(float *o, uint4 w) {
 /* The staged bf16 rows of a tile (landed and seen by every thread) as its float rows, by all
  * T threads of the block, which may read the tile on return. The float rows below ATT_SPAN / 2
  * lie below the staged bytes and are written at once; the staged rows of the upper half are
- * held in registers across a barrier before their floats go over the staged bytes. Rows no copy filled become any floats, which no
- * kernel reads (as with a float tile's rows). */
+ * held in registers across a barrier before their floats go over the staged bytes. Rows no
+ * copy filled become any floats, which no kernel reads (as with a float tile's rows). */
 template <int D, int T> __device__ __forceinline__ void att_expand(float *tile, int tid) {
     constexpr int DP = D + 4, C8 = D / 8, H = ATT_SPAN / 2, N = H * C8, NH = (N + T - 1) / T;
     const char *st = att_staged<D>(tile);

@@ -57,8 +57,8 @@ __global__ void __launch_bounds__(AP_THREADS, 1) k_attnp(attn_args a) {
     };
     auto copy_kq = [&](const geo &g) { /* the keys and the queries */
         if (!g.ok) return;
-        att_copy_rows<D, AP_THREADS, KV16>(Ks, g.k0, att_lines_of<KV16>(sp->seq[g.si], g.hh, D, true), g.klo,
-                                     g.k1, tid);
+        att_copy_rows<D, AP_THREADS, KV16>(
+            Ks, g.k0, att_lines_of<KV16>(sp->seq[g.si], g.hh, D, true), g.klo, g.k1, tid);
         for (int x = tid; x < g.nr * G4 * D4; x += AP_THREADS) {
             const int p = x / D4, c = (x % D4) * 4; /* slot p: row p / G4, head p % G4 */
             if (p % G4 < G)
@@ -68,8 +68,8 @@ __global__ void __launch_bounds__(AP_THREADS, 1) k_attnp(attn_args a) {
     };
     auto copy_v = [&](const geo &g) {
         if (g.ok)
-            att_copy_rows<D, AP_THREADS, KV16>(Vs, g.k0, att_lines_of<KV16>(sp->seq[g.si], g.hh, D, false),
-                                         g.klo, g.k1, tid);
+            att_copy_rows<D, AP_THREADS, KV16>(
+                Vs, g.k0, att_lines_of<KV16>(sp->seq[g.si], g.hh, D, false), g.klo, g.k1, tid);
     };
     int rb = 0;
     geo cur = geom(blockIdx.x, rb);
@@ -232,18 +232,18 @@ static size_t attnp_smem(int D) {
            ((size_t)2 * ATT_SPAN * (D + 4) + (size_t)AP_PAIRS * att_qp(D) + (size_t)AP_PAIRS * ATT_SPAN);
 }
 
-template <bool C> static attn_kernel attnp_kernel_c(int D, int G) {
-    if (G <= 4)
-        return D == 32    ? k_attnp<32, 4, C>
-               : D == 64  ? k_attnp<64, 4, C>
-               : D == 128 ? k_attnp<128, 4, C>
-                          : NULL;
-    return D == 32 ? k_attnp<32, 0, C> : D == 64 ? k_attnp<64, 0, C> : D == 128 ? k_attnp<128, 0, C> : NULL;
+/* k_attnp<D, G4C, KV16> for head dimension D, or NULL */
+template <int G4C, bool KV16> static attn_kernel attnp_kernel_d(int D) {
+    return D == 32    ? k_attnp<32, G4C, KV16>
+           : D == 64  ? k_attnp<64, G4C, KV16>
+           : D == 128 ? k_attnp<128, G4C, KV16>
+                      : NULL;
 }
 
 /* the kernel for head dimension D, G query heads a kv head and bf16 caches (kv16), or NULL */
 static attn_kernel attnp_kernel(int D, int G, int kv16) {
-    return kv16 ? attnp_kernel_c<true>(D, G) : attnp_kernel_c<false>(D, G);
+    if (G <= 4) return kv16 ? attnp_kernel_d<4, true>(D) : attnp_kernel_d<4, false>(D);
+    return kv16 ? attnp_kernel_d<0, true>(D) : attnp_kernel_d<0, false>(D);
 }
 
 int attnp_init(gpu_model *g) {
@@ -262,6 +262,6 @@ int attnp_init(gpu_model *g) {
 }
 
 cudaError_t attnp_launch(gpu_model *g, const attn_args *a) {
-    return launch(attnp_kernel(g->D, g->G, g->kv16), dim3(g->attp_grid), dim3(AP_THREADS), attnp_smem(g->D),
-                  g->stream, *a);
+    return launch(attnp_kernel(g->D, g->G, g->kv16), dim3(g->attp_grid), dim3(AP_THREADS),
+                  attnp_smem(g->D), g->stream, *a);
 }
