@@ -19,8 +19,7 @@ __global__ void __launch_bounds__(256, 1)
     __shared__ __align__(8) unsigned long long full[SLOTS], empty[SLOTS];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     if (tid == 0) {
-        for (int i = 0; i < SLOTS; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 8);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        ring_init(full, empty, SLOTS, 8);
     }
     __syncthreads();
     const size_t nchunk = region / chunk;

@@ -8,6 +8,9 @@
  * refilled (smem: the products and shared-memory reads alone). Then grids of 128 x 128 tiles
  * over K = 4,096 (64 stages): a block a tile, and a persistent block a SM whose ring runs on
  * from one tile into the next, each tile ended by a stand-in epilogue of some length.
+ * Last, k_mc: the weights of a stage multicast to the blocks of a cluster that share them
+ * (each block copying 1 / CL of them to all), against plain copies, and what k_loop's tile end
+ * costs beside (its stores, a run-time divisor, an outer loop over tiles).
  *
  *   nvcc -O3 -gencode arch=compute_90a,code=sm_90a -Isrc -o /tmp/mmg_lab bench/mmg_lab.cu
  *   /tmp/mmg_lab */
@@ -40,8 +43,7 @@ __global__ void __launch_bounds__(256, 1)
     __shared__ __align__(8) unsigned long long full[ST], empty[ST];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
     if (tid == 0) {
-        for (int i = 0; i < ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 8);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        ring_init(full, empty, ST, 8);
     }
     for (int i = tid; i < ST * STAGE; i += 256) sm[i] = make_uint4(0x3f803f80u, 0, 0, 0x3f80u);
     __syncthreads();
@@ -93,6 +95,154 @@ __global__ void __launch_bounds__(256, 1)
         }
     }
 #endif
+}
+
+/* ---- weights multicast in a cluster of CL blocks: the blocks of a cluster take the same
+ * weight stages (one strip of outputs, CL tiles of rows), each copies 1 / CL of a stage's
+ * weights into every block of the cluster at once, and its own inputs; a slot is refilled
+ * once every warp of every block has released it. nst stages a block, ring refilled from L2
+ * as in k_loop<true>, no epilogue. */
+__device__ __forceinline__ void mc_copy(void *dst, const void *src, unsigned bytes,
+                                        unsigned long long *b, unsigned short mask) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1], %2, [%3], %4;" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(b)), "h"(mask)
+                 : "memory");
+}
+/* an arrival on block rank's copy of b: release at cluster scope (REL) or the default, CTA */
+template <bool REL>
+__device__ __forceinline__ void mc_arrive(unsigned long long *b, unsigned rank) {
+    if (REL)
+        asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                     "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}" ::"r"(
+                         smem_u32(b)),
+                     "r"(rank)
+                     : "memory");
+    else
+        asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                     "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}" ::"r"(smem_u32(b)),
+                     "r"(rank)
+                     : "memory");
+}
+__device__ __forceinline__ void cluster_sync_all(void) {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;"
+                 ::: "memory");
+}
+
+/* ARR: how a warp releases a slot: 0 a local arrival (CL = 1), 1 remote arrivals at the
+ * default (CTA) scope, 2 remote arrivals released at cluster scope. V, what k_loop<true> does
+ * beside: 1 its inputs from the weights' chunk (+ SA), 2 a tile's sums stored and cleared
+ * every 64 stages, 4 that tile end's test by a run-time divisor, 8 tiles as an outer loop */
+template <int CL, int ARR, int V = 0>
+__global__ void __launch_bounds__(256, 1) k_mc(const uint4 *src, int nchunk, int nst, float *out,
+                                               int per_tile) {
+#if MG_WGMMA
+    extern __shared__ __align__(128) uint4 sm[];
+    __shared__ __align__(8) unsigned long long full[ST], empty[ST];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    if (tid == 0) {
+        ring_init(full, empty, ST, 8 * CL);
+    }
+    for (int i = tid; i < ST * STAGE; i += 256) sm[i] = make_uint4(0x3f803f80u, 0, 0, 0x3f80u);
+    cluster_sync_all();
+    const int cid = blockIdx.x / CL;
+    auto copy = [&](int s) {
+        const uint4 *pa = src + (size_t)((cid * 131 + s) % nchunk) * STAGE;
+        const uint4 *pb =
+            (V & 1 ? pa : src + (size_t)((blockIdx.x * 71 + s) % nchunk) * STAGE) + SA;
+        uint4 *d = sm + (s % ST) * STAGE;
+        mbar_expect(&full[s % ST], STAGE * 16u);
+        if (CL > 1)
+            mc_copy(d + rank * (SA / CL), pa + rank * (SA / CL), SA / CL * 16u, &full[s % ST],
+                    (unsigned short)((1u << CL) - 1));
+        else
+            bulk_copy(d, pa, SA * 16u, &full[s % ST]);
+        bulk_copy(d + SA, pb, SA * 16u, &full[s % ST]);
+    };
+    if (tid == 0)
+        for (int s = 0; s < ST && s < nst; s++) copy(s);
+    float d[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) d[i] = 0.f;
+    auto stage = [&](int s) {
+        if (tid == 0 && s > 0 && s - 1 + ST < nst) {
+            const int r = s - 1 + ST;
+            mbar_wait(&empty[r % ST], ((s - 1) / ST) & 1);
+            copy(r);
+        }
+        mbar_wait(&full[s % ST], (s / ST) & 1);
+        const uint4 *as = sm + (s % ST) * STAGE, *bs = as + SA;
+        uint4 af[KS];
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) af[kk] = as[kk * 256 + warp * 32 + lane];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) wgmma<128>(d, af[kk], wg_desc(bs + kk * 256));
+        wg_commit();
+        wg_wait0();
+        wg_keep(d);
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) wg_keep(af[kk]);
+        __syncwarp();
+        if (ARR == 0 && lane == 0) mbar_arrive(&empty[s % ST]);
+        if (ARR > 0 && lane < CL) mc_arrive<ARR == 2>(&empty[s % ST], lane);
+    };
+    auto tile_end = [&](int s) {
+        float4 *o = (float4 *)out +
+                    ((size_t)(blockIdx.x + s / 64 * gridDim.x) % 1024 * 256 + tid) * 16;
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            o[i] = make_float4(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]);
+#pragma unroll
+        for (int i = 0; i < 64; i++) d[i] = 0.f;
+    };
+    if (V & 8) /* 8: tiles of 64 stages as an outer loop, the sums read only there */
+        for (int t = 0; t < nst; t += 64) {
+            for (int s = t; s < t + 64 && s < nst; s++) stage(s);
+            if (V & 2) tile_end(t + 63);
+        }
+    else
+        for (int s = 0; s < nst; s++) {
+            stage(s);
+            if ((V & 2) && (V & 4 ? (s + 1) % per_tile == 0 : (s + 1) % 64 == 0)) tile_end(s);
+        }
+    float acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc += d[i];
+    if (acc == 12345.f) sm[0].x = 1; /* keep the sums */
+    cluster_sync_all(); /* no block leaves while a peer may still copy into it */
+#endif
+}
+
+template <int CL, int ARR, int V = 0>
+static void run_mc(const uint4 *src, float *out, int nchunk, int blocks, int nst) {
+    cudaFuncSetAttribute(k_mc<CL, ARR, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(blocks), cfg.blockDim = dim3(256), cfg.dynamicSmemBytes = SMEM;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float best = 1e30f;
+    for (int r = 0; r < 4; r++) {
+        cudaEventRecord(e0);
+        cudaLaunchKernelEx(&cfg, k_mc<CL, ARR, V>, src, nchunk, nst, out, 64);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float ms;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (r && ms < best) best = ms;
+    }
+    const double flop = 2.0 * 2 * KS * 64 * 128 * 16 * (double)nst * blocks;
+    printf("multicast cluster %d, arrivals %d, V %d, %4d blocks x %4d stages: %7.1f TFLOP/s  "
+           "%7.1f us  %6.3f us a stage  (%s)\n",
+           CL, ARR, V, blocks, nst, flop / best / 1e9, best * 1e3, best * 1e3 / nst,
+           cudaGetErrorString(cudaGetLastError()));
 }
 
 /* blocks: sms (one a SM, nst stages each) or, with tiles, that many tiles of 64 stages (a
@@ -150,6 +300,24 @@ int main() {
     for (int epi : {0, 50, 100}) {
         run<true>(src, nchunk, out, sms, 768, false, epi);
         run<true>(src, nchunk, out, sms, 768, true, epi);
+    }
+    /* the weights multicast to clusters of 1 (plain copies), 2 and 4 blocks: a block a SM
+     * for 4,096 stages, and 768 blocks of 64 stages (gate/up's tiles at 512 rows) */
+    for (int i = 0; i < 2; i++) {
+        const int blocks = i ? 768 : sms / 4 * 4, nst = i ? 64 : 4096;
+        run_mc<1, 0>(src, out, nchunk, blocks, nst);
+        run_mc<1, 0, 1>(src, out, nchunk, blocks, nst);
+        run_mc<1, 0, 2>(src, out, nchunk, blocks, nst);
+        run_mc<1, 0, 6>(src, out, nchunk, blocks, nst);
+        run_mc<1, 0, 7>(src, out, nchunk, blocks, nst);
+        run_mc<1, 0, 8>(src, out, nchunk, blocks, nst);
+        run_mc<1, 0, 10>(src, out, nchunk, blocks, nst);
+        run_mc<1, 1>(src, out, nchunk, blocks, nst);
+        run_mc<1, 2>(src, out, nchunk, blocks, nst);
+        run_mc<2, 1>(src, out, nchunk, blocks, nst);
+        run_mc<2, 1, 2>(src, out, nchunk, blocks, nst);
+        run_mc<2, 2>(src, out, nchunk, blocks, nst);
+        run_mc<4, 1>(src, out, nchunk, blocks, nst);
     }
     return 0;
 }

@@ -20,8 +20,7 @@ __global__ void k_ring(const float *src, float *out, int skip_empty) {
     __shared__ __align__(8) unsigned long long full[SLOTS], empty[SLOTS];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     if (tid == 0) {
-        for (int i = 0; i < SLOTS; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 8);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        ring_init(full, empty, SLOTS, 8);
     }
     __syncthreads();
     if (tid == 0)

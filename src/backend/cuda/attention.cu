@@ -465,79 +465,10 @@ __device__ __forceinline__ void att1_copy_q(const attn_args &a, float *Qs, const
         cp_async16(Qs + h * QP + c, a.q + ((size_t)g.r.t * a.nh + g.kvh * a.G + h) * D + c);
     }
 }
-template <int D, bool KV16> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_args a) {
-    constexpr int DP = D + 4, QP = att_qp(D);
-    extern __shared__ __align__(16) float sm[];
-    const int G = a.G, G4 = (G + 3) & ~3;
-    float *KV = sm, *Qs = KV + ATT_SPAN * DP, *S = Qs + G * QP; /* S: [ATT_SPAN][G4] */
-    __shared__ att_seq seqs[GPU_SEQS];
-    __shared__ int info[3];
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    /* the pass's parameters, written before the pass: readable before the wait */
-    if (warp == 0) att_seq_table(a, seqs, info, lane, ATT_ROWS);
-    __syncthreads();
-    const int n_items = info[0], s_first = info[1], ns = info[2];
-    auto geom = [&](int item, geo1 &g) { return att1_geom(a, seqs, ns, s_first, item, g); };
-    auto copy_rows = [&](const geo1 &g, int ja, int jb, bool key) { /* keys [ja, jb) */
-        att_copy_rows<D, ATT1_THREADS, KV16>(KV, g.k0, att_lines_of<KV16>(*g.P, g.hh, D, key), ja,
-                                             jb, tid);
-    };
-    auto copy_q = [&](const geo1 &g) { att1_copy_q<D>(a, Qs, g, tid); };
-    int item = blockIdx.x, from = 0; /* keys [klo, from) of the item are requested */
-    geo1 g;
-    bool ok = item < n_items && geom(item, g);
-    if (ok) { /* with pre_kv, keys of positions before the pass before the wait */
-        from = a.pre_kv ? min(max(g.old, g.klo), g.k1) : g.klo;
-        copy_rows(g, g.klo, from, true);
-        cp_async_commit();
-    }
-    pdl_wait();
-    pdl_launch();
-    for (; item < n_items; item += gridDim.x) {
-        if (ok) {
-            copy_rows(g, from, g.k1, true);
-            if (item == (int)blockIdx.x) copy_q(g); /* later items': with their keys, below */
-            cp_async_commit();
-            cp_async_wait0();
-        }
-        __syncthreads();
-        if (ok && KV16) att_expand<D, ATT1_THREADS>(KV, tid);
-        if (ok) {
-            if (tid >= g.r.j0 && tid < g.r.j1)
-                for (int g0 = 0; g0 < G; g0 += 4)
-                    score4<D>(Qs + g0 * QP, KV + tid * DP, min(G - g0, 4), a.scale,
-                              S + (size_t)tid * G4 + g0);
-            __syncthreads(); /* the keys are done with: the values take their tile */
-            copy_rows(g, g.klo, g.k1, false);
-            cp_async_commit();
-            const size_t slot = ((size_t)(g.r.t - a.r0) * a.nh + g.kvh * G) * a.spans + g.span;
-            for (int h = warp; h < G; h += ATT1_THREADS / 32)
-                att_softmax(S + h, G4, g.r, a.ml + (slot + (size_t)h * a.spans) * 2, lane);
-            cp_async_wait0();
-            __syncthreads();
-            if (KV16) att_expand<D, ATT1_THREADS>(KV, tid);
-            for (int d = tid; d < D; d += ATT1_THREADS)
-                att_values_row<D>(KV, S, g.r, G, d, a.acc + slot * D + d, (size_t)a.spans * D);
-            __syncthreads(); /* the tile, S and Qs are the next item's */
-        }
-        if (item + (int)gridDim.x < n_items) { /* the next item's keys and queries */
-            ok = geom(item + gridDim.x, g);
-            if (ok) {
-                copy_rows(g, g.klo, g.k1, true);
-                copy_q(g);
-                cp_async_commit();
-                from = g.k1;
-            }
-        }
-    }
-}
-
-/* k_attn1 over bf16 caches for head dims of 8 or 16 copies a row (64, 128): the keys and the
- * values in tiles of their own as stored, bf16, both requested at the item's start (the float
- * kernel's values wait for the keys' tile). A row's 16-byte copy c lies at slot c ^ (row & 7)
- * so that the 8 keys a score load reads fall in different banks. Each score is score4's chain
- * and each value sum att_values_row's, over the same floats (a bf16 as a float is exact), so
- * the bits are k_attn1<D, true>'s. */
+/* bf16 tiles as stored (head dims of 8 or 16 copies a row: 64, 128): a row's 16-byte copy c
+ * lies at slot c ^ (row & 7) so that the 8 keys a score load reads fall in different banks.
+ * Each score is score4's chain and each value sum att_values_row's, over the same floats (a
+ * bf16 as a float is exact), so the bits are those of the float tile's widened rows. */
 template <int D>
 __device__ __forceinline__ const uint16_t *att_b16(const uint16_t *t, int j, int c) {
     return t + (size_t)j * D + ((c ^ (j & 7)) << 3); /* copy c of row j */
@@ -575,13 +506,70 @@ __device__ __forceinline__ void att_values_b16(const uint16_t *V, const float *e
         [=](int j) { return __uint_as_float((uint32_t)att_b16<D>(V, j, d >> 3)[d & 7] << 16); }, e,
         r, G, out, hstride);
 }
-template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1_b16(attn_args a) {
-    constexpr int C8 = D / 8, QP = att_qp(D);
-    static_assert(C8 == 8 || C8 == 16, "a row's copies swizzled by row & 7");
+/* How k_attn1's item reaches shared memory and is read, by cache type. att1_tile: one float
+ * tile, the keys and then the values in their place (bf16 caches widened in place). */
+template <int D, bool KV16> struct att1_tile {
+    static constexpr size_t floats = (size_t)ATT_SPAN * (D + 4); /* the tile's size */
+    float *KV;
+    __device__ explicit att1_tile(float *sm) : KV(sm) {}
+    __device__ void request(const geo1 &g, int ja, int jb, int tid) { /* keys [ja, jb) */
+        att_copy_rows<D, ATT1_THREADS, KV16>(KV, g.k0, att_lines_of<KV16>(*g.P, g.hh, D, true),
+                                             ja, jb, tid);
+    }
+    __device__ void landed(int tid) {
+        if (KV16) att_expand<D, ATT1_THREADS>(KV, tid);
+    }
+    __device__ void score(const float *q, int j, int ng, float scale, float *out) const {
+        score4<D>(q, KV + j * (D + 4), ng, scale, out);
+    }
+    __device__ void values_request(const geo1 &g, int tid) { /* the keys are done with */
+        att_copy_rows<D, ATT1_THREADS, KV16>(KV, g.k0, att_lines_of<KV16>(*g.P, g.hh, D, false),
+                                             g.klo, g.k1, tid);
+        cp_async_commit();
+    }
+    __device__ void values_landed(int tid) {
+        cp_async_wait0();
+        __syncthreads();
+        landed(tid);
+    }
+    __device__ void value(const float *S, att_row r, int G, int d, float *out, size_t hs) const {
+        att_values_row<D>(KV, S, r, G, d, out, hs);
+    }
+};
+/* att1_tile_b16: bf16 caches of head dims 64 and 128, the keys and the values in tiles of
+ * their own as stored (att_b16), both requested at the item's start */
+template <int D> struct att1_tile_b16 {
+    static_assert(D / 8 == 8 || D / 8 == 16, "a row's copies swizzled by row & 7");
+    static constexpr size_t floats = (size_t)ATT_SPAN * D; /* two bf16 tiles */
+    uint16_t *Kb, *Vb;
+    __device__ explicit att1_tile_b16(float *sm) : Kb((uint16_t *)sm), Vb(Kb + ATT_SPAN * D) {}
+    __device__ void request(const geo1 &g, int ja, int jb, int tid) { /* keys, values [ja, jb) */
+        constexpr int C8 = D / 8;
+        const att_lines<true> LK = att_lines_of<true>(*g.P, g.hh, D, true),
+                              LV = att_lines_of<true>(*g.P, g.hh, D, false);
+        for (int x = tid; x < (jb - ja) * C8; x += ATT1_THREADS) {
+            const int j = ja + x / C8, c = x % C8, t = j - g.k0;
+            cp_async16((void *)att_b16<D>(Kb, t, c), LK.row(j, D) + 8 * c);
+            cp_async16((void *)att_b16<D>(Vb, t, c), LV.row(j, D) + 8 * c);
+        }
+    }
+    __device__ void landed(int) {}
+    __device__ void score(const float *q, int j, int ng, float scale, float *out) const {
+        score4_b16<D>(q, Kb, j, ng, scale, out);
+    }
+    __device__ void values_request(const geo1 &, int) {}
+    __device__ void values_landed(int) { __syncthreads(); }
+    __device__ void value(const float *S, att_row r, int G, int d, float *out, size_t hs) const {
+        att_values_b16<D>(Vb, S, r, G, d, out, hs);
+    }
+};
+template <int D, class Tile>
+__global__ void __launch_bounds__(ATT1_THREADS) k_attn1(attn_args a) {
+    constexpr int QP = att_qp(D);
     extern __shared__ __align__(16) float sm[];
     const int G = a.G, G4 = (G + 3) & ~3;
-    uint16_t *Kb = (uint16_t *)sm, *Vb = Kb + ATT_SPAN * D;
-    float *Qs = (float *)(Vb + ATT_SPAN * D), *S = Qs + G * QP; /* S: [ATT_SPAN][G4] */
+    Tile T(sm);
+    float *Qs = sm + Tile::floats, *S = Qs + G * QP; /* S: [ATT_SPAN][G4] */
     __shared__ att_seq seqs[GPU_SEQS];
     __shared__ int info[3];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -590,52 +578,44 @@ template <int D> __global__ void __launch_bounds__(ATT1_THREADS) k_attn1_b16(att
     __syncthreads();
     const int n_items = info[0], s_first = info[1], ns = info[2];
     auto geom = [&](int item, geo1 &g) { return att1_geom(a, seqs, ns, s_first, item, g); };
-    auto copy_rows = [&](const geo1 &g, int ja, int jb) { /* keys and values [ja, jb) */
-        const att_lines<true> LK = att_lines_of<true>(*g.P, g.hh, D, true),
-                              LV = att_lines_of<true>(*g.P, g.hh, D, false);
-        for (int x = tid; x < (jb - ja) * C8; x += ATT1_THREADS) {
-            const int j = ja + x / C8, c = x % C8, t = j - g.k0;
-            cp_async16((void *)att_b16<D>(Kb, t, c), LK.row(j, D) + 8 * c);
-            cp_async16((void *)att_b16<D>(Vb, t, c), LV.row(j, D) + 8 * c);
-        }
-    };
     auto copy_q = [&](const geo1 &g) { att1_copy_q<D>(a, Qs, g, tid); };
     int item = blockIdx.x, from = 0; /* rows [klo, from) of the item are requested */
     geo1 g;
     bool ok = item < n_items && geom(item, g);
     if (ok) { /* with pre_kv, rows of positions before the pass before the wait */
         from = a.pre_kv ? min(max(g.old, g.klo), g.k1) : g.klo;
-        copy_rows(g, g.klo, from);
+        T.request(g, g.klo, from, tid);
         cp_async_commit();
     }
     pdl_wait();
     pdl_launch();
     for (; item < n_items; item += gridDim.x) {
         if (ok) {
-            copy_rows(g, from, g.k1);
+            T.request(g, from, g.k1, tid);
             if (item == (int)blockIdx.x) copy_q(g); /* later items': with their rows, below */
             cp_async_commit();
             cp_async_wait0();
         }
         __syncthreads();
         if (ok) {
+            T.landed(tid);
             if (tid >= g.r.j0 && tid < g.r.j1)
                 for (int g0 = 0; g0 < G; g0 += 4)
-                    score4_b16<D>(Qs + g0 * QP, Kb, tid, min(G - g0, 4), a.scale,
-                                  S + (size_t)tid * G4 + g0);
+                    T.score(Qs + g0 * QP, tid, min(G - g0, 4), a.scale, S + (size_t)tid * G4 + g0);
             __syncthreads();
+            T.values_request(g, tid);
             const size_t slot = ((size_t)(g.r.t - a.r0) * a.nh + g.kvh * G) * a.spans + g.span;
             for (int h = warp; h < G; h += ATT1_THREADS / 32)
                 att_softmax(S + h, G4, g.r, a.ml + (slot + (size_t)h * a.spans) * 2, lane);
-            __syncthreads();
+            T.values_landed(tid);
             for (int d = tid; d < D; d += ATT1_THREADS)
-                att_values_b16<D>(Vb, S, g.r, G, d, a.acc + slot * D + d, (size_t)a.spans * D);
+                T.value(S, g.r, G, d, a.acc + slot * D + d, (size_t)a.spans * D);
             __syncthreads(); /* the tiles, S and Qs are the next item's */
         }
         if (item + (int)gridDim.x < n_items) { /* the next item's rows and queries */
             ok = geom(item + gridDim.x, g);
             if (ok) {
-                copy_rows(g, g.klo, g.k1);
+                T.request(g, g.klo, g.k1, tid);
                 copy_q(g);
                 cp_async_commit();
                 from = g.k1;
@@ -658,7 +638,7 @@ static size_t attn_smem(int G, int D, int nb) {
      {K16S(12, c)},   {K16S(13, c)}, {K16S(14, c)}, {K16S(15, c)}, {K16S(16, c)}}
 static const attn_kernel attn_kernels_kv[2][17][2] = {KROW(false), KROW(true)};
 
-/* k_attn1's shared memory: one tile (k_attn1_b16: two of bf16), the row's queries and its
+/* k_attn1's shared memory: its tile (att1_tile_b16: two of bf16), the row's queries and its
  * scores */
 static size_t attn1_smem(int G, int D, int kv16) {
     const size_t tiles = kv16 && (D == 64 || D == 128) ? (size_t)2 * ATT_SPAN * D * 2 /* K, V */
@@ -666,16 +646,17 @@ static size_t attn1_smem(int G, int D, int kv16) {
     return tiles + sizeof(float) * ((size_t)G * att_qp(D) + (size_t)ATT_SPAN * ((G + 3) & ~3));
 }
 
-#define K1(n, c) k_attn1<16 * (n), c>
+#define K1(n, c) k_attn1<16 * (n), att1_tile<16 * (n), c>>
+#define K1B(n)   k_attn1<16 * (n), att1_tile_b16<16 * (n)>>
 #define K1ROW(c)                                                                                   \
     {NULL,      K1(1, c),  K1(2, c),  K1(3, c),  K1(4, c),  K1(5, c),  K1(6, c),  K1(7, c),        \
      K1(8, c),  K1(9, c),  K1(10, c), K1(11, c), K1(12, c), K1(13, c), K1(14, c), K1(15, c),       \
      K1(16, c)}
 static const attn_kernel attn1_kernels_kv[2][17] = {
     K1ROW(false),
-    {NULL, K1(1, true), K1(2, true), K1(3, true), k_attn1_b16<64>, K1(5, true), K1(6, true),
-     K1(7, true), k_attn1_b16<128>, K1(9, true), K1(10, true), K1(11, true), K1(12, true),
-     K1(13, true), K1(14, true), K1(15, true), K1(16, true)}};
+    {NULL, K1(1, true), K1(2, true), K1(3, true), K1B(4), K1(5, true), K1(6, true), K1(7, true),
+     K1B(8), K1(9, true), K1(10, true), K1(11, true), K1(12, true), K1(13, true), K1(14, true),
+     K1(15, true), K1(16, true)}};
 
 /* Work items of the pass in g->hsp (as k_attn numbers them): with at most one per SM, each
  * of at most ATT_COOP_ROWS rows (decode steps), one block a SM with two buffers measured

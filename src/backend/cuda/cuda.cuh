@@ -496,6 +496,11 @@ struct gpu_kv {
     int nb;
 };
 
+/* bytes of a K/V cache element of model g: bf16 or float */
+static inline size_t kv_elem_bytes(const gpu_model *g) {
+    return g->kv16 ? 2 : sizeof(float);
+}
+
 /* the pass parameters of a sequence whose rows are [row0, row0 + n) at positions pos0.. */
 static inline seq_params seq_of(int row0, int n, int pos0, const gpu_kv *kv, int noncausal) {
     seq_params s = {row0,   n,      pos0, kv->cap - kv->nb, kv->k, kv->v, kv->nb,

@@ -111,7 +111,7 @@ static void env_check(const char *var, const char *a, const char *b, const char 
 }
 
 extern "C" int gpu_model_kv_bytes(const gpu_model *g) {
-    return g ? (g->kv16 ? 2 : 4) : 0;
+    return g ? (int)kv_elem_bytes(g) : 0;
 }
 
 extern "C" int gpu_model_input_terms(const gpu_model *g) {

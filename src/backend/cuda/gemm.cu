@@ -86,8 +86,7 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
      * are done with it; thread 0 issues every copy */
     __shared__ __align__(8) unsigned long long full[MG_ST], empty[MG_ST];
     if (tid == 0) {
-        for (int i = 0; i < MG_ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 8);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        ring_init(full, empty, MG_ST, 8);
     }
     __syncthreads();
     auto stage_bytes = [&](int s) {
@@ -382,8 +381,7 @@ __global__ void __launch_bounds__(256, 1)
 
     __shared__ __align__(8) unsigned long long full[ST], empty[ST];
     if (tid == 0) {
-        for (int i = 0; i < ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 8);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        ring_init(full, empty, ST, 8);
         if (TMA) tma_prefetch(&tm);
     }
     __syncthreads();

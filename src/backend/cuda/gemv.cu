@@ -353,7 +353,7 @@ template <int NT, int TERMS> __global__ void __launch_bounds__(256, 2) k_mm(mm_a
     if (pre_wait && threadIdx.x == 0) {
         const unsigned bytes = (unsigned)(pre_end - 2 * U) * 4096u;
         mbar_init(&pre_bar, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_init_fence();
         mbar_expect(&pre_bar, bytes);
         bulk_copy((void *)pre, a.w + ((size_t)g * KT + kb + 2 * U) * 8 * 32, bytes, &pre_bar);
     }

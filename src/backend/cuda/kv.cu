@@ -42,20 +42,15 @@ static int att_reserve(gpu_model *g, int cap) {
     return OK;
 }
 
-/* bytes of a cache element */
-static size_t kv_es(const gpu_kv *kv) {
-    return kv->g->kv16 ? 2 : sizeof(float);
-}
-
 /* own rows for positions [nb, cap) of every (layer, kv head) */
 static int alloc_own(gpu_kv *kv, int heads, int D) {
     size_t n = (size_t)heads * (size_t)(kv->cap - kv->nb > 0 ? kv->cap - kv->nb : 1) * D;
-    if (cudaMalloc(&kv->k, n * kv_es(kv)) != cudaSuccess ||
-        cudaMalloc(&kv->v, n * kv_es(kv)) != cudaSuccess) {
+    if (cudaMalloc(&kv->k, n * kv_elem_bytes(kv->g)) != cudaSuccess ||
+        cudaMalloc(&kv->v, n * kv_elem_bytes(kv->g)) != cudaSuccess) {
         if (kv->k) cudaFree(kv->k);
         kv->k = kv->v = NULL;
         log_error("cannot allocate a GPU KV cache of %d positions (%.1f MB)", kv->cap - kv->nb,
-                  2.0 * (double)n * kv_es(kv) / 1e6);
+                  2.0 * (double)n * kv_elem_bytes(kv->g) / 1e6);
         return ERR_NOMEM;
     }
     return OK;
@@ -114,7 +109,7 @@ static int copy_rows(void *dst, size_t dp, const void *src, size_t sp, int n, in
  * host, or another device cache's own rows). */
 static int copy_out(void *dst, size_t dp, int d0, const gpu_kv *kv, int v, int from, int n,
                     int heads, int D, cudaMemcpyKind kind) {
-    const size_t es = kv_es(kv);
+    const size_t es = kv_elem_bytes(kv->g);
     int a = from, b = n < kv->nb ? n : kv->nb; /* [a, b) from the base */
     int rc = OK;
     if (b > a)
@@ -139,20 +134,19 @@ extern "C" int gpu_kv_copy(gpu_kv *dst, const gpu_kv *src, int from, int n, int 
 }
 
 /* The export layout is float whatever the cache holds: bf16 rows come through a host buffer
- * (exactly), and imported floats are rounded to bf16 (exact for rows a bf16 cache exported). */
+ * (exactly), and imported floats are rounded to bf16 (exact for rows a bf16 cache exported).
+ * Both copy K's rows of every head, then V's, from or to the layout [2][heads][rows][D]. */
 extern "C" int gpu_kv_export(const gpu_kv *kv, int n, int heads, int D, float *out) {
-    size_t per = (size_t)n * D, all = 2 * (size_t)heads * per;
-    if (!kv->g->kv16 || !all) {
-        int rc = copy_out(out, per, 0, kv, 0, 0, n, heads, D, cudaMemcpyDeviceToHost);
-        return rc ? rc
-                  : copy_out(out + heads * per, per, 0, kv, 1, 0, n, heads, D,
-                             cudaMemcpyDeviceToHost);
-    }
-    uint16_t *h = (uint16_t *)malloc(all * sizeof *h);
-    if (!h) return ERR_NOMEM;
-    int rc = copy_out(h, per, 0, kv, 0, 0, n, heads, D, cudaMemcpyDeviceToHost);
-    if (!rc) rc = copy_out(h + heads * per, per, 0, kv, 1, 0, n, heads, D, cudaMemcpyDeviceToHost);
+    const size_t per = (size_t)n * D, all = 2 * (size_t)heads * per;
+    const size_t es = kv_elem_bytes(kv->g);
+    uint16_t *h = NULL; /* bf16 rows before they widen to float */
+    if (es == 2 && all && !(h = (uint16_t *)malloc(all * sizeof *h))) return ERR_NOMEM;
+    char *dst = h ? (char *)h : (char *)out;
+    int rc = copy_out(dst, per, 0, kv, 0, 0, n, heads, D, cudaMemcpyDeviceToHost);
     if (!rc)
+        rc = copy_out(dst + heads * per * es, per, 0, kv, 1, 0, n, heads, D,
+                      cudaMemcpyDeviceToHost);
+    if (!rc && h)
         for (size_t i = 0; i < all; i++) out[i] = __bfloat162float(__ushort_as_bfloat16(h[i]));
     free(h);
     return rc;
@@ -160,19 +154,19 @@ extern "C" int gpu_kv_export(const gpu_kv *kv, int n, int heads, int D, float *o
 
 extern "C" int gpu_kv_import(gpu_kv *kv, const float *in, int n_in, int n, int heads, int D) {
     if (n > kv->cap || n > n_in || kv->nb) return ERR_ARG;
-    size_t per = (size_t)n_in * D, dp = (size_t)kv->cap * D;
-    if (!kv->g->kv16 || n <= 0) { /* (no rows: copy_rows does nothing) */
-        int rc = copy_rows(kv->k, dp, in, per, n, heads, D, sizeof(float), cudaMemcpyHostToDevice);
-        return rc ? rc
-                  : copy_rows(kv->v, dp, in + heads * per, per, n, heads, D, sizeof(float),
-                              cudaMemcpyHostToDevice);
+    if (n <= 0) return OK;
+    const size_t per = (size_t)n_in * D, dp = (size_t)kv->cap * D, all = 2 * (size_t)heads * per;
+    const size_t es = kv_elem_bytes(kv->g);
+    uint16_t *h = NULL; /* the floats rounded to bf16 */
+    if (es == 2 && all) {
+        if (!(h = (uint16_t *)malloc(all * sizeof *h))) return ERR_NOMEM;
+        for (size_t i = 0; i < all; i++) h[i] = __bfloat16_as_ushort(__float2bfloat16_rn(in[i]));
     }
-    const size_t all = 2 * (size_t)heads * per;
-    uint16_t *h = (uint16_t *)malloc(all * sizeof *h);
-    if (!h) return ERR_NOMEM;
-    for (size_t i = 0; i < all; i++) h[i] = __bfloat16_as_ushort(__float2bfloat16_rn(in[i]));
-    int rc = copy_rows(kv->k, dp, h, per, n, heads, D, 2, cudaMemcpyHostToDevice);
-    if (!rc) rc = copy_rows(kv->v, dp, h + heads * per, per, n, heads, D, 2, cudaMemcpyHostToDevice);
+    const char *src = h ? (const char *)h : (const char *)in;
+    int rc = copy_rows(kv->k, dp, src, per, n, heads, D, es, cudaMemcpyHostToDevice);
+    if (!rc)
+        rc = copy_rows(kv->v, dp, src + heads * per * es, per, n, heads, D, es,
+                       cudaMemcpyHostToDevice);
     free(h);
     return rc;
 }

@@ -185,7 +185,7 @@ extern "C" int gpu_profile(gpu_model *g, gpu_kv **kv, int nseq, int pos0, int n,
         if (op == OP_ATTN) { /* K and V of every layer, read once per row */
             int p = pos0 + per, lo = g->d.window > 0 && p - g->d.window > 0 ? p - g->d.window : 0;
             bytes = 2.0 * g->d.n_layers * g->d.n_kv_heads * (double)(p - lo) * g->D *
-                    (g->kv16 ? 2 : 4) * n;
+                    kv_elem_bytes(g) * n;
         }
         snprintf(out[k].name, sizeof out[k].name, "%s", op_names[op]);
         out[k].us = best * 1e3;

@@ -12,6 +12,18 @@ __device__ __forceinline__ void mbar_init(unsigned long long *b, unsigned count)
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count)
                  : "memory");
 }
+/* after mbarrier.init: the barriers are seen initialized by the copies that complete on them
+ * (and by the blocks of the cluster) */
+__device__ __forceinline__ void mbar_init_fence(void) {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+/* a ring of n slots, by one thread before the block's first barrier: full[i] completes on its
+ * one arrival (the copier's expect) and its copies' bytes, empty[i] on `consumers` arrivals */
+__device__ __forceinline__ void ring_init(unsigned long long *full, unsigned long long *empty,
+                                          int n, unsigned consumers) {
+    for (int i = 0; i < n; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], consumers);
+    mbar_init_fence();
+}
 __device__ __forceinline__ void mbar_expect(unsigned long long *b, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)),
                  "r"(bytes)
