@@ -280,7 +280,21 @@ static void run(const uint4 *src, int nchunk, float *out, int sms,
                flop / best / 1e9, best * 1e3 / nst, cudaGetErrorString(cudaGetLastError()));
 }
 
-int main() {
+/* bf16 pairs of values in (-1, 1) from a hash of the index: the bit toggling of real weights
+ * and inputs (the tensor cores draw more power on them than on constants) */
+__global__ void k_fill(uint32_t *p, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        /* sign, exponent 118..125 (2^-9 .. 2^-2), 7 random mantissa bits, twice */
+        uint32_t a = (h & 0x8000u) | (118u + (h >> 4 & 7)) << 7 | (h >> 8 & 0x7f);
+        uint32_t b = (h >> 16 & 0x8000u) | (118u + (h >> 20 & 7)) << 7 | (h >> 24 & 0x7f);
+        p[i] = a | b << 16;
+    }
+}
+
+int main(int argc, char **argv) {
     int sms = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     const int nchunk = 256; /* 8 MB of stages: L2 holds them */
@@ -288,6 +302,10 @@ int main() {
     float *out;
     cudaMalloc(&src, (size_t)nchunk * STAGE * 16);
     cudaMemset(src, 0, (size_t)nchunk * STAGE * 16);
+    /* "random": the stages hold random values (the ring's first contents stay constants) */
+    const bool rnd = argc > 1 && argv[1][0] == 'r';
+    if (rnd) k_fill<<<264, 256>>>((uint32_t *)src, (size_t)nchunk * STAGE * 4);
+    printf("stages of %s\n", rnd ? "random values" : "zeros");
     cudaMalloc(&out, (size_t)1024 * 256 * 64 * 4); /* 64 sums a thread, up to 1,024 tiles */
     run<false>(src, nchunk, out, sms);
     run<true>(src, nchunk, out, sms);
