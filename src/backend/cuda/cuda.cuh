@@ -136,6 +136,37 @@ __device__ inline void xb_put4(uint16_t *xb, int T, int KT, int t, int k, float4
     }
 }
 
+/* x[t, k..k+7], k % 8 == 0: per term one 16-byte store where the 8 units lie side by side
+ * (a group of core matrices), else a store a unit */
+template <int CORE = -1>
+__device__ inline void xb_put8(uint16_t *xb, int T, int KT, int t, int k, const float *x,
+                               int terms) {
+    uint32_t w[GPU_TERMS][4] = {};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        __nv_bfloat16 h = __float2bfloat16_rn(x[i]);
+        float r = x[i] - __bfloat162float(h);
+        __nv_bfloat16 m = __float2bfloat16_rn(r);
+        __nv_bfloat16 l = __float2bfloat16_rn(r - __bfloat162float(m));
+        const int sh = 16 * (i & 1);
+        w[0][i >> 1] |= (uint32_t)__bfloat16_as_ushort(h) << sh;
+        if (GPU_TERMS > 1) w[1 % GPU_TERMS][i >> 1] |= (uint32_t)__bfloat16_as_ushort(m) << sh;
+        if (GPU_TERMS > 2) w[2 % GPU_TERMS][i >> 1] |= (uint32_t)__bfloat16_as_ushort(l) << sh;
+    }
+#pragma unroll
+    for (int s = 0; s < GPU_TERMS; s++) {
+        if (s >= terms) break;
+        const size_t i0 = xb_index<CORE>(T, KT, t, k, s, terms);
+        if (xb_index<CORE>(T, KT, t, k + 7, s, terms) == i0 + 7 && !((uintptr_t)(xb + i0) & 15)) {
+            *(uint4 *)(xb + i0) = make_uint4(w[s][0], w[s][1], w[s][2], w[s][3]);
+        } else {
+            for (int i = 0; i < 8; i++)
+                xb[xb_index<CORE>(T, KT, t, k + i, s, terms)] =
+                    (uint16_t)(w[s][i >> 1] >> 16 * (i & 1));
+        }
+    }
+}
+
 __device__ inline float xb_get(const uint16_t *xb, int T, int KT, int t, int k, int terms) {
     float h = __bfloat162float(__ushort_as_bfloat16(__ldcg(xb + xb_index(T, KT, t, k, 0, terms))));
     if (terms == 1) return h;

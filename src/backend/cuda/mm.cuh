@@ -231,9 +231,31 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
                                             const float *inv, const float *pre,
                                             const qkv_epi &qe, const float2 *cs = nullptr) {
     __shared__ double red[256]; /* the norm's sums: per thread, or per (row, 32 columns) */
-    if (a.in_ss) {
+    const bool swiglu8 = a.epi == EPI_SWIGLU && CORE < 0;
+    if (a.in_ss && !swiglu8) {
         for (int i = threadIdx.x; i < nitems; i += 256) val[i] *= inv[i >> 7];
         __syncthreads();
+    }
+    if (swiglu8) {
+        /* the prompt kernels' many rows: 8 features of a row a thread, scaled by the row's
+         * 1 / rms here and stored side by side (the same operations on the same values as
+         * the pass above and the loop below) */
+        for (int i = threadIdx.x; i < 8 * a.T; i += 256) {
+            const int t = i >> 3, p = (i >> 1) & 3, r = (i & 1) * 8, j = (g * 4 + p) * 16 + r;
+            if (g * 8 + 2 * p >= a.MS || j >= a.M / 2) continue;
+            const float *gv = val + t * 128 + 2 * p * 16 + r, *uv = gv + 16;
+            const float s = a.in_ss ? inv[t] : 1.f; /* x 1 is exact */
+            float h[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) h[e] = silu_mul(gv[e] * s, uv[e] * s);
+            if (j + 8 <= a.M / 2) {
+                xb_put8<CORE>(a.xb_out, a.T_chunk, a.KT_out, a.row0 + t, j, h, TERMS);
+            } else {
+                for (int e = 0; e < 8 && j + e < a.M / 2; e++)
+                    xb_put<CORE>(a.xb_out, a.T_chunk, a.KT_out, a.row0 + t, j + e, h[e], TERMS);
+            }
+        }
+        return;
     }
     if (a.epi == EPI_SWIGLU) { /* strips 2p and 2p+1 are gate and up of the same 16 features */
         for (int i = threadIdx.x; i < 64 * a.T; i += 256) {
