@@ -89,64 +89,101 @@ __device__ __forceinline__ void rope_cs(int pos, float f, float *c, float *sn) {
  * val[t * 128 + i]: whole heads (D divides 128), normed, rotated and stored here. It is on
  * the path to the next kernel, so each warp requests what it reads before it stores. With
  * CS the rows' RoPE cos and sin are in cs[t * D / 2 + i] (computed before the wait, gemv.cu),
- * else computed here: the same values. */
-template <bool CS>
+ * else computed here: the same values. A warp keeps one head (its 8 / (128 / D)-th rows) and
+ * takes U rows at a time, all their reads and arithmetic before their stores, so that the
+ * rows' chains (the step parameters' loads, the norm's shuffles, RoPE's double-precision
+ * trig) overlap: U = 2 for the prompt kernels' many rows, 1 for decode steps. */
+template <bool CS, int U = 1>
 __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val, int T, int row0,
                                              int M, int g, const float2 *cs) {
     const int D = e.D, half = D / 2, QD = e.nh * D, KD = e.nkv * D;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hpb = 128 / D;
-    for (int task = warp; task < T * hpb; task += 8) { /* a warp per (row, head) */
-        int t = task / hpb, hh = task % hpb, m0 = g * 128 + hh * D;
-        if (m0 >= M) continue;
-        const float *x = val + t * 128 + hh * D;
-        int kind = m0 < QD        ? 0
-                   : m0 < QD + KD ? 1
-                                  : 2,
-            h = kind == 0 ? m0 / D : (m0 - QD - (kind - 1) * KD) / D;
-        const float *nw = kind == 2 ? NULL : kind == 0 ? e.q_norm : e.k_norm;
-        /* this lane's norm weights and frequencies (D <= 128: two pairs a lane), requested
-         * with the row's cache line before anything is stored */
-        float wa[2], wb[2], fr[2];
+    const int hh = warp % hpb, m0 = g * 128 + hh * D; /* the warp's head: 8 % hpb == 0 */
+    if (m0 >= M) return;
+    const int kind = m0 < QD        ? 0
+                     : m0 < QD + KD ? 1
+                                    : 2,
+              h = kind == 0 ? m0 / D : (m0 - QD - (kind - 1) * KD) / D;
+    const float *nw = kind == 2 ? NULL : kind == 0 ? e.q_norm : e.k_norm;
+    /* this lane's norm weights and frequencies (D <= 128: two pairs a lane) */
+    float wa[2], wb[2], fr[2];
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const int i = lane + 32 * j;
-            const bool in = kind != 2 && i < half;
-            fr[j] = in && !CS ? e.inv_freq[i] : 0.f;
-            wa[j] = in && nw ? nw[i] : 0.f;
-            wb[j] = in && nw ? nw[i + half] : 0.f;
+    for (int j = 0; j < 2; j++) {
+        const int i = lane + 32 * j;
+        const bool in = kind != 2 && i < half;
+        fr[j] = in && !CS ? e.inv_freq[i] : 0.f;
+        wa[j] = in && nw ? nw[i] : 0.f;
+        wb[j] = in && nw ? nw[i + half] : 0.f;
+    }
+    const int step = 8 / hpb; /* rows between a warp's turns */
+    for (int t0 = warp / hpb; t0 < T; t0 += U * step) {
+        int t[U];
+        bool ok[U];
+        kv_row kr[U];
+        int pos[U];
+        const float *x[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            ok[u] = t0 + u * step < T;
+            t[u] = ok[u] ? t0 + u * step : t0; /* past the rows: read row t0, store nothing */
+            kr[u] = row_cache(e.sp, row0 + t[u], e.layer, e.nkv, h, D);
+            pos[u] = row_pos(e.sp, row0 + t[u]);
+            x[u] = val + t[u] * 128 + hh * D;
         }
-        const kv_row kr = row_cache(e.sp, row0 + t, e.layer, e.nkv, h, D);
-        const int pos = row_pos(e.sp, row0 + t);
         if (kind == 2) {
-            for (int d = lane; d < D; d += 32) kv_put(kr, 1, d, x[d]);
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (ok[u])
+                    for (int d = lane; d < D; d += 32) kv_put(kr[u], 1, d, x[u][d]);
             continue;
         }
-        float inv = 1.f;
-        if (nw) {
-            double ss = 0;
-            for (int d = lane; d < D; d += 32) ss += (double)x[d] * x[d];
-            for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            inv = (float)(1.0 / sqrt(ss / D + (double)e.eps));
-        }
+        float inv[U];
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const int i = lane + 32 * j;
-            if (i >= half) break;
-            float a = x[i], b = x[i + half];
-            if (nw) a = wa[j] * (a * inv), b = wb[j] * (b * inv);
-            float c, sn;
-            if (CS) {
-                const float2 v = cs[t * half + i];
-                c = v.x, sn = v.y;
-            } else {
-                rope_cs(pos, fr[j], &c, &sn);
+        for (int u = 0; u < U; u++) inv[u] = 1.f;
+        if (nw) {
+            double ss[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                ss[u] = 0;
+                for (int d = lane; d < D; d += 32) ss[u] += (double)x[u][d] * x[u][d];
             }
-            float ra = a * c - b * sn, rb = b * c + a * sn;
-            if (kind == 0) {
-                float *o = e.q + ((size_t)(row0 + t) * e.nh + h) * D;
-                o[i] = ra, o[i + half] = rb;
-            } else {
-                kv_put(kr, 0, i, ra), kv_put(kr, 0, i + half, rb);
+            for (int o = 16; o; o >>= 1)
+#pragma unroll
+                for (int u = 0; u < U; u++) ss[u] += __shfl_xor_sync(0xffffffffu, ss[u], o);
+#pragma unroll
+            for (int u = 0; u < U; u++) inv[u] = (float)(1.0 / sqrt(ss[u] / D + (double)e.eps));
+        }
+        float ra[U][2], rb[U][2];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int i = lane + 32 * j;
+                if (i >= half) break;
+                float a = x[u][i], b = x[u][i + half];
+                if (nw) a = wa[j] * (a * inv[u]), b = wb[j] * (b * inv[u]);
+                float c, sn;
+                if (CS) {
+                    const float2 v = cs[t[u] * half + i];
+                    c = v.x, sn = v.y;
+                } else {
+                    rope_cs(pos[u], fr[j], &c, &sn);
+                }
+                ra[u][j] = a * c - b * sn, rb[u][j] = b * c + a * sn;
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (!ok[u]) break;
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int i = lane + 32 * j;
+                if (i >= half) break;
+                if (kind == 0) {
+                    float *o = e.q + ((size_t)(row0 + t[u]) * e.nh + h) * D;
+                    o[i] = ra[u][j], o[i + half] = rb[u][j];
+                } else {
+                    kv_put(kr[u], 0, i, ra[u][j]), kv_put(kr[u], 0, i + half, rb[u][j]);
+                }
             }
         }
     }
@@ -275,11 +312,45 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
             }
             __syncthreads();
         }
-        qkv_epilogue<CS>(qe, val, a.T, a.row0, a.M, g, cs);
+        qkv_epilogue<CS, CORE < 0 ? 2 : 1>(qe, val, a.T, a.row0, a.M, g, cs);
         return;
     }
     const bool defer = a.epi == EPI_RESID && a.norm_w && a.out_ss;
-    for (int i = threadIdx.x; i < nitems; i += 256) {
+    /* the prompt kernels' residual with the norm deferred: 8 outputs of a row a thread, loaded
+     * and stored 16 bytes at a time (the same operations as the loop below) */
+    const bool resid8 = CORE < 0 && defer && !(a.ldy & 3) && !((uintptr_t)a.y & 15);
+    for (int i = threadIdx.x * 8; resid8 && i < nitems; i += 256 * 8) {
+        const int t = i >> 7, c = i & 127, m = g * 128 + c;
+        if (m + 8 > a.M) { /* the matrix's edge: an output at a time */
+            for (int e = 0; e < 8; e++) {
+                if (m + e >= a.M) {
+                    val[i + e] = 0.f;
+                    continue;
+                }
+                const float v = pre[i + e] + val[i + e];
+                a.y[(size_t)(a.row0 + t) * a.ldy + m + e] = v;
+                val[i + e] = v;
+                xb_put<CORE>(a.norm_out, a.T_chunk, a.KT_norm, a.row0 + t, m + e,
+                             pre[nitems + c + e] * v, TERMS);
+            }
+            continue;
+        }
+        float v[8], w[8];
+#pragma unroll
+        for (int e = 0; e < 8; e += 4) {
+            const float4 p4 = *(const float4 *)(pre + i + e), v4 = *(const float4 *)(val + i + e),
+                         n4 = *(const float4 *)(pre + nitems + c + e);
+            v[e] = p4.x + v4.x, v[e + 1] = p4.y + v4.y, v[e + 2] = p4.z + v4.z;
+            v[e + 3] = p4.w + v4.w;
+            w[e] = n4.x * v[e], w[e + 1] = n4.y * v[e + 1], w[e + 2] = n4.z * v[e + 2];
+            w[e + 3] = n4.w * v[e + 3];
+            const float4 o4 = make_float4(v[e], v[e + 1], v[e + 2], v[e + 3]);
+            *(float4 *)(a.y + (size_t)(a.row0 + t) * a.ldy + m + e) = o4;
+            *(float4 *)(val + i + e) = o4;
+        }
+        xb_put8<CORE>(a.norm_out, a.T_chunk, a.KT_norm, a.row0 + t, m, w, TERMS);
+    }
+    for (int i = threadIdx.x; !resid8 && i < nitems; i += 256) {
         int t = i >> 7, m = g * 128 + (i & 127);
         if (m >= a.M) {
             val[i] = 0.f; /* outside the row: nothing to the sum of squares */
