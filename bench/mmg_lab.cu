@@ -26,6 +26,27 @@
 #define STAGE (2 * SA)         /* and as many of inputs */
 #define SMEM  (ST * STAGE * 16)
 
+#if MG_WGMMA
+/* a stage's products, waited for in full: the warp's weights of its KS k-tiles into
+ * registers, a wgmma.m64n128k16 a k-tile with the inputs from shared memory */
+__device__ __forceinline__ void stage_products(const uint4 *as, float (&d)[64], int warp,
+                                               int lane) {
+    const uint4 *bs = as + SA;
+    uint4 af[KS];
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) af[kk] = as[kk * 256 + warp * 32 + lane];
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) wgmma<128>(d, af[kk], wg_desc(bs + kk * 256));
+    wg_commit();
+    wg_wait0();
+    wg_keep(d);
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) wg_keep(af[kk]);
+    __syncwarp();
+}
+#endif
+
 /* COPY: refill the ring from src (a region L2 holds). Tiles of per_tile stages (0: one tile
  * of nst), each ended by a stand-in epilogue: epi rounds of a 64-long fmaf chain over the
  * sums, which are then stored (64 KB a tile) and cleared. With ntiles > 0 the grid is
@@ -65,19 +86,7 @@ __global__ void __launch_bounds__(256, 1)
             copy(r);
         }
         if (COPY) mbar_wait(&full[s % ST], (s / ST) & 1);
-        const uint4 *as = sm + (s % ST) * STAGE, *bs = as + SA;
-        uint4 af[KS];
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) af[kk] = as[kk * 256 + warp * 32 + lane];
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) wgmma<128>(d, af[kk], wg_desc(bs + kk * 256));
-        wg_commit();
-        wg_wait0();
-        wg_keep(d);
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) wg_keep(af[kk]);
-        __syncwarp();
+        stage_products(sm + (s % ST) * STAGE, d, warp, lane);
         if (lane == 0) mbar_arrive(&empty[s % ST]);
         if ((s + 1) % per_tile == 0) { /* a tile's end */
             float acc = 0.f;
@@ -173,19 +182,7 @@ __global__ void __launch_bounds__(256, 1) k_mc(const uint4 *src, int nchunk, int
             copy(r);
         }
         mbar_wait(&full[s % ST], (s / ST) & 1);
-        const uint4 *as = sm + (s % ST) * STAGE, *bs = as + SA;
-        uint4 af[KS];
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) af[kk] = as[kk * 256 + warp * 32 + lane];
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) wgmma<128>(d, af[kk], wg_desc(bs + kk * 256));
-        wg_commit();
-        wg_wait0();
-        wg_keep(d);
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) wg_keep(af[kk]);
-        __syncwarp();
+        stage_products(sm + (s % ST) * STAGE, d, warp, lane);
         if (ARR == 0 && lane == 0) mbar_arrive(&empty[s % ST]);
         if (ARR > 0 && lane < CL) mc_arrive<ARR == 2>(&empty[s % ST], lane);
     };
@@ -216,6 +213,26 @@ __global__ void __launch_bounds__(256, 1) k_mc(const uint4 *src, int nchunk, int
 #endif
 }
 
+/* the best of three timed launches after an untimed first, in ms */
+template <class F> static float best_ms(F launch) {
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float best = 1e30f;
+    for (int r = 0; r < 4; r++) {
+        cudaEventRecord(e0);
+        launch();
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float ms;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (r && ms < best) best = ms;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return best;
+}
+
 template <int CL, int ARR, int V = 0>
 static void run_mc(const uint4 *src, float *out, int nchunk, int blocks, int nst) {
     cudaFuncSetAttribute(k_mc<CL, ARR, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
@@ -225,19 +242,8 @@ static void run_mc(const uint4 *src, float *out, int nchunk, int blocks, int nst
     at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
     cfg.gridDim = dim3(blocks), cfg.blockDim = dim3(256), cfg.dynamicSmemBytes = SMEM;
     cfg.attrs = at, cfg.numAttrs = 1;
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    float best = 1e30f;
-    for (int r = 0; r < 4; r++) {
-        cudaEventRecord(e0);
-        cudaLaunchKernelEx(&cfg, k_mc<CL, ARR, V>, src, nchunk, nst, out, 64);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (r && ms < best) best = ms;
-    }
+    const float best =
+        best_ms([&] { cudaLaunchKernelEx(&cfg, k_mc<CL, ARR, V>, src, nchunk, nst, out, 64); });
     const double flop = 2.0 * 2 * KS * 64 * 128 * 16 * (double)nst * blocks;
     printf("multicast cluster %d, arrivals %d, V %d, %4d blocks x %4d stages: %7.1f TFLOP/s  "
            "%7.1f us  %6.3f us a stage  (%s)\n",
@@ -255,20 +261,10 @@ static void run(const uint4 *src, int nchunk, float *out, int sms,
     const int nst = tiles ? 64 : 4096; /* stages a tile */
     const int blocks = tiles && !persist ? tiles : sms;
     cudaFuncSetAttribute(k_loop<COPY>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    float best = 1e30f;
-    for (int r = 0; r < 4; r++) {
-        cudaEventRecord(e0);
+    const float best = best_ms([&] {
         k_loop<COPY><<<blocks, 256, SMEM>>>(src, nchunk, nst, out, tiles ? 64 : 0, epi,
                                             persist ? tiles : 0);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (r && ms < best) best = ms;
-    }
+    });
     /* a stage: two warpgroups x KS k-tiles x 64 x 128 x 16 products */
     const double flop = 2.0 * 2 * KS * 64 * 128 * 16 * (double)nst * (tiles ? tiles : blocks);
     if (tiles)

@@ -100,15 +100,22 @@ __host__ __device__ inline float xb_terms_sum(int terms, float h, float m, float
     return terms == 1 ? h : terms == 2 ? h + m : (h + m) + l;
 }
 
-template <int CORE = -1>
-__device__ inline void xb_put(uint16_t *xb, int T, int KT, int t, int k, float x, int terms) {
+/* x as three bf16 terms t[0], t[1], t[2]: x rounded, then what each rounding left, rounded */
+__device__ __forceinline__ void xb_terms(float x, uint16_t t[3]) {
     __nv_bfloat16 h = __float2bfloat16_rn(x);
     float r = x - __bfloat162float(h);
     __nv_bfloat16 m = __float2bfloat16_rn(r);
     __nv_bfloat16 l = __float2bfloat16_rn(r - __bfloat162float(m));
-    xb[xb_index<CORE>(T, KT, t, k, 0, terms)] = __bfloat16_as_ushort(h);
-    if (terms > 1) xb[xb_index<CORE>(T, KT, t, k, 1, terms)] = __bfloat16_as_ushort(m);
-    if (terms > 2) xb[xb_index<CORE>(T, KT, t, k, 2, terms)] = __bfloat16_as_ushort(l);
+    t[0] = __bfloat16_as_ushort(h), t[1] = __bfloat16_as_ushort(m), t[2] = __bfloat16_as_ushort(l);
+}
+
+template <int CORE = -1>
+__device__ inline void xb_put(uint16_t *xb, int T, int KT, int t, int k, float x, int terms) {
+    uint16_t b[3];
+    xb_terms(x, b);
+    xb[xb_index<CORE>(T, KT, t, k, 0, terms)] = b[0];
+    if (terms > 1) xb[xb_index<CORE>(T, KT, t, k, 1, terms)] = b[1];
+    if (terms > 2) xb[xb_index<CORE>(T, KT, t, k, 2, terms)] = b[2];
 }
 
 /* x[t, k..k+3], k % 4 == 0: per term, two 32-bit words (pairs k, k+1 and k+2, k+3) */
@@ -118,12 +125,9 @@ __device__ inline void xb_put4(uint16_t *xb, int T, int KT, int t, int k, float4
     uint32_t w[3][4];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        __nv_bfloat16 h = __float2bfloat16_rn(v[i]);
-        float r = v[i] - __bfloat162float(h);
-        __nv_bfloat16 m = __float2bfloat16_rn(r);
-        __nv_bfloat16 l = __float2bfloat16_rn(r - __bfloat162float(m));
-        w[0][i] = __bfloat16_as_ushort(h), w[1][i] = __bfloat16_as_ushort(m);
-        w[2][i] = __bfloat16_as_ushort(l);
+        uint16_t b[3];
+        xb_terms(v[i], b);
+        w[0][i] = b[0], w[1][i] = b[1], w[2][i] = b[2];
     }
     uint32_t *xw = (uint32_t *)xb;
 #pragma unroll
@@ -144,14 +148,10 @@ __device__ inline void xb_put8(uint16_t *xb, int T, int KT, int t, int k, const 
     uint32_t w[GPU_TERMS][4] = {};
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        __nv_bfloat16 h = __float2bfloat16_rn(x[i]);
-        float r = x[i] - __bfloat162float(h);
-        __nv_bfloat16 m = __float2bfloat16_rn(r);
-        __nv_bfloat16 l = __float2bfloat16_rn(r - __bfloat162float(m));
-        const int sh = 16 * (i & 1);
-        w[0][i >> 1] |= (uint32_t)__bfloat16_as_ushort(h) << sh;
-        if (GPU_TERMS > 1) w[1 % GPU_TERMS][i >> 1] |= (uint32_t)__bfloat16_as_ushort(m) << sh;
-        if (GPU_TERMS > 2) w[2 % GPU_TERMS][i >> 1] |= (uint32_t)__bfloat16_as_ushort(l) << sh;
+        uint16_t b[3];
+        xb_terms(x[i], b);
+#pragma unroll
+        for (int s = 0; s < GPU_TERMS; s++) w[s][i >> 1] |= (uint32_t)b[s] << 16 * (i & 1);
     }
 #pragma unroll
     for (int s = 0; s < GPU_TERMS; s++) {
