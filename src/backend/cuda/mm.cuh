@@ -78,6 +78,14 @@ struct mm_args {
     int npre; /* k-tiles a decode block brings into shared memory before its wait (gemv.cu) */
 };
 
+/* measuring builds, results wrong (LAB_BUILDS q1 .. q4 of bench/gpu_pack.sh), to locate what
+ * q|k|v's epilogue spends: without RoPE's trig (1), without the q/k norm's sum (2), its
+ * stores all but never made (3), or every row's 1 / rms of the deferred input norm taken as
+ * 1 without reading its sums, in every epilogue (4) */
+#ifndef DSPARK_LAB_QKV
+#define DSPARK_LAB_QKV 0
+#endif
+
 /* RoPE's cos and sin at position pos for frequency f: the angle in float, as the CPU takes
  * it, its cos and sin in double */
 __device__ __forceinline__ void rope_cs(int pos, float f, float *c, float *sn) {
@@ -140,7 +148,7 @@ __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val,
         float inv[U];
 #pragma unroll
         for (int u = 0; u < U; u++) inv[u] = 1.f;
-        if (nw) {
+        if (nw && DSPARK_LAB_QKV != 2) {
             double ss[U];
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -167,7 +175,10 @@ __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val,
                     const float2 v = cs[t[u] * half + i];
                     c = v.x, sn = v.y;
                 } else {
-                    rope_cs(pos[u], fr[j], &c, &sn);
+                    if (DSPARK_LAB_QKV == 1)
+                        c = fr[j], sn = (float)pos[u];
+                    else
+                        rope_cs(pos[u], fr[j], &c, &sn);
                 }
                 ra[u][j] = a * c - b * sn, rb[u][j] = b * c + a * sn;
             }
@@ -178,6 +189,7 @@ __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val,
             for (int j = 0; j < 2; j++) {
                 const int i = lane + 32 * j;
                 if (i >= half) break;
+                if (DSPARK_LAB_QKV == 3 && ra[u][j] != -1.5e-38f) continue; /* made: never */
                 if (kind == 0) {
                     float *o = e.q + ((size_t)(row0 + t[u]) * e.nh + h) * D;
                     o[i] = ra[u][j], o[i + half] = rb[u][j];
@@ -231,7 +243,8 @@ __device__ __forceinline__ void mm_epi_gather(const mm_args &a, int g, int nitem
     if (async) cp_async_commit();
     if (a.in_ss)
         for (int t = threadIdx.x; t < a.T; t += 256)
-            inv[t] = ss_inv_thread(a.in_ss + (size_t)(a.row0 + t) * a.n_ssg, a.n_ssg, a.H_norm,
+            inv[t] = DSPARK_LAB_QKV == 4 ? 1.f :
+                     ss_inv_thread(a.in_ss + (size_t)(a.row0 + t) * a.n_ssg, a.n_ssg, a.H_norm,
                                    a.eps);
     if (async)
         cp_async_wait0();
