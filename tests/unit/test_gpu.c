@@ -622,7 +622,8 @@ TEST(gpu_kv_bf16) {
     /* a float cache takes no rows of a bf16 one, copied or shared */
     struct kv_cache *kvf, *ks = NULL;
     REQUIRE(kv_new(f, P + W + 2, &kvf) == 0);
-    const int copy_rc = kv_copy_prefix(kvf, kv, P), share_rc = kv_new_shared(f, P + W + 2, kv, P, &ks);
+    const int copy_rc = kv_copy_prefix(kvf, kv, P),
+              share_rc = kv_new_shared(f, P + W + 2, kv, P, &ks);
     printf("  a float cache refuses a bf16 cache's rows: copied %s, shared %s\n",
            copy_rc == ERR_ARG ? "yes" : "NO", share_rc == ERR_ARG && !ks ? "yes" : "NO");
     CHECK(copy_rc == ERR_ARG && share_rc == ERR_ARG && !ks);

@@ -281,15 +281,15 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
                                             const float *inv, const float *pre,
                                             const qkv_epi &qe, const float2 *cs = nullptr) {
     __shared__ double red[256]; /* the norm's sums: per thread, or per (row, 32 columns) */
-    const bool swiglu8 = a.epi == EPI_SWIGLU && CORE < 0;
+    /* the prompt kernels' many rows, whole runs of 8 features (else the loop below) */
+    const bool swiglu8 = a.epi == EPI_SWIGLU && CORE < 0 && (a.M / 2) % 8 == 0;
     if (a.in_ss && !swiglu8) {
         for (int i = threadIdx.x; i < nitems; i += 256) val[i] *= inv[i >> 7];
         __syncthreads();
     }
     if (swiglu8) {
-        /* the prompt kernels' many rows: 8 features of a row a thread, scaled by the row's
-         * 1 / rms here and stored side by side (the same operations on the same values as
-         * the pass above and the loop below) */
+        /* 8 features of a row a thread, scaled by the row's 1 / rms here and stored side by
+         * side (the same operations on the same values as the pass above and the loop below) */
         for (int i = threadIdx.x; i < 8 * a.T; i += 256) {
             const int t = i >> 3, p = (i >> 1) & 3, r = (i & 1) * 8, j = (g * 4 + p) * 16 + r;
             if (g * 8 + 2 * p >= a.MS || j >= a.M / 2) continue;
@@ -298,12 +298,7 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
             float h[8];
 #pragma unroll
             for (int e = 0; e < 8; e++) h[e] = silu_mul(gv[e] * s, uv[e] * s);
-            if (j + 8 <= a.M / 2) {
-                xb_put8<CORE>(a.xb_out, a.T_chunk, a.KT_out, a.row0 + t, j, h, TERMS);
-            } else {
-                for (int e = 0; e < 8 && j + e < a.M / 2; e++)
-                    xb_put<CORE>(a.xb_out, a.T_chunk, a.KT_out, a.row0 + t, j + e, h[e], TERMS);
-            }
+            xb_put8<CORE>(a.xb_out, a.T_chunk, a.KT_out, a.row0 + t, j, h, TERMS);
         }
         return;
     }
@@ -329,23 +324,16 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
         return;
     }
     const bool defer = a.epi == EPI_RESID && a.norm_w && a.out_ss;
-    /* the prompt kernels' residual with the norm deferred: 8 outputs of a row a thread, loaded
-     * and stored 16 bytes at a time (the same operations as the loop below) */
-    const bool resid8 = CORE < 0 && defer && !(a.ldy & 3) && !((uintptr_t)a.y & 15);
+    /* the prompt kernels' residual with the norm deferred, rows of whole runs of 8 (else the
+     * loop below): 8 outputs of a row a thread, loaded and stored 16 bytes at a time (the same
+     * operations as the loop below) */
+    const bool resid8 =
+        CORE < 0 && defer && a.M % 8 == 0 && !(a.ldy & 3) && !((uintptr_t)a.y & 15);
     for (int i = threadIdx.x * 8; resid8 && i < nitems; i += 256 * 8) {
         const int t = i >> 7, c = i & 127, m = g * 128 + c;
-        if (m + 8 > a.M) { /* the matrix's edge: an output at a time */
-            for (int e = 0; e < 8; e++) {
-                if (m + e >= a.M) {
-                    val[i + e] = 0.f;
-                    continue;
-                }
-                const float v = pre[i + e] + val[i + e];
-                a.y[(size_t)(a.row0 + t) * a.ldy + m + e] = v;
-                val[i + e] = v;
-                xb_put<CORE>(a.norm_out, a.T_chunk, a.KT_norm, a.row0 + t, m + e,
-                             pre[nitems + c + e] * v, TERMS);
-            }
+        if (m >= a.M) { /* past the matrix: nothing to the sum of squares */
+            const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+            *(float4 *)(val + i) = z, *(float4 *)(val + i + 4) = z;
             continue;
         }
         float v[8], w[8];
