@@ -53,6 +53,24 @@ cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T) {
                   d->rms_eps, layer);
 }
 
+/* step_params.rope of the pass's T rows: the values rope_cs gives each row's position and
+ * frequency, computed once for every layer's q|k|v epilogue */
+__global__ void k_rope_table(step_params *sp, const float *inv_freq, int T, int half) {
+    pdl_wait();
+    pdl_launch();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < T * half; i += gridDim.x * blockDim.x) {
+        const int t = i / half, j = i - t * half;
+        rope_cs(row_pos(sp, t), inv_freq[j], &sp->rope[i].x, &sp->rope[i].y);
+    }
+}
+
+cudaError_t rope_table_launch(gpu_model *g, int T) {
+    const int half = g->D / 2;
+    if (g->D > 128 || 128 % g->D) return cudaSuccess; /* no epilogue reads it (k_rope) */
+    return launch(k_rope_table, dim3(cdiv((size_t)T * half, 256)), dim3(256), 0, g->stream,
+                  g->dsp, (const float *)g->inv_freq, T, half);
+}
+
 /* ---- attention ----
  * Keys are cut into spans of ATT_SPAN at fixed absolute positions, and a work item is (span,
  * kv head, up to ATT_ROWS rows of one sequence): its block loads the span's K and V once,

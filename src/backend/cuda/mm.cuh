@@ -320,7 +320,11 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
             }
             __syncthreads();
         }
-        qkv_epilogue<CS, CORE < 0 ? 2 : 1>(qe, val, a.T, a.row0, a.M, g, cs);
+        if (CORE < 0) /* the prompt kernels: RoPE's cos and sin from the pass's table */
+            qkv_epilogue<true, 2>(qe, val, a.T, a.row0, a.M, g,
+                                  qe.sp->rope + (size_t)a.row0 * (qe.D / 2));
+        else
+            qkv_epilogue<CS, 1>(qe, val, a.T, a.row0, a.M, g, cs);
         return;
     }
     const bool defer = a.epi == EPI_RESID && a.norm_w && a.out_ss;
