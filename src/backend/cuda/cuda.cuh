@@ -252,12 +252,19 @@ __device__ __forceinline__ float ss_inv_warp(const double *ss, int ng, int H, fl
     return (float)(1.0 / sqrt(s / H + (double)eps));
 }
 
-/* the same by one thread from the sums in memory: eight loads in flight, then their adds in
- * order (the prompt kernels' epilogues, a thread a row: a warp's chain of shuffles a row took
- * a quarter of a 128-row tile's time) */
+/* the same by one thread from the sums in memory: 32 loads in flight (a 4,096-wide row's
+ * sums in one round trip), then their adds in order (the prompt kernels, a thread a row: a
+ * warp's chain of shuffles a row took a quarter of a 128-row tile's time) */
 __device__ __forceinline__ float ss_inv_thread(const double *ss, int ng, int H, float eps) {
     double s = 0;
     int g = 0;
+    for (; g + 32 <= ng; g += 32) {
+        double v[32];
+#pragma unroll
+        for (int j = 0; j < 32; j++) v[j] = __ldcg(ss + g + j);
+#pragma unroll
+        for (int j = 0; j < 32; j++) s += v[j];
+    }
     for (; g + 8 <= ng; g += 8) {
         double v[8];
 #pragma unroll
