@@ -409,14 +409,6 @@ __global__ void __launch_bounds__(256, 1)
     pdl_launch();
     if (tid == 0)
         for (int s = 0; s < ST && s < nst; s++) copy_b(s);
-    /* the tile's rows' 1 / rms for the epilogue, while the first stages land (in the epilogue,
-     * two halves' chains of loads cost q|k|v and gate/up about 5 us a tile) */
-    __shared__ float inv[M4_ROWS];
-    if (a.in_ss && DSPARK_LAB_MMG4 != 3) {
-        mm_args r = a;
-        r.row0 = a.row0 + t0;
-        mm_inv_rows(r, M4_ROWS, inv);
-    }
 
     float d[64], run[64];
 #pragma unroll
@@ -483,15 +475,15 @@ __global__ void __launch_bounds__(256, 1)
                     run[4 * j + e];
     }
     __syncthreads();
+    __shared__ float inv[MG_ROWS];
     float *pre = val + M4_ROWS * 128; /* [64][128] residual rows, [128] norm weights */
     for (int h = 0; h < M4_ROWS / MG_ROWS && DSPARK_LAB_MMG4 != 3; h++) {
         /* the epilogue's buffers hold 64 rows */
         mm_args e = a;
         e.T = MG_ROWS, e.row0 = a.row0 + t0 + h * MG_ROWS;
-        if (h) __syncthreads(); /* the last half is done with pre */
-        mm_epi_gather(e, g, 128 * MG_ROWS, NULL, pre);
-        mm_epilogue<1>(e, g, val + h * MG_ROWS * 128, 128 * MG_ROWS, inv + h * MG_ROWS, pre,
-                       a.qe);
+        if (h) __syncthreads(); /* the last half is done with inv and pre */
+        mm_epi_gather(e, g, 128 * MG_ROWS, inv, pre);
+        mm_epilogue<1>(e, g, val + h * MG_ROWS * 128, 128 * MG_ROWS, inv, pre, a.qe);
     }
 #else
     __trap(); /* launched only where the sm_90a code runs (mmg_init) */

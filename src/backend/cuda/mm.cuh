@@ -233,22 +233,19 @@ __device__ __forceinline__ bool mm_resid_request(const mm_args &a, int g, int ni
     }
     return true;
 }
-/* inv[t] = 1 / rms of input row a.row0 + t (a.in_ss) for t in [0, n), a thread a row (the
- * same bits as mm_inv_warps) */
-__device__ __forceinline__ void mm_inv_rows(const mm_args &a, int n, float *inv) {
-    for (int t = threadIdx.x; t < n; t += 256)
-        inv[t] = DSPARK_LAB_QKV == 4 ? 1.f :
-                 ss_inv_thread(a.in_ss + (size_t)(a.row0 + t) * a.n_ssg, a.n_ssg, a.H_norm, a.eps);
-}
 /* mm_epilogue's inputs gathered in place (the prompt-chunk kernels, whose epilogue is not on
- * a decode pass's path): inv (mm_inv_rows, unless NULL: there already), and pre, whose copies
- * are all in flight at once (a load a float, each waited for before the next, took most of
- * o's and down's time at 512 rows) */
+ * a decode pass's path): inv[t], 1 / rms of input row t (a.in_ss; a thread a row, the same
+ * bits as mm_inv_warps), and pre, whose copies are all in flight at once (a load a float,
+ * each waited for before the next, took most of o's and down's time at 512 rows) */
 __device__ __forceinline__ void mm_epi_gather(const mm_args &a, int g, int nitems, float *inv,
                                               float *pre) {
     const bool async = a.epi == EPI_RESID && mm_resid_request(a, g, nitems, pre);
     if (async) cp_async_commit();
-    if (a.in_ss && inv) mm_inv_rows(a, a.T, inv);
+    if (a.in_ss)
+        for (int t = threadIdx.x; t < a.T; t += 256)
+            inv[t] = DSPARK_LAB_QKV == 4 ? 1.f :
+                     ss_inv_thread(a.in_ss + (size_t)(a.row0 + t) * a.n_ssg, a.n_ssg, a.H_norm,
+                                   a.eps);
     if (async)
         cp_async_wait0();
     else if (a.epi == EPI_RESID)
