@@ -52,10 +52,10 @@ if [ "${LAB:-0}" = 1 ]; then
         x2) v=-DMM_LDM_X4=0 ;; # 30-32 rows: ldmatrix.x2, one n-tile at a time (results right)
         g1 | g2 | g3) v=-DDSPARK_LAB_MMG4=${name#g} ;; # prompt tiles: products alone, copies
         # alone, no epilogue (results wrong; gemm.cu)
-        q1 | q2 | q3 | q4) v=-DDSPARK_LAB_QKV=${name#q} ;; # q|k|v's epilogue without its trig,
-        # its norm's sum, its stores, or the input norm's sums (results wrong; mm.cuh)
+        q2 | q3 | q4) v=-DDSPARK_LAB_QKV=${name#q} ;; # q|k|v's epilogue without its norm's sum,
+        # its stores, or the input norm's sums (results wrong; mm.cuh)
         r4 | r16 | r32) v=-DATT_ROWS=${name#r} ;; # rows per attention item (results right)
-        *) echo "unknown LAB_BUILDS entry $name (nw lab1 lab2 st u1 w6 nm x2 g1 g2 g3 q1 q2 q3 q4 r4 r16 r32)" >&2 && exit 2 ;;
+        *) echo "unknown LAB_BUILDS entry $name (nw lab1 lab2 st u1 w6 nm x2 g1 g2 g3 q2 q3 q4 r4 r16 r32)" >&2 && exit 2 ;;
         esac
         make CUDA=1 BUILD="build/gpu$name" NVCC="nvcc $v" OPT="$OPT" -j2 \
             "build/gpu$name/bench_gpu"

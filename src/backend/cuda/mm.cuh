@@ -78,10 +78,10 @@ struct mm_args {
     int npre; /* k-tiles a decode block brings into shared memory before its wait (gemv.cu) */
 };
 
-/* measuring builds, results wrong (LAB_BUILDS q1 .. q4 of bench/gpu_pack.sh), to locate what
- * q|k|v's epilogue spends: without RoPE's trig (1), without the q/k norm's sum (2), its
- * stores all but never made (3), or every row's 1 / rms of the deferred input norm taken as
- * 1 without reading its sums, in every epilogue (4) */
+/* measuring builds, results wrong (LAB_BUILDS q2 .. q4 of bench/gpu_pack.sh), to locate what
+ * q|k|v's epilogue spends: without the q/k norm's sum (2), its stores all but never made (3),
+ * or every row's 1 / rms of the deferred input norm taken as 1 without reading its sums, in
+ * every epilogue (4). (1, without RoPE's trig, went with the prompt kernels' trig.) */
 #ifndef DSPARK_LAB_QKV
 #define DSPARK_LAB_QKV 0
 #endif
@@ -175,10 +175,7 @@ __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val,
                     const float2 v = cs[t[u] * half + i];
                     c = v.x, sn = v.y;
                 } else {
-                    if (DSPARK_LAB_QKV == 1)
-                        c = fr[j], sn = (float)pos[u];
-                    else
-                        rope_cs(pos[u], fr[j], &c, &sn);
+                    rope_cs(pos[u], fr[j], &c, &sn);
                 }
                 ra[u][j] = a * c - b * sn, rb[u][j] = b * c + a * sn;
             }
