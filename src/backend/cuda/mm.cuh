@@ -317,7 +317,9 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
             }
             __syncthreads();
         }
-        if (CORE < 0) /* the prompt kernels: RoPE's cos and sin from the pass's table */
+        /* the prompt kernels (only in passes of more than GPU_GROUP rows, mmg_wanted): RoPE's
+         * cos and sin from the pass's table */
+        if (CORE < 0)
             qkv_epilogue<true, 2>(qe, val, a.T, a.row0, a.M, g,
                                   qe.sp->rope + (size_t)a.row0 * (qe.D / 2));
         else
