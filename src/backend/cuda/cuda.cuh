@@ -252,26 +252,24 @@ __device__ __forceinline__ float ss_inv_warp(const double *ss, int ng, int H, fl
     return (float)(1.0 / sqrt(s / H + (double)eps));
 }
 
+/* s += x[0] + ... + x[N - 1], added in order once all N loads are in flight */
+template <int N>
+__device__ __forceinline__ void ss_add_run(double &s, const double *x) {
+    double v[N];
+#pragma unroll
+    for (int j = 0; j < N; j++) v[j] = __ldcg(x + j);
+#pragma unroll
+    for (int j = 0; j < N; j++) s += v[j];
+}
+
 /* the same by one thread from the sums in memory: 32 loads in flight (a 4,096-wide row's
  * sums in one round trip), then their adds in order (the prompt kernels, a thread a row: a
  * warp's chain of shuffles a row took a quarter of a 128-row tile's time) */
 __device__ __forceinline__ float ss_inv_thread(const double *ss, int ng, int H, float eps) {
     double s = 0;
     int g = 0;
-    for (; g + 32 <= ng; g += 32) {
-        double v[32];
-#pragma unroll
-        for (int j = 0; j < 32; j++) v[j] = __ldcg(ss + g + j);
-#pragma unroll
-        for (int j = 0; j < 32; j++) s += v[j];
-    }
-    for (; g + 8 <= ng; g += 8) {
-        double v[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) v[j] = __ldcg(ss + g + j);
-#pragma unroll
-        for (int j = 0; j < 8; j++) s += v[j];
-    }
+    for (; g + 32 <= ng; g += 32) ss_add_run<32>(s, ss + g);
+    for (; g + 8 <= ng; g += 8) ss_add_run<8>(s, ss + g);
     for (; g < ng; g++) s += __ldcg(ss + g);
     return (float)(1.0 / sqrt(s / H + (double)eps));
 }
