@@ -66,7 +66,9 @@ __global__ void k_rope_table(step_params *sp, const float *inv_freq, int T, int 
 
 cudaError_t rope_table_launch(gpu_model *g, int T) {
     const int half = g->D / 2;
-    if (g->D > 128 || 128 % g->D) return cudaSuccess; /* no epilogue reads it (k_rope) */
+    /* only the prompt tiles read it, in passes of more than GPU_GROUP rows (mmg_wanted), and
+     * only for heads that divide 128 (else k_rope) */
+    if (T <= GPU_GROUP || g->D > 128 || 128 % g->D) return cudaSuccess;
     return launch(k_rope_table, dim3(cdiv((size_t)T * half, 256)), dim3(256), 0, g->stream,
                   g->dsp, (const float *)g->inv_freq, T, half);
 }

@@ -345,8 +345,8 @@ struct step_params {
     uint8_t row_seq[GPU_ROWS_MAX]; /* the sequence of each row */
     int32_t ids[GPU_ROWS_MAX];
     /* RoPE's cos and sin of row t for frequency j at rope[t * D / 2 + j] (D <= 128), which
-     * every layer's prompt-tile q|k|v epilogue reads: a pass of more than GPU_GROUP rows
-     * computes them on the device before its layers (rope_table_launch); not copied */
+     * every layer's prompt-tile q|k|v epilogue reads: a pass computes them on the device
+     * before its layers where it may take the prompt tiles (rope_table_launch); not copied */
     float2 rope[GPU_ROWS_MAX * 64];
 };
 /* row t's position and cache line (layer, kv head h): a row of the sequence's own (a pass
@@ -628,7 +628,7 @@ int mm_prepare(gpu_model *g, dmat *m, const void *src, int dtype, int M, int K, 
 int mm_init(void); /* shared-memory limits of the matmul kernels */
 
 cudaError_t rope_launch(gpu_model *g, const dlayer *l, int layer, int T);
-cudaError_t rope_table_launch(gpu_model *g, int T); /* step_params.rope of the T rows */
+cudaError_t rope_table_launch(gpu_model *g, int T); /* step_params.rope, where read */
 cudaError_t attn_launch(gpu_model *g, int layer, int T);
 void attn_choose(gpu_model *g); /* att_kind for the pass in g->hsp */
 int attn_init(gpu_model *g, int spans);

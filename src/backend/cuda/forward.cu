@@ -477,7 +477,7 @@ static cudaError_t layer(gpu_model *g, int li, int T) {
 /* n_sel: the rows listed in dsel (SEL modes) */
 static cudaError_t enqueue(gpu_model *g, int T, int mode, int n_sel) {
     E(embed_launch(g, T));
-    if (T > GPU_GROUP) E(rope_table_launch(g, T)); /* once for every layer's prompt tiles */
+    E(rope_table_launch(g, T)); /* once for every layer's prompt tiles */
     for (int li = 0; li < g->d.n_layers; li++) E(layer(g, li, T));
     if (mode == MODE_NONE) return cudaSuccess;
     int all = mode == MODE_ALL || mode == MODE_GREEDY_ALL,
@@ -774,7 +774,7 @@ static cudaError_t enqueue_ctx(gpu_model *g, int n) {
     E(split_launch(g, g->xt, g->ctx_in, g->fc.K, g->fc.KT, n));
     E(mm_rows(g, &g->fc, g->xt, n, EPI_STORE, g->x, g->H, NULL, NULL, NULL, NULL, NULL));
     E(norm_launch(g, g->xa, g->hidden_norm, 0, n));
-    if (n > GPU_GROUP) E(rope_table_launch(g, n));
+    E(rope_table_launch(g, n));
     for (int li = 0; li < g->d.n_layers; li++) E(qkv_rows(g, li, n, NULL));
     return cudaSuccess;
 }

@@ -96,11 +96,11 @@ __device__ __forceinline__ void rope_cs(int pos, float f, float *c, float *sn) {
 /* The last block of a strip group has rows [128 b, 128 b + 128) of q|k|v for every row t in
  * val[t * 128 + i]: whole heads (D divides 128), normed, rotated and stored here. It is on
  * the path to the next kernel, so each warp requests what it reads before it stores. With
- * CS the rows' RoPE cos and sin are in cs[t * D / 2 + i] (computed before the wait, gemv.cu),
- * else computed here: the same values. A warp keeps one head (its 8 / (128 / D)-th rows) and
- * takes U rows at a time, all their reads and arithmetic before their stores, so that the
- * rows' chains (the step parameters' loads, the norm's shuffles, RoPE's double-precision
- * trig) overlap: U = 2 for the prompt kernels' many rows, 1 for decode steps. */
+ * CS the rows' RoPE cos and sin are in cs[t * D / 2 + i] (computed before the wait, gemv.cu,
+ * or once a pass, rope_table_launch), else computed here: the same values. A warp keeps one
+ * head (its 8 / (128 / D)-th rows) and takes U rows at a time, all their reads and arithmetic
+ * before their stores, so that the rows' chains (the step parameters' loads, the norm's
+ * shuffles) overlap: U = 2 for the prompt kernels' many rows, 1 for decode steps. */
 template <bool CS, int U = 1>
 __device__ __forceinline__ void qkv_epilogue(const qkv_epi &e, const float *val, int T, int row0,
                                              int M, int g, const float2 *cs) {

@@ -79,7 +79,7 @@ static cudaError_t op_enqueue(gpu_model *g, int op, int n, double *bytes) {
             c.w = &l->qkv, c.xb = g->xa, c.y = g->qkv, c.ldy = g->QKV, c.bias = l->bqkv;
             c.in_ss = g->ss_a; /* NULL unless the norms are deferred (as in a pass) */
             if (l->qkv.mma && 128 % g->D == 0) c.epi = EPI_QKV, c.qe = &qe;
-            if (li == 0 && n > GPU_GROUP) e = rope_table_launch(g, n); /* as a pass has it */
+            if (li == 0) e = rope_table_launch(g, n); /* as a pass has it */
             break;
         case OP_O:
             c.w = &l->o, c.xb = g->xo, c.epi = EPI_RESID, c.y = g->x, c.ldy = g->H;
