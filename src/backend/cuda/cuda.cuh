@@ -346,7 +346,8 @@ struct step_params {
     int32_t ids[GPU_ROWS_MAX];
     /* RoPE's cos and sin of row t for frequency j at rope[t * D / 2 + j] (D <= 128), which
      * every layer's prompt-tile q|k|v epilogue reads: a pass computes them on the device
-     * before its layers where it may take the prompt tiles (rope_table_launch); not copied */
+     * before its layers where it may take the prompt tiles (rope_table_launch); the host's
+     * copy (gpu_model.hsp) ends before it */
     float2 rope[GPU_ROWS_MAX * 64];
 };
 /* row t's position and cache line (layer, kv head h): a row of the sequence's own (a pass

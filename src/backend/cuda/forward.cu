@@ -304,7 +304,8 @@ static int alloc_state(gpu_model *g) {
             (rc = dev_alloc(g, (void **)&g->hid, sizeof(float) * R * g->H)))
             return rc;
     }
-    CK(cudaMallocHost((void **)&g->hsp, sizeof(step_params)));
+    /* the host's copy stops before the RoPE table, which only the device writes and reads */
+    CK(cudaMallocHost((void **)&g->hsp, offsetof(step_params, rope)));
     CK(cudaMallocHost((void **)&g->hids, sizeof(int32_t) * R));
     CK(cudaMallocHost((void **)&g->hsel, sizeof(int32_t) * R));
     return OK;

@@ -145,7 +145,7 @@ extern "C" int gpu_profile(gpu_model *g, gpu_kv **kv, int nseq, int pos0, int n,
     }
     const int per = n; /* rows of each sequence */
     n *= nseq;         /* the pass's rows */
-    CK(cudaMemcpy(g->dsp, sp, sizeof *sp, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(g->dsp, sp, offsetof(step_params, rope), cudaMemcpyHostToDevice));
     attn_choose(g);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
