@@ -465,6 +465,21 @@ __global__ void __launch_bounds__(256, 1)
     __syncthreads(); /* every copy has landed and been used: the ring becomes the tile */
 
     float *val = (float *)sm; /* [M4_ROWS][128]: row t, output g * 128 + i */
+    float *pre = val + M4_ROWS * 128; /* [64][128] residual rows, [128] norm weights */
+    /* the tile's rows' group sums of squares (a.in_ss), staged after pre by coalesced copies
+     * (a row a warp, all in flight while the sums below are stored), a row's sums 8 bytes
+     * further apart than its width so that a thread a row reads them without bank conflicts */
+    double *sst = (double *)(pre + MG_ROWS * 128 + 128);
+    const int sstr = a.n_ssg + 1;
+    const bool ss_st = a.in_ss && DSPARK_LAB_QKV != 4 &&
+                       (size_t)((char *)(sst + M4_ROWS * sstr) - (char *)sm) <= M4_SMEM;
+    if (ss_st) {
+        const double *ss = a.in_ss + (size_t)(a.row0 + t0) * a.n_ssg;
+        for (int t = warp; t < M4_ROWS; t += 8)
+            for (int c = lane; c < a.n_ssg; c += 32)
+                cp_async8(sst + t * sstr + c, ss + (size_t)t * a.n_ssg + c);
+        cp_async_commit();
+    }
     {
         const int q4 = lane >> 2, q = lane & 3;
 #pragma unroll
@@ -474,16 +489,22 @@ __global__ void __launch_bounds__(256, 1)
                 val[(8 * j + 2 * q + (e & 1)) * 128 + warp * 16 + q4 + 8 * (e >> 1)] =
                     run[4 * j + e];
     }
+    if (ss_st) cp_async_wait0();
     __syncthreads();
-    __shared__ float inv[MG_ROWS];
-    float *pre = val + M4_ROWS * 128; /* [64][128] residual rows, [128] norm weights */
+    /* 1 / rms of the tile's rows, a thread a row: ss_inv_thread's adds in its order (the same
+     * bits), from shared memory (before, each half's 64 threads loaded their rows' sums from
+     * L2, 32 scattered loads a thread, while the other warps waited) */
+    __shared__ float inv[M4_ROWS];
+    if (ss_st && tid < M4_ROWS)
+        inv[tid] = ss_inv_seq(sst + tid * sstr, a.n_ssg, a.H_norm, a.eps);
     for (int h = 0; h < M4_ROWS / MG_ROWS && DSPARK_LAB_MMG4 != 3; h++) {
         /* the epilogue's buffers hold 64 rows */
         mm_args e = a;
         e.T = MG_ROWS, e.row0 = a.row0 + t0 + h * MG_ROWS;
-        if (h) __syncthreads(); /* the last half is done with inv and pre */
-        mm_epi_gather(e, g, 128 * MG_ROWS, inv, pre);
-        mm_epilogue<1>(e, g, val + h * MG_ROWS * 128, 128 * MG_ROWS, inv, pre, a.qe);
+        if (h) __syncthreads(); /* the last half is done with pre */
+        float *ih = inv + h * MG_ROWS;
+        mm_epi_gather(e, g, 128 * MG_ROWS, ih, pre, ss_st);
+        mm_epilogue<1>(e, g, val + h * MG_ROWS * 128, 128 * MG_ROWS, ih, pre, a.qe);
     }
 #else
     __trap(); /* launched only where the sm_90a code runs (mmg_init) */

@@ -232,13 +232,14 @@ __device__ __forceinline__ bool mm_resid_request(const mm_args &a, int g, int ni
 }
 /* mm_epilogue's inputs gathered in place (the prompt-chunk kernels, whose epilogue is not on
  * a decode pass's path): inv[t], 1 / rms of input row t (a.in_ss; a thread a row, the same
- * bits as mm_inv_warps), and pre, whose copies are all in flight at once (a load a float,
- * each waited for before the next, took most of o's and down's time at 512 rows) */
+ * bits as mm_inv_warps; with inv_ready, the caller has them), and pre, whose copies are all
+ * in flight at once (a load a float, each waited for before the next, took most of o's and
+ * down's time at 512 rows) */
 __device__ __forceinline__ void mm_epi_gather(const mm_args &a, int g, int nitems, float *inv,
-                                              float *pre) {
+                                              float *pre, bool inv_ready = false) {
     const bool async = a.epi == EPI_RESID && mm_resid_request(a, g, nitems, pre);
     if (async) cp_async_commit();
-    if (a.in_ss)
+    if (a.in_ss && !inv_ready)
         for (int t = threadIdx.x; t < a.T; t += 256)
             inv[t] = DSPARK_LAB_QKV == 4 ? 1.f :
                      ss_inv_thread(a.in_ss + (size_t)(a.row0 + t) * a.n_ssg, a.n_ssg, a.H_norm,
