@@ -3,9 +3,9 @@
 # Expects test_gpu, bench_gpu (built with `make CUDA=1`) and the shared libraries they need
 # in $BIN (default .gpu); writes logs to $OUT (default /tmp/dspark-gpu). STEPS picks what runs
 # (default all): info test testexact testkv sanitize pycoder spec 8b cpucheck variants torch
-# (test: test_gpu, and bench/wgmma_bits.cu where nvcc is there; testexact: test_gpu with every
-# model's matmul inputs as three bf16 terms, exact products, as on the CPU; testkv: test_gpu
-# with K/V caches in bf16; race, ncu, serve,
+# (test: test_gpu, and bench/wgmma_bits.cu and bench/silu_bits.cu where nvcc is there;
+# testexact: test_gpu with every model's matmul inputs as three bf16 terms, exact products, as
+# on the CPU; testkv: test_gpu with K/V caches in bf16; race, ncu, serve,
 # ttft, ab, bound and stamps on request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
 # mangled name, of `bench_gpu --lab`); serve runs `dspark serve --gpu` on models/pycoder in
 # each of SERVE_MODES and drives it with bench/concurrency.py (1, 4, 16, 64 concurrent clients against serialised);
@@ -97,6 +97,12 @@ if has test; then
     if command -v nvcc >/dev/null &&
         nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o /tmp/wgmma_bits bench/wgmma_bits.cu; then
         timeout 120 /tmp/wgmma_bits 2>&1 | tee "$OUT/wgmma_bits.log"
+    fi
+    # and only while the prompt kernels' SwiGLU quotient is the division's bits (silu_mul8)
+    stamp silu_bits
+    if command -v nvcc >/dev/null &&
+        nvcc -O3 -gencode arch=compute_90a,code=sm_90a -Isrc -o /tmp/silu_bits bench/silu_bits.cu; then
+        timeout 60 /tmp/silu_bits 2>&1 | tee "$OUT/silu_bits.log"
     fi
 fi
 if has testexact; then

@@ -50,6 +50,38 @@ __device__ __forceinline__ bool arrive_last(unsigned *cnt, unsigned n) {
 __device__ __forceinline__ float silu_mul(float gv, float uv) {
     return gv / (1.0f + expf(-gv)) * uv;
 }
+/* silu_mul's quotient g / d (d = 1 + expf(-g)) without the division's slow-path branch: the
+ * approximate reciprocal and the three fused steps of nvcc's own fast path. For finite g != 0
+ * and d < 2^64 (silu_fast_ok) it is the same bits as the division, for every such float g
+ * (bench/silu_bits.cu checks all 2^32); elsewhere the caller divides. Without the branch a
+ * thread's 8 quotients interleave, where each division waited for its check before the next. */
+__device__ __forceinline__ float silu_fast(float g, float d) {
+    float r;
+    asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(d));
+    r = fmaf(r, fmaf(-d, r, 1.0f), r);
+    const float q = fmaf(g, r, 0.0f);
+    return fmaf(r, fmaf(-d, q, g), q);
+}
+__device__ __forceinline__ bool silu_fast_ok(float g, float d) {
+    return fabsf(g) > 0.0f && fabsf(g) <= 3.402823466e38f && d < 0x1p64f;
+}
+/* silu_mul of 8 features at once, the same bits: the quotients by silu_fast, all 8 divided
+ * where any of them is out of its range */
+__device__ __forceinline__ void silu_mul8(const float *gv, const float *uv, float s, float *h) {
+    float gs[8], d[8];
+    bool ok = true;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        gs[e] = gv[e] * s, d[e] = 1.0f + expf(-gs[e]);
+        h[e] = silu_fast(gs[e], d[e]);
+        ok = ok && silu_fast_ok(gs[e], d[e]);
+    }
+    if (!ok)
+#pragma unroll
+        for (int e = 0; e < 8; e++) h[e] = gs[e] / d[e];
+#pragma unroll
+    for (int e = 0; e < 8; e++) h[e] = h[e] * (uv[e] * s);
+}
 
 struct mm_args {
     const uint4 *w;    /* fragments [MS][KT][32] */
@@ -294,8 +326,7 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
             const float *gv = val + t * 128 + 2 * p * 16 + r, *uv = gv + 16;
             const float s = a.in_ss ? inv[t] : 1.f; /* x 1 is exact */
             float h[8];
-#pragma unroll
-            for (int e = 0; e < 8; e++) h[e] = silu_mul(gv[e] * s, uv[e] * s);
+            silu_mul8(gv, uv, s, h);
             xb_put8<CORE>(a.xb_out, a.T_chunk, a.KT_out, a.row0 + t, j, h, TERMS);
         }
         return;
