@@ -298,6 +298,31 @@ __device__ __forceinline__ void mm_group_ss(const mm_args &a, int g, const float
     for (int t = threadIdx.x; t < a.T; t += 256)
         a.out_ss[(size_t)(a.row0 + t) * a.n_ssg + g] = ss_group(red + 4 * t);
 }
+/* the same for the prompt kernels' 64 rows: a warp takes 4 of its 32 chunks at a time, their
+ * shuffle chains (ss_chunk's steps) interleaved, where they had run one after another */
+__device__ __forceinline__ void mm_group_ss4(const mm_args &a, int g, const float *val,
+                                             double *red) {
+    constexpr int U = 4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n = a.T * 4;
+    for (int c0 = warp; c0 < n; c0 += 8 * U) {
+        double s[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + 8 * u;
+            const float v = c < n ? val[c * 32 + lane] : 0.f;
+            s[u] = (double)v * v;
+        }
+        for (int o = 16; o; o >>= 1)
+#pragma unroll
+            for (int u = 0; u < U; u++) s[u] += __shfl_xor_sync(0xffffffffu, s[u], o);
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (lane == 0 && c0 + 8 * u < n) red[c0 + 8 * u] = s[u];
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < a.T; t += 256)
+        a.out_ss[(size_t)(a.row0 + t) * a.n_ssg + g] = ss_group(red + 4 * t);
+}
 
 /* The finished sums of strip group g (val[t * 128 + i]: row t, output g * 128 + i) into
  * their destination. With a fused RMSNorm, whoever finishes the last group normalises. What
@@ -407,7 +432,10 @@ __device__ __forceinline__ void mm_epilogue(const mm_args &a, int g, float *val,
     }
     if (defer) { /* this group's sums of squares; the next matmul finishes the norm */
         __syncthreads();
-        mm_group_ss(a, g, val, red);
+        if (CORE < 0)
+            mm_group_ss4(a, g, val, red);
+        else
+            mm_group_ss(a, g, val, red);
         return;
     }
     if (a.epi == EPI_RESID && a.norm_w) {
