@@ -18,15 +18,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/mm.cuh"
-
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));            \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "lab_check.cuh"
 
 __device__ __forceinline__ bool same_bits(float a, float b) {
     return __float_as_uint(a) == __float_as_uint(b) || (isnan(a) && isnan(b));
@@ -81,16 +73,16 @@ __global__ void k_rows(unsigned long long *n, int rows) {
 int main(void) {
     unsigned long long *n, hn[6];
     unsigned *first, hf[2] = {~0u, ~0u};
-    CHECK(cudaMalloc(&n, 6 * sizeof *n));
-    CHECK(cudaMalloc(&first, sizeof hf));
-    CHECK(cudaMemset(n, 0, 6 * sizeof *n));
-    CHECK(cudaMemcpy(first, hf, sizeof hf, cudaMemcpyHostToDevice));
+    LAB_CK(cudaMalloc(&n, 6 * sizeof *n));
+    LAB_CK(cudaMalloc(&first, sizeof hf));
+    LAB_CK(cudaMemset(n, 0, 6 * sizeof *n));
+    LAB_CK(cudaMemcpy(first, hf, sizeof hf, cudaMemcpyHostToDevice));
     k_all<<<132 * 16, 256>>>(n, first);
     const int rows = 1 << 22;
     k_rows<<<rows / 256, 256>>>(n + 4, rows);
-    CHECK(cudaGetLastError());
-    CHECK(cudaMemcpy(hn, n, sizeof hn, cudaMemcpyDeviceToHost));
-    CHECK(cudaMemcpy(hf, first, sizeof hf, cudaMemcpyDeviceToHost));
+    LAB_CK(cudaGetLastError());
+    LAB_CK(cudaMemcpy(hn, n, sizeof hn, cudaMemcpyDeviceToHost));
+    LAB_CK(cudaMemcpy(hf, first, sizeof hf, cudaMemcpyDeviceToHost));
     printf("silu_fast: %llu of 2^32 floats g take it; %llu differ from the division", hn[0], hn[1]);
     if (hn[1]) printf(" (first g 0x%08x)", hf[0]);
     printf("\n__fdividef in its place (the check can fail): %llu of %llu differ (first g 0x%08x)\n",

@@ -19,14 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CK(x)                                                                                     \
-    do {                                                                                          \
-        cudaError_t e_ = (x);                                                                     \
-        if (e_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));           \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
+#include "lab_check.cuh"
 
 #define KTILE 256 /* uint4 per k-tile of a block: 8 warps x 32 lanes */
 
@@ -192,22 +185,22 @@ static double run(kern k, int blocks, const uint4 *buf, size_t buf_bytes, size_t
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.gridDim = dim3(blocks), cfg.blockDim = dim3(threads), cfg.attrs = at, cfg.numAttrs = 1;
     cfg.dynamicSmemBytes = smem;
-    CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    LAB_CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    LAB_CK(cudaEventCreate(&e0));
+    LAB_CK(cudaEventCreate(&e1));
     double best = 1e30;
     for (int rep = 0; rep < 4; rep++) {
-        CK(cudaMemset(ctrs, 0, n * sizeof(unsigned)));
-        CK(cudaEventRecord(e0));
+        LAB_CK(cudaMemset(ctrs, 0, n * sizeof(unsigned)));
+        LAB_CK(cudaEventRecord(e0));
         for (int i = 0; i < n; i++) {
             args a = {buf + (size_t)(i % per) * ntiles * KTILE, ntiles, item, ctrs + i, out};
-            CK(cudaLaunchKernelEx(&cfg, k, a));
+            LAB_CK(cudaLaunchKernelEx(&cfg, k, a));
         }
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
+        LAB_CK(cudaEventRecord(e1));
+        LAB_CK(cudaEventSynchronize(e1));
         float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
+        LAB_CK(cudaEventElapsedTime(&ms, e0, e1));
         if (rep && ms * 1e3 / n < best) best = ms * 1e3 / n; /* rep 0 warms up */
     }
     return best;
@@ -218,12 +211,12 @@ int main(void) {
     uint4 *buf;
     unsigned *ctrs;
     float *out;
-    CK(cudaMalloc(&buf, buf_bytes + (16 << 20))); /* + interleaving's padding */
-    CK(cudaMemset(buf, 1, buf_bytes + (16 << 20)));
-    CK(cudaMalloc(&ctrs, 4096 * sizeof(unsigned)));
-    CK(cudaMalloc(&out, (size_t)1 << 26));
+    LAB_CK(cudaMalloc(&buf, buf_bytes + (16 << 20))); /* + interleaving's padding */
+    LAB_CK(cudaMemset(buf, 1, buf_bytes + (16 << 20)));
+    LAB_CK(cudaMalloc(&ctrs, 4096 * sizeof(unsigned)));
+    LAB_CK(cudaMalloc(&out, (size_t)1 << 26));
     int sms;
-    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    LAB_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const int blocks = 2 * sms;
     /* the Qwen3-8B shape's matrices: o, q|k|v, down, gate/up */
     const size_t MB = (size_t)1 << 20, sizes[] = {32 * MB, 48 * MB, 96 * MB, 192 * MB};
@@ -277,9 +270,9 @@ int main(void) {
     const int occ_smem[] = {0, 50 << 10, 70 << 10, 100 << 10};
     for (int o = 0; o < 4; o++) {
         int nb;
-        CK(cudaFuncSetAttribute(k_fixed<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        LAB_CK(cudaFuncSetAttribute(k_fixed<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 occ_smem[o]));
-        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_fixed<4>, 256, occ_smem[o]));
+        LAB_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_fixed<4>, 256, occ_smem[o]));
         double tot = 0, t[4];
         for (int s = 0; s < 4; s++)
             tot += t[s] = run(k_fixed<4>, blocks, buf, buf_bytes, sizes[s], 0, ctrs, out, 144,

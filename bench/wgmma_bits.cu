@@ -22,14 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                                     \
-    do {                                                                                          \
-        cudaError_t e_ = (x);                                                                     \
-        if (e_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));           \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
+#include "lab_check.cuh"
 
 #define NK 8 /* k-tiles a chain */
 
@@ -220,15 +213,15 @@ template <int N> static size_t check(int trials) {
     }
     uint16_t *dA, *dB;
     float *dC, *dD;
-    CK(cudaMalloc(&dA, na * 2));
-    CK(cudaMalloc(&dB, nb * 2));
-    CK(cudaMalloc(&dC, nc * 4));
-    CK(cudaMalloc(&dD, nc * 4));
-    CK(cudaMemcpy(dA, A, na * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dB, B, nb * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dC, C, nc * 4, cudaMemcpyHostToDevice));
+    LAB_CK(cudaMalloc(&dA, na * 2));
+    LAB_CK(cudaMalloc(&dB, nb * 2));
+    LAB_CK(cudaMalloc(&dC, nc * 4));
+    LAB_CK(cudaMalloc(&dD, nc * 4));
+    LAB_CK(cudaMemcpy(dA, A, na * 2, cudaMemcpyHostToDevice));
+    LAB_CK(cudaMemcpy(dB, B, nb * 2, cudaMemcpyHostToDevice));
+    LAB_CK(cudaMemcpy(dC, C, nc * 4, cudaMemcpyHostToDevice));
     k_mma<N><<<264, 128>>>(dA, dB, dC, dD, trials);
-    CK(cudaMemcpy(D1, dD, nc * 4, cudaMemcpyDeviceToHost));
+    LAB_CK(cudaMemcpy(D1, dD, nc * 4, cudaMemcpyDeviceToHost));
     /* the reference, for the first trials: double sums of the chain */
     double worst_mma = 0;
     for (int t = 0; t < (trials < 60 ? trials : 60); t++)
@@ -249,10 +242,10 @@ template <int N> static size_t check(int trials) {
            N, trials, NK, worst_mma);
     size_t right = 0;
     for (int lk = 1; lk >= 0; lk--) {
-        CK(cudaMemset(dD, 0, nc * 4));
+        LAB_CK(cudaMemset(dD, 0, nc * 4));
         k_wgmma<N><<<264, 128>>>(dA, dB, dC, dD, trials, lk);
-        CK(cudaGetLastError());
-        CK(cudaMemcpy(D2, dD, nc * 4, cudaMemcpyDeviceToHost));
+        LAB_CK(cudaGetLastError());
+        LAB_CK(cudaMemcpy(D2, dD, nc * 4, cudaMemcpyDeviceToHost));
         size_t diff = 0, diff_kind[3] = {0, 0, 0};
         double worst = 0;
         for (size_t i = 0; i < nc; i++) {
@@ -270,10 +263,10 @@ template <int N> static size_t check(int trials) {
                diff_kind[2], worst);
         if (lk) right = diff;
     }
-    CK(cudaFree(dA));
-    CK(cudaFree(dB));
-    CK(cudaFree(dC));
-    CK(cudaFree(dD));
+    LAB_CK(cudaFree(dA));
+    LAB_CK(cudaFree(dB));
+    LAB_CK(cudaFree(dC));
+    LAB_CK(cudaFree(dD));
     free(A), free(B), free(C), free(D1), free(D2);
     return right;
 }
