@@ -6,7 +6,7 @@
 # (test: test_gpu, and bench/wgmma_bits.cu and bench/silu_bits.cu where nvcc is there;
 # testexact: test_gpu with every model's matmul inputs as three bf16 terms, exact products, as
 # on the CPU; testkv: test_gpu with K/V caches in bf16; race, ncu, serve,
-# ttft, ab, bound and stamps on request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
+# ttft, ab, bound, stamps and prompt on request; NCU_KERNEL, NCU_SKIP, NCU_COUNT and NCU_ARGS pick the launches ncu profiles, by
 # mangled name, of `bench_gpu --lab`); serve runs `dspark serve --gpu` on models/pycoder in
 # each of SERVE_MODES and drives it with bench/concurrency.py (1, 4, 16, 64 concurrent clients against serialised);
 # spec runs `dspark benchmark --gpu $SPEC_ARGS` (needs $BIN/dspark and the prompt sets in
@@ -58,7 +58,7 @@ t0=$(date +%s)
 stamp() { echo "== $1 ($(($(date +%s) - t0)) s)"; }
 
 if { has 8b || has variants || has ab || has ncu || has torch || has ttft || has bound ||
-    has stamps; } &&
+    has stamps || has prompt; } &&
     [ ! -f "$M8B/model.safetensors" ]; then
     # in the background while the tests run
     (gcc -O2 -o /tmp/mkmodel bench/mkmodel.c -lm &&
@@ -218,6 +218,30 @@ if has ttft; then
         kill $spid 2>/dev/null
         wait $spid 2>/dev/null
     done
+fi
+if has prompt; then # the prompt matmuls: prefill, one launch's bits against a launch per 32
+    # rows, and each k_mmg4 launch's time in a 512-token pass (two layers: q|k|v, o, gate/up,
+    # down); with PROMPT_SASS=1 also the SASS stall summary of launch PROMPT_SKIP (default 2,
+    # gate/up) by bench/ncu_stalls.py
+    stamp "prompt matmuls"
+    timeout 120 "$BIN/bench_gpu" "$M8B" --ctx 512 --long 4096 --prefill-only 2>&1 |
+        tee "$OUT/prompt.log" | grep prefill
+    DSPARK_GPU_GEMM4=2 timeout 120 "$BIN/bench_gpu" "$M8B" --ctx 512 --gemm-check 2>&1 |
+        tee -a "$OUT/prompt.log" | grep differ
+    if command -v ncu >/dev/null; then
+        timeout 120 ncu --clock-control none -k regex:k_mmg4 -c 8 --metrics gpu__time_duration.sum \
+            --csv --page raw "$BIN/bench_gpu" "$M8B" --ctx 1 --long 512 --probe 512,1 \
+            >"$OUT/prompt-times.csv" 2>&1
+        python3 bench/ncu_times.py "$OUT/prompt-times.csv"
+        if [ "${PROMPT_SASS:-0}" = 1 ]; then
+            timeout 180 ncu --clock-control none --set full --import-source yes -k regex:k_mmg4 \
+                --launch-skip "${PROMPT_SKIP:-2}" -c 1 -o "$OUT/prompt" -f "$BIN/bench_gpu" "$M8B" \
+                --ctx 1 --long 512 --probe 512,1 >/dev/null 2>&1
+            ncu -i "$OUT/prompt.ncu-rep" --page source --csv --print-source sass \
+                >"$OUT/prompt-sass.csv" 2>&1
+            python3 bench/ncu_stalls.py "$OUT/prompt-sass.csv" --top 300
+        fi
+    fi
 fi
 if has ncu && command -v ncu >/dev/null; then # NCU_COUNT kernels matching NCU_KERNEL
     stamp ncu
