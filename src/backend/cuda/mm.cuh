@@ -6,6 +6,8 @@
 #ifndef DSPARK_BACKEND_CUDA_MM_CUH
 #define DSPARK_BACKEND_CUDA_MM_CUH
 
+#include <float.h>
+
 #include "backend/cuda/cuda.cuh"
 
 /* ---- device helpers ---- */
@@ -63,7 +65,7 @@ __device__ __forceinline__ float silu_fast(float g, float d) {
     return fmaf(r, fmaf(-d, q, g), q);
 }
 __device__ __forceinline__ bool silu_fast_ok(float g, float d) {
-    return fabsf(g) > 0.0f && fabsf(g) <= 3.402823466e38f && d < 0x1p64f;
+    return fabsf(g) > 0.0f && fabsf(g) <= FLT_MAX && d < 0x1p64f;
 }
 /* silu_mul of 8 features at once, the same bits: the quotients by silu_fast, all 8 divided
  * where any of them is out of its range */
@@ -283,6 +285,13 @@ __device__ __forceinline__ void mm_epi_gather(const mm_args &a, int g, int nitem
     __syncthreads();
 }
 
+/* the group's sum of squares of each row, from its four chunk sums in red (ss_group), into
+ * out_ss, once every warp has stored its chunks */
+__device__ __forceinline__ void mm_group_ss_out(const mm_args &a, int g, const double *red) {
+    __syncthreads();
+    for (int t = threadIdx.x; t < a.T; t += 256)
+        a.out_ss[(size_t)(a.row0 + t) * a.n_ssg + g] = ss_group(red + 4 * t);
+}
 /* The deferred RMSNorm's sum of squares of group g for rows [0, a.T), from their 128 new
  * values val[t * 128 + i] (0 past the matrix) complete in shared memory, into out_ss: four
  * warp sums of 32 columns (ss_chunk) added by ss_group, so the same bits whichever kernel
@@ -294,9 +303,7 @@ __device__ __forceinline__ void mm_group_ss(const mm_args &a, int g, const float
         double s = ss_chunk(val[c * 32 + lane]);
         if (lane == 0) red[c] = s;
     }
-    __syncthreads();
-    for (int t = threadIdx.x; t < a.T; t += 256)
-        a.out_ss[(size_t)(a.row0 + t) * a.n_ssg + g] = ss_group(red + 4 * t);
+    mm_group_ss_out(a, g, red);
 }
 /* the same for the prompt kernels' 64 rows: a warp takes 4 of its 32 chunks at a time, their
  * shuffle chains (ss_chunk's steps) interleaved, where they had run one after another */
@@ -319,9 +326,7 @@ __device__ __forceinline__ void mm_group_ss4(const mm_args &a, int g, const floa
         for (int u = 0; u < U; u++)
             if (lane == 0 && c0 + 8 * u < n) red[c0 + 8 * u] = s[u];
     }
-    __syncthreads();
-    for (int t = threadIdx.x; t < a.T; t += 256)
-        a.out_ss[(size_t)(a.row0 + t) * a.n_ssg + g] = ss_group(red + 4 * t);
+    mm_group_ss_out(a, g, red);
 }
 
 /* The finished sums of strip group g (val[t * 128 + i]: row t, output g * 128 + i) into
