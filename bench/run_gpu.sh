@@ -118,7 +118,7 @@ if has sanitize && command -v compute-sanitizer >/dev/null; then
     timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$BIN/test_gpu" gpu_golden \
         gpu_multi_sequence gpu_shared_cache gpu_gemm_exact gpu_block_pycoder gpu_attention_buffers \
         gpu_attention_one gpu_attention_merge gpu_attention_prompt gpu_attention_many_steps gpu_many_heads_per_kv gpu_attention_loads_ahead \
-        gpu_cache_trim gpu_inputs_bf16 gpu_sample_summary gpu_chunk_rows gpu_kv_bf16 \
+        gpu_cache_trim gpu_inputs_bf16 gpu_sample_summary gpu_chunk_rows gpu_split_pairs gpu_merge_warp gpu_kv_bf16 \
         >"$OUT/memcheck.log" 2>&1
     tail -4 "$OUT/memcheck.log"
 fi

@@ -27,6 +27,9 @@ int gpu_model_rows(const struct gpu_model *g) {
     (void)g;
     return 0;
 }
+long gpu_split_tiles(void) {
+    return 0;
+}
 int gpu_model_kv_bytes(const struct gpu_model *g) {
     (void)g;
     return 0;

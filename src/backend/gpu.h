@@ -74,6 +74,9 @@ int gpu_kv_default_bytes(void);
 int gpu_model_kv_bytes(const struct gpu_model *g);
 /* rows a pass of the model holds: the chunk a prompt is split into (0 without a CUDA build) */
 int gpu_model_rows(const struct gpu_model *g);
+/* prompt-matmul tiles run split between two blocks each (a short last wave, or every tile
+ * with DSPARK_GPU_SPLIT=2) since the process started; 0 without a CUDA build */
+long gpu_split_tiles(void);
 /* Versions as CUDA numbers them (1000 * major + 10 * minor) and device 0's memory, for
  * `dspark doctor`. ERR_UNSUPPORTED without a CUDA build, ERR_IO when CUDA finds no device. */
 int gpu_runtime_info(int *driver_version, int *runtime_version, size_t *mem_bytes);

@@ -475,6 +475,27 @@ TEST(gpu_attention_loads_ahead) {
     check_same_passes(m, "attention loads ahead equal to none");
 }
 
+/* Prompt tiles split between the two blocks of a cluster (k_mmg4s; here every tile that fits,
+ * DSPARK_GPU_SPLIT=2, in one launch a matmul, DSPARK_GPU_GEMM=2) give the unsplit tiles' bits:
+ * pycoder's q|k|v, o and gate/up hand rank 1 the last of three decode pieces, down the last
+ * two of eight; the passes of check_same_passes, whose 300-token prompt has two 128-row
+ * tiles a strip group. */
+TEST(gpu_split_pairs) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m[2];
+    char *gemm = env_swap("DSPARK_GPU_GEMM", "2");
+    int rc = load_with("DSPARK_GPU_SPLIT", "0", &m[0]);
+    if (rc == 0) rc = load_with("DSPARK_GPU_SPLIT", "2", &m[1]);
+    env_restore("DSPARK_GPU_GEMM", gemm);
+    REQUIRE(rc == 0);
+    const long before = gpu_split_tiles();
+    check_same_passes(m, "prompt tiles split between block pairs equal unsplit tiles");
+    const long split = gpu_split_tiles() - before;
+    printf("  tiles run split: %ld\n", split);
+    CHECK(split > 0);
+}
+
 /* pycoder loaded with DSPARK_GPU_ATT_FEW=0 (every decode step past the two-buffer kernel)
  * and var=value */
 static int load_few0_with(const char *var, const char *value, struct model **m) {
@@ -496,6 +517,33 @@ TEST(gpu_attention_merge) {
     REQUIRE(load_few0_with("DSPARK_GPU_MERGE_DIMS", "0", &m[0]) == 0);
     REQUIRE(load_few0_with("DSPARK_GPU_MERGE_CH", "3", &m[1]) == 0);
     check_same_passes(m, "the merge by dims (chunks of 3 spans) equals the merge by heads");
+}
+
+/* The merge a warp a (row, head) (k_attn_merge_warp, the default past 16 rows; here every
+ * pass, DSPARK_GPU_MERGE_WARP=1) gives the bits of a block a (row, head)
+ * (DSPARK_GPU_MERGE_WARP=0): the passes of check_same_passes, then a 700-token prompt whose
+ * second chunk's rows reach 11 spans (two rounds of the warp's 8 span loads), a verify and
+ * steps. pycoder's 64 dims use half of a warp's lanes. */
+TEST(gpu_merge_warp) {
+    if (!gpu_available()) SKIP("no CUDA build or no GPU");
+    if (!fs_exists("models/pycoder")) SKIP("models/ absent");
+    struct model *m[2];
+    REQUIRE(load_with("DSPARK_GPU_MERGE_WARP", "0", &m[0]) == 0);
+    REQUIRE(load_with("DSPARK_GPU_MERGE_WARP", "1", &m[1]) == 0);
+    check_same_passes(m, "the merge a warp a (row, head) equals a block a (row, head)");
+    REQUIRE(load_with("DSPARK_GPU_MERGE_WARP", "0", &m[0]) == 0);
+    REQUIRE(load_with("DSPARK_GPU_MERGE_WARP", "1", &m[1]) == 0);
+    enum { P = 700, W = 16, S = 4 };
+    const int V = model_config(m[0])->vocab_size;
+    int32_t ids[P + W + S];
+    for (int i = 0; i < P + W + S; i++) ids[i] = 20 + (i * 277) % 8000;
+    float *l[2];
+    for (int k = 0; k < 2; k++)
+        REQUIRE((l[k] = prompt_verify_steps(m[k], ids, P, W, S, P + W + S)));
+    const int same = !memcmp(l[0], l[1], sizeof(float) * V * (P + W + S));
+    printf("  a %d-token prompt, a verify and steps: %s\n", P, same ? "yes" : "NO");
+    CHECK(same);
+    for (int k = 0; k < 2; k++) free(l[k]), model_free(m[k]);
 }
 
 /* The prompt kernel (k_attnp, items of up to 128 (row, head) pairs) gives k_attn's bits:
@@ -1710,6 +1758,8 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "gpu_attention_buffers")) RUN(gpu_attention_buffers);
     if (wanted(argc, argv, "gpu_attention_one")) RUN(gpu_attention_one);
     if (wanted(argc, argv, "gpu_chunk_rows")) RUN(gpu_chunk_rows);
+    if (wanted(argc, argv, "gpu_split_pairs")) RUN(gpu_split_pairs);
+    if (wanted(argc, argv, "gpu_merge_warp")) RUN(gpu_merge_warp);
     if (wanted(argc, argv, "gpu_attention_loads_ahead")) RUN(gpu_attention_loads_ahead);
     if (wanted(argc, argv, "gpu_attention_merge")) RUN(gpu_attention_merge);
     if (wanted(argc, argv, "gpu_attention_prompt")) RUN(gpu_attention_prompt);

@@ -505,6 +505,8 @@ struct gpu_model {
     int use_graphs, use_pdl, slots, even_split, early_merge, sel_rows;
     int prescale;         /* layers' norms deferred into the matmuls (mm_call.out_ss) */
     int att_early_kv, att_pre_kv; /* attn_args.early_kv, pre_kv */
+    int merge_warp; /* passes of at least this many rows merge a warp a (row, head)
+                     * (DSPARK_GPU_MERGE_WARP, default 17; 0: never, a block a (row, head)) */
     int merge_dims, merge_ch; /* launches of fewer (row, head) pairs than SMs past ATT_FEW merge on
                                * k_attn_merge_dims (0: never); its spans a chunk (0: MERGE_CH) */
     int pre_kt; /* mm_args.npre at most */
@@ -520,6 +522,8 @@ struct gpu_model {
     int gemm4; /* of those, 128-row tiles with bf16 inputs (gemm.cu's k_mmg4): 1 where they
                 * fill the GPU, 2 always, 0 never */
     int gemm4_tma; /* k_mmg4's inputs by tensor copies (DSPARK_GPU_GEMM4_TMA, default 1) */
+    int gemm4_split; /* a last, short wave of those tiles split between block pairs
+                      * (DSPARK_GPU_SPLIT: 1 where it is, 2 every tile that fits, 0 never) */
     int launch_err; /* first launch error since the last check */
     void **allocs;
     int n_allocs, cap_allocs;

@@ -346,6 +346,7 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->gemm = env_int("DSPARK_GPU_GEMM", 1);
     g->gemm4 = env_int("DSPARK_GPU_GEMM4", g->gemm == 2 ? 2 : 1);
     g->gemm4_tma = env_int("DSPARK_GPU_GEMM4_TMA", 1);
+    g->gemm4_split = env_int("DSPARK_GPU_SPLIT", 1);
     /* longer chunks fill the GPU with the prompt kernels' tiles (docs/perf.md); a drafter's
      * block runs in one pass, so a setting below its block size fails its blocks */
     g->rows = env_int("DSPARK_GPU_ROWS", 512) / GPU_GROUP * GPU_GROUP;
@@ -355,6 +356,7 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->att_pre_kv = env_int("DSPARK_GPU_ATT_PRE_KV", 1);
     g->kv16 = d->kv_bf16 > 0 || (!d->kv_bf16 && gpu_kv_default_bytes() == 2);
     g->merge_dims = env_int("DSPARK_GPU_MERGE_DIMS", 1);
+    g->merge_warp = env_int("DSPARK_GPU_MERGE_WARP", 17); /* prompts, wide verify passes */
     g->merge_ch = env_int("DSPARK_GPU_MERGE_CH", 0); /* 0: MERGE_CH (tests take fewer) */
     g->pre_kt = env_int("DSPARK_GPU_PRE_KT", 0); /* measured slower at 8, 16 */
     int sms = 132;

@@ -351,6 +351,8 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
 #define M4_SLOTS 24                /* k-tiles of weights and inputs in the ring (8 KB each) */
 /* the ring; after the loop, the tile of values and the epilogue's inputs */
 #define M4_SMEM (M4_SLOTS * 8192)
+/* k_mmg4s: where, after its loop, a block receives the other rank's sums (64 KB) */
+#define M4_RECV (M4_SMEM - 65536)
 /* measuring builds, results wrong (LAB_BUILDS g1 g2 g3 of bench/gpu_pack.sh): k_mmg4<0> with
  * no refills past the ring's first fill (1: the products and the shared-memory reads alone),
  * without its wgmmas (2: the copies alone), or without its epilogue (3) */
@@ -363,21 +365,66 @@ template <int TERMS> __global__ void __launch_bounds__(256, 1) k_mmg(mm_args a, 
  * TMA: a stage's inputs (MG_KS k-tiles of four row groups) arrive in one tensor copy through
  * the tensor map tm (mmg4_map), in place of a bulk copy per k-tile and group; the bytes land
  * where they did, so the bits do not change. */
-template <int TMA>
-__global__ void __launch_bounds__(256, 1)
-    k_mmg4(mm_args a, int R, const __grid_constant__ CUtensorMap tm) {
+/* A tile split between the two blocks of a cluster (SPLIT, k_mmg4s): the tile's last one or
+ * two decode pieces (mmg4_split) go to rank 1, the others to rank 0, each streaming only its
+ * own k-tiles. Rank 0 ends with the sum of its pieces in order (run); rank 1 with its first
+ * piece in run and its second, unadded, in d. Through distributed shared memory each rank
+ * gives the other what it lacks for its own 64 rows, and each adds them in the decode order,
+ * ((rank 0's run + piece) + piece), so the bits are the unsplit tile's. Each rank then runs
+ * the epilogue of its 64 rows. */
+__device__ __forceinline__ unsigned cluster_rank(void) {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_sync_all(void) {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+/* shared address p of this block as the same offset in the cluster's block `rank` */
+__device__ __forceinline__ unsigned cluster_addr(const void *p, unsigned rank) {
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_u32(p)), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ void st_cluster4(unsigned addr, float x, float y, float z, float w) {
+    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(x), "f"(y),
+                 "f"(z), "f"(w)
+                 : "memory");
+}
+/* where rank 1's k-tiles of group g start: the last piece, or the last two where the group
+ * has four or more; *two: rank 1 holds two pieces */
+__device__ __forceinline__ int mmg4_split(const mm_args &a, int g, bool *two) {
+    int last = 0, before = 0, n = 0;
+    for (int e = 0; e < a.KT; n++) before = last, last = e, e = mg_piece_end(a, g, e);
+    *two = n >= 4;
+    return *two ? before : last;
+}
+
+template <int TMA, int SPLIT>
+__device__ __forceinline__ void mmg4_tile(const mm_args &a, int R, const CUtensorMap &tm,
+                                          unsigned tile, bool after = false) {
 #if MG_WGMMA
     constexpr int KS = MG_KS, ST = M4_SLOTS / KS, SA = KS * 256, STAGE = 2 * SA; /* uint4 */
     extern __shared__ __align__(128) uint4 sm4[]; /* a tensor copy's destination: 128 bytes */
     uint4 *sm = sm4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
-    const int g = blockIdx.x / R, t0 = (blockIdx.x % R) * M4_ROWS, KT = a.KT;
+    const int g = tile / R, t0 = (tile % R) * M4_ROWS, KT = a.KT;
+    /* SPLIT: this rank's k-tiles [k_lo, k_hi), in stages of KS from S0 (KT % KS == 0) */
+    const unsigned rank = SPLIT ? cluster_rank() : 0;
+    bool two = false;
+    int k_lo = 0, k_hi = KT;
+    if (SPLIT) {
+        const int kmid = mmg4_split(a, g, &two);
+        (rank ? k_lo : k_hi) = kmid;
+    }
+    const int S0 = SPLIT ? k_lo / KS * KS : 0;
     /* a whole group's input for one k-tile: 4 n-tiles of 256 bytes (64 uint4); a.xb is the
      * group of a.row0 */
     const uint4 *xg = (const uint4 *)(a.xb + (size_t)(t0 / GPU_GROUP) * xb_group_stride(KT));
     const size_t gstride = xb_group_stride(KT) / 2; /* uint4 */
     const uint4 *wg = a.w + (size_t)g * KT * 256;
-    const int nst = (KT + KS - 1) / KS;
+    const int nst = SPLIT ? (k_hi - S0 + KS - 1) / KS : (KT + KS - 1) / KS;
 
     __shared__ __align__(8) unsigned long long full[ST], empty[ST];
     if (tid == 0) {
@@ -385,13 +432,13 @@ __global__ void __launch_bounds__(256, 1)
         if (TMA) tma_prefetch(&tm);
     }
     __syncthreads();
-    auto nkt = [&](int s) { return min(KS, KT - s * KS); };
+    auto nkt = [&](int s) { return min(KS, KT - S0 - s * KS); };
     auto copy_a = [&](int s) {
-        bulk_copy(sm + (s % ST) * STAGE, wg + (size_t)s * KS * 256, nkt(s) * 4096u,
+        bulk_copy(sm + (s % ST) * STAGE, wg + (size_t)(S0 + s * KS) * 256, nkt(s) * 4096u,
                   &full[s % ST]);
     };
     auto copy_b = [&](int s) { /* [k-tile][group][n-tile] */
-        const int kt0 = s * KS, n = nkt(s);
+        const int kt0 = S0 + s * KS, n = nkt(s);
         uint4 *dst = sm + (s % ST) * STAGE + SA;
         if constexpr (TMA) {
             tma_load_4d(dst, &tm, 0, 0, t0 / GPU_GROUP, kt0, &full[s % ST]);
@@ -405,7 +452,10 @@ __global__ void __launch_bounds__(256, 1)
     };
     if (tid == 0) /* weights never change: the first stages' before the wait */
         for (int s = 0; s < ST && s < nst; s++) mbar_expect(&full[s], nkt(s) * 8192u), copy_a(s);
-    pdl_wait();
+    /* after: launched right after the unsplit tiles' launch, whose blocks all waited for the
+     * kernel before it (what this one reads) before letting it start; this one then waits
+     * for them at its end, so that what waits for it waits for both */
+    if (!after) pdl_wait();
     pdl_launch();
     if (tid == 0)
         for (int s = 0; s < ST && s < nst; s++) copy_b(s);
@@ -413,9 +463,10 @@ __global__ void __launch_bounds__(256, 1)
     float d[64], run[64];
 #pragma unroll
     for (int i = 0; i < 64; i++) d[i] = 0.f, run[i] = 0.f;
-    int pend = mg_piece_end(a, g, 0);
+    int pend = mg_piece_end(a, g, k_lo);
     bool first = true;
     auto piece_end = [&]() { /* its value, added in order; a new piece from zero */
+        if (SPLIT && !first && pend == KT) return; /* rank 1's second piece stays in d */
 #pragma unroll
         for (int i = 0; i < 64; i++) run[i] = first ? d[i] : run[i] + d[i], d[i] = 0.f;
         first = false;
@@ -437,18 +488,30 @@ __global__ void __launch_bounds__(256, 1)
         }
         if (DSPARK_LAB_MMG4 != 1 || s < ST) mbar_wait(&full[s % ST], (s / ST) & 1);
         const uint4 *as = sm + (s % ST) * STAGE, *bs = as + SA;
-        const int kt0 = s * KS, n = nkt(s);
+        const int kt0 = S0 + s * KS, n = nkt(s);
+        /* SPLIT: the stage's k-tiles of this rank, [ka, kb) */
+        const int ka = SPLIT ? max(0, k_lo - kt0) : 0, kb = SPLIT ? min(n, k_hi - kt0) : n;
         uint4 af[KS]; /* held until the wgmma reading them is waited for */
 #pragma unroll
         for (int kk = 0; kk < KS; kk++)
             af[kk] = kk < n ? as[kk * 256 + warp * 32 + lane] : make_uint4(0, 0, 0, 0);
-        if (n == KS && !(pend > kt0 && pend < kt0 + KS)) { /* no piece ends inside */
+        if (n == KS && (!SPLIT || (ka == 0 && kb == KS)) &&
+            !(pend > kt0 && pend < kt0 + KS)) { /* no piece ends inside */
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < KS; kk++)
                 if (DSPARK_LAB_MMG4 != 2) wgmma<128>(d, af[kk], wg_desc(bs + kk * 256));
             wait();
             if (kt0 + KS == pend) piece_end();
+        } else if (SPLIT) { /* unrolled, so that af stays in registers */
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++) {
+                if (kk < ka || kk >= kb) continue;
+                wg_fence();
+                wgmma<128>(d, af[kk], wg_desc(bs + kk * 256));
+                wait();
+                if (kt0 + kk + 1 == pend) piece_end();
+            }
         } else {
             for (int kk = 0; kk < n; kk++) {
                 wg_fence();
@@ -462,23 +525,70 @@ __global__ void __launch_bounds__(256, 1)
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[s % ST]);
     }
-    __syncthreads(); /* every copy has landed and been used: the ring becomes the tile */
+    if (SPLIT)
+        cluster_sync_all(); /* both ranks' rings are done with: each may write the other's */
+    else
+        __syncthreads(); /* every copy has landed and been used: the ring becomes the tile */
 
     float *val = (float *)sm; /* [M4_ROWS][128]: row t, output g * 128 + i */
     float *pre = val + M4_ROWS * 128; /* [64][128] residual rows, [128] norm weights */
     /* the tile's rows' group sums of squares (a.in_ss), staged after pre by coalesced copies
      * (a row a warp, all in flight while the sums below are stored), a row's sums 8 bytes
-     * further apart than its width so that a thread a row reads them without bank conflicts */
+     * further apart than its width so that a thread a row reads them without bank conflicts;
+     * SPLIT: this rank's 64 rows, below what the other rank writes (M4_RECV) */
     double *sst = (double *)(pre + MG_ROWS * 128 + 128);
     const int sstr = a.n_ssg + 1;
+    constexpr int SR = SPLIT ? MG_ROWS : M4_ROWS;
+    const int r0 = SPLIT ? (int)rank * MG_ROWS : 0; /* the first of them in the tile */
     const bool ss_st = a.in_ss && DSPARK_LAB_QKV != 4 &&
-                       (size_t)((char *)(sst + M4_ROWS * sstr) - (char *)sm) <= M4_SMEM;
+                       (size_t)((char *)(sst + SR * sstr) - (char *)sm) <=
+                           (SPLIT ? M4_RECV : M4_SMEM);
     if (ss_st) {
-        const double *ss = a.in_ss + (size_t)(a.row0 + t0) * a.n_ssg;
-        for (int t = warp; t < M4_ROWS; t += 8)
+        const double *ss = a.in_ss + (size_t)(a.row0 + t0 + r0) * a.n_ssg;
+        for (int t = warp; t < SR; t += 8)
             for (int c = lane; c < a.n_ssg; c += 32)
                 cp_async8(sst + t * sstr + c, ss + (size_t)t * a.n_ssg + c);
         cp_async_commit();
+    }
+    if (SPLIT) { /* a thread's sums of the other rank's rows into that rank's M4_RECV, as
+                  * [float4 q][thread]; rank 0 holds j < 8 (rows 0..63), rank 1 j >= 8 */
+        float4 *rv = (float4 *)((char *)sm + M4_RECV);
+        const unsigned to = cluster_addr(rv + tid, rank ^ 1u);
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            if (rank == 0) {
+                const float *r = run + 32 + 4 * q;
+                st_cluster4(to + q * 4096u, r[0], r[1], r[2], r[3]);
+            } else {
+                const float *r = run + 4 * q, *x = d + 4 * q;
+                st_cluster4(to + q * 4096u, r[0], r[1], r[2], r[3]);
+                if (two) st_cluster4(to + (8 + q) * 4096u, x[0], x[1], x[2], x[3]);
+            }
+        }
+        cluster_sync_all();
+#pragma unroll
+        for (int q = 0; q < 8; q++) { /* the decode order: ((rank 0's run + piece) + piece) */
+            const float4 x = rv[q * 256 + tid];
+            const float xv[4] = {x.x, x.y, x.z, x.w};
+            if (rank == 0) {
+                float *r = run + 4 * q;
+                const float4 y = two ? rv[(8 + q) * 256 + tid] : make_float4(0.f, 0.f, 0.f, 0.f);
+                const float yv[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    r[e] = r[e] + xv[e];
+                    if (two) r[e] = r[e] + yv[e];
+                }
+            } else {
+                float *r = run + 32 + 4 * q;
+                const float *y = d + 32 + 4 * q;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    r[e] = xv[e] + r[e];
+                    if (two) r[e] = r[e] + y[e];
+                }
+            }
+        }
     }
     {
         const int q4 = lane >> 2, q = lane & 3;
@@ -486,8 +596,9 @@ __global__ void __launch_bounds__(256, 1)
         for (int j = 0; j < 16; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
-                val[(8 * j + 2 * q + (e & 1)) * 128 + warp * 16 + q4 + 8 * (e >> 1)] =
-                    run[4 * j + e];
+                if (!SPLIT || (unsigned)(j >> 3) == rank)
+                    val[(8 * j + 2 * q + (e & 1)) * 128 + warp * 16 + q4 + 8 * (e >> 1)] =
+                        run[4 * j + e];
     }
     if (ss_st) cp_async_wait0();
     __syncthreads();
@@ -495,9 +606,10 @@ __global__ void __launch_bounds__(256, 1)
      * bits), from shared memory (before, each half's 64 threads loaded their rows' sums from
      * L2, 32 scattered loads a thread, while the other warps waited) */
     __shared__ float inv[M4_ROWS];
-    if (ss_st && tid < M4_ROWS)
-        inv[tid] = ss_inv_seq(sst + tid * sstr, a.n_ssg, a.H_norm, a.eps);
-    for (int h = 0; h < M4_ROWS / MG_ROWS && DSPARK_LAB_MMG4 != 3; h++) {
+    if (ss_st && tid < SR)
+        inv[r0 + tid] = ss_inv_seq(sst + tid * sstr, a.n_ssg, a.H_norm, a.eps);
+    const int h_end = SPLIT ? (int)rank + 1 : M4_ROWS / MG_ROWS;
+    for (int h = SPLIT ? (int)rank : 0; h < h_end && DSPARK_LAB_MMG4 != 3; h++) {
         /* the epilogue's buffers hold 64 rows */
         mm_args e = a;
         e.T = MG_ROWS, e.row0 = a.row0 + t0 + h * MG_ROWS;
@@ -506,13 +618,32 @@ __global__ void __launch_bounds__(256, 1)
         mm_epi_gather(e, g, 128 * MG_ROWS, ih, pre, ss_st);
         mm_epilogue<1>(e, g, val + h * MG_ROWS * 128, 128 * MG_ROWS, ih, pre, a.qe);
     }
+    if (after) pdl_wait();
 #else
     __trap(); /* launched only where the sm_90a code runs (mmg_init) */
 #endif
 }
 
+template <int TMA>
+__global__ void __launch_bounds__(256, 1)
+    k_mmg4(mm_args a, int R, const __grid_constant__ CUtensorMap tm) {
+    mmg4_tile<TMA, 0>(a, R, tm, blockIdx.x);
+}
+/* tiles tile0.. of a launch, each split between the two blocks of a cluster (inputs by tensor
+ * copies, KT % MG_KS == 0); tiles 0..tile0 - 1 are k_mmg4's launch just before */
+__global__ void __launch_bounds__(256, 1)
+    k_mmg4s(mm_args a, int R, const __grid_constant__ CUtensorMap tm, int tile0) {
+    mmg4_tile<1, 1>(a, R, tm, (unsigned)tile0 + (blockIdx.x >> 1), tile0 > 0);
+}
+
 static int mmg_ok; /* the device gives a block mg_smem(3) of shared memory */
 static int mmg4_ok; /* and k_mmg4's sm_90a code runs on it */
+static int mmg4s_pairs; /* clusters of k_mmg4s that fit on the device at once (0: none) */
+static long mmg4s_tiles; /* tiles launched split (gpu_split_tiles) */
+
+extern "C" long gpu_split_tiles(void) {
+    return mmg4s_tiles;
+}
 static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled; /* NULL: inputs by bulk copies */
 
 /* k_mmg4's map of a launch's inputs: from a->xb, k-tile kt of row group r at 1 KB x kt +
@@ -550,6 +681,19 @@ int mmg_init(void) {
               cudaFuncSetAttribute(k_mmg4<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    M4_SMEM) == cudaSuccess;
     if (!mmg4_ok) cudaGetLastError(); /* k_mmg4 unavailable: k_mmg takes every tile */
+    if (mmg4_ok) { /* how many split tiles (clusters of two) can run at once */
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = 2, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(2), cfg.blockDim = dim3(256), cfg.dynamicSmemBytes = M4_SMEM;
+        cfg.attrs = at, cfg.numAttrs = 1;
+        if (cudaFuncSetAttribute(k_mmg4s, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 M4_SMEM) != cudaSuccess ||
+            cudaOccupancyMaxActiveClusters(&mmg4s_pairs, k_mmg4s, &cfg) != cudaSuccess)
+            mmg4s_pairs = 0;
+        cudaGetLastError();
+    }
     if (mmg4_ok) { /* the driver's tensor-map encoder, for k_mmg4's input copies */
         cudaDriverEntryPointQueryResult q;
         if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode_tiled,
@@ -591,6 +735,32 @@ static int mmg4_rows(const gpu_model *g, const mm_args *a, int G) {
     return R4 * M4_ROWS;
 }
 
+/* How many of a launch's W tiles (the last ones) k_mmg4s splits between two blocks each:
+ * the tiles of a last wave that fills at most half the SMs, whose blocks then each stream
+ * about half a tile (g->gemm4_split 1); as many as fit at once (2, for tests); none (0). A
+ * group must have two or more decode pieces (ks >= 2: the same pieces in every group). */
+static int mmg4_split_tiles(const gpu_model *g, const mm_args *a, int W) {
+    if (!g->gemm4_split || mmg4s_pairs <= 0 || a->ks < 2 || a->KT % MG_KS) return 0;
+    if (g->gemm4_split == 2) return W < mmg4s_pairs ? W : mmg4s_pairs;
+    const int m = W % g->sms;
+    return W > g->sms && 2 * m <= g->sms && m <= mmg4s_pairs ? m : 0;
+}
+
+/* launch() in clusters of two blocks */
+template <typename... KArgs, typename... Args>
+static cudaError_t launch_pairs(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                cudaStream_t st, Args... args) {
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = gpu_pdl_on;
+    at[1].id = cudaLaunchAttributeClusterDimension;
+    at[1].val.clusterDim.x = 2, at[1].val.clusterDim.y = 1, at[1].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
+    cfg.attrs = at, cfg.numAttrs = 2;
+    return cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
+}
+
 cudaError_t mmg_launch(gpu_model *g, const mm_args *a) {
     int G = (int)cdiv(a->MS, 8), T4 = mmg4_rows(g, a, G);
     if (T4 > 0) {
@@ -603,9 +773,16 @@ cudaError_t mmg_launch(gpu_model *g, const mm_args *a) {
         if (map < 0 && !map_warned++)
             log_info("GPU: the driver made no tensor map for the prompt kernel's inputs; they "
                      "come by bulk copies");
-        if (map == 0)
-            e = launch(k_mmg4<1>, dim3(G * R4), dim3(256), M4_SMEM, g->stream, *a, R4, tm);
-        else
+        const int W = G * R4, m = map == 0 ? mmg4_split_tiles(g, a, W) : 0;
+        if (map == 0) {
+            e = W > m ? launch(k_mmg4<1>, dim3(W - m), dim3(256), M4_SMEM, g->stream, *a, R4, tm)
+                      : cudaSuccess;
+            if (e == cudaSuccess && m > 0) {
+                e = launch_pairs(k_mmg4s, dim3(2 * m), dim3(256), M4_SMEM, g->stream, *a, R4, tm,
+                                 W - m);
+                mmg4s_tiles += m;
+            }
+        } else
             e = launch(k_mmg4<0>, dim3(G * R4), dim3(256), M4_SMEM, g->stream, *a, R4, tm);
         if (e != cudaSuccess || T4 == a->T) return e;
         mm_args t = *a; /* the rest of the chunk */

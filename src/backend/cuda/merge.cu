@@ -1,7 +1,8 @@
 /* backend/cuda/merge.cu: the merge of attention's span partials (attention.cu): each row's
  * spans, in span order, weighted by exp(m_s - M) and divided by the merged sum, into the
- * output projection's B operand. A block per (row, head), or per (row, head, 32 dims) where
- * those are few and the spans many; the same sums in the same order either way. */
+ * output projection's B operand. A block per (row, head), a warp per (row, head) for
+ * prompts, or a block per (row, head, 32 dims) where those are few and the spans many; the
+ * same sums in the same order every way. */
 #include "backend/cuda/attention.cuh"
 
 /* By warp 0 of a merge block (lane < 32): the weights w[s - sa] = exp(m_s - M) of a row's
@@ -83,6 +84,58 @@ template <int MV> __global__ void __launch_bounds__(128) k_attn_merge(attn_args 
     }
 }
 
+/* Prompts: a warp per (row, head), 8 a block, lane l taking dims 4 l .. 4 l + 3 (D <= 128,
+ * D % 4 == 0). A block per (row, head) spent most of a short prompt's merge starting blocks
+ * and waiting at their barriers; here a warp requests its first MV spans' values and its
+ * maxima and sums in one round, computes the weights itself (merge_weights, into its own
+ * slice of shared memory) and adds each dim's spans in span order: k_attn_merge's sums in
+ * its order. */
+#define MERGE_WARPS 8
+template <int MV> __global__ void __launch_bounds__(32 * MERGE_WARPS) k_attn_merge_warp(attn_args a,
+                                                                                   int D) {
+    extern __shared__ float wsm[]; /* [MERGE_WARPS][a.spans] the warps' span weights */
+    __shared__ float Lsw[MERGE_WARPS];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int pair = blockIdx.x * MERGE_WARPS + warp, on = pair < a.nr * a.nh;
+    const int t = a.r0 + (on ? pair / a.nh : 0), h = on ? pair % a.nh : 0;
+    const int p = row_lim(a.sp, t), sa = att_lo(p, a.window) / ATT_SPAN, sb = p / ATT_SPAN;
+    const size_t base = ((size_t)(t - a.r0) * a.nh + h) * a.spans;
+    if (a.early) pdl_launch();
+    pdl_wait();
+    if (!a.early) pdl_launch();
+    if (!on) return;
+    const int d = 4 * lane;
+    const bool dim = d < D;
+    const float *ac = a.acc + base * D + d;
+    float4 v[MV]; /* the first spans of dims d..d + 3, requested with the maxima and sums */
+#pragma unroll
+    for (int j = 0; j < MV; j++)
+        v[j] = dim && sa + j <= sb ? __ldcg((const float4 *)(ac + (size_t)(sa + j) * D))
+                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+    float *w = wsm + warp * a.spans;
+    const float2 *ml = (const float2 *)(a.ml + base * 2);
+    merge_weights([&](int s) { return __ldcg(ml + s); }, sa, sb, w, &Lsw[warp], lane);
+    __syncwarp();
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int s = sa; s <= sb; s += MV) { /* MV spans' loads at once, in order */
+        if (s != sa)
+#pragma unroll
+            for (int j = 0; j < MV; j++)
+                if (dim && s + j <= sb) v[j] = __ldcg((const float4 *)(ac + (size_t)(s + j) * D));
+#pragma unroll
+        for (int j = 0; j < MV; j++)
+            if (s + j <= sb) {
+                const float ws = w[s + j - sa];
+                o[0] = fmaf(v[j].x, ws, o[0]), o[1] = fmaf(v[j].y, ws, o[1]);
+                o[2] = fmaf(v[j].z, ws, o[2]), o[3] = fmaf(v[j].w, ws, o[3]);
+            }
+    }
+    const float L = Lsw[warp];
+    if (dim)
+        xb_put4(a.xb_out, a.T, a.KT_out, t, h * D + d,
+                make_float4(o[0] / L, o[1] / L, o[2] / L, o[3] / L), a.terms);
+}
+
 /* Launches of few (row, head) blocks (fewer than SMs: decode steps of a few sequences) with
  * more work items than the two-buffer kernel takes (long contexts) merge on more blocks with
  * fewer round trips: block (row, head, MERGE_DIMS dims) brings the row's span maxima and sums
@@ -146,6 +199,10 @@ int merge_init(gpu_model *g, int spans, size_t most) {
     if (raise_smem((const void *)k_attn_merge<8>, merge_smem(spans)) ||
         raise_smem((const void *)k_attn_merge<16>, merge_smem(spans)))
         return ERR_UNSUPPORTED;
+    if (g->D % 4 || g->D > 128 || MERGE_WARPS * merge_smem(spans) > most) /* by heads */
+        g->merge_warp = 0;
+    else if (raise_smem((const void *)k_attn_merge_warp<8>, MERGE_WARPS * merge_smem(spans)))
+        return ERR_UNSUPPORTED;
     if (merge_dims_smem(spans) > most) /* positions past what its staging fits: by heads */
         g->merge_dims = 0;
     else if (raise_smem((const void *)k_attn_merge_dims, merge_dims_smem(spans)))
@@ -159,6 +216,10 @@ cudaError_t merge_launch(gpu_model *g, attn_args a, int n) {
     if (g->merge_dims && g->att_kind != ATT_FEW && n * nh < g->sms)
         return launch(k_attn_merge_dims, dim3(n, nh, (g->D + MERGE_DIMS - 1) / MERGE_DIMS),
                       dim3(128), merge_dims_smem(g->att_spans), g->stream, a, g->D);
+    if (g->merge_warp > 0 && n >= g->merge_warp)
+        return launch(k_attn_merge_warp<8>, dim3(cdiv((size_t)n * nh, MERGE_WARPS)),
+                      dim3(32 * MERGE_WARPS), MERGE_WARPS * merge_smem(g->att_spans), g->stream,
+                      a, g->D);
     return launch(n <= MERGE_FEW_ROWS ? k_attn_merge<16> : k_attn_merge<8>, dim3(n, nh),
                   dim3(128), merge_smem(g->att_spans), g->stream, a, g->D);
 }
