@@ -519,8 +519,8 @@ TEST(gpu_attention_merge) {
     check_same_passes(m, "the merge by dims (chunks of 3 spans) equals the merge by heads");
 }
 
-/* The merge a warp a (row, head) (k_attn_merge_warp, the default past 16 rows; here every
- * pass, DSPARK_GPU_MERGE_WARP=1) gives the bits of a block a (row, head)
+/* The merge a warp a (row, head) (k_attn_merge_warp, the default for passes of 2 or more
+ * rows; here every pass, DSPARK_GPU_MERGE_WARP=1) gives the bits of a block a (row, head)
  * (DSPARK_GPU_MERGE_WARP=0): the passes of check_same_passes, then a 700-token prompt whose
  * second chunk's rows reach 11 spans (two rounds of the warp's 8 span loads), a verify and
  * steps. pycoder's 64 dims use half of a warp's lanes. */

@@ -506,7 +506,7 @@ struct gpu_model {
     int prescale;         /* layers' norms deferred into the matmuls (mm_call.out_ss) */
     int att_early_kv, att_pre_kv; /* attn_args.early_kv, pre_kv */
     int merge_warp; /* passes of at least this many rows merge a warp a (row, head)
-                     * (DSPARK_GPU_MERGE_WARP, default 17; 0: never, a block a (row, head)) */
+                     * (DSPARK_GPU_MERGE_WARP, default 2; 0: never, a block a (row, head)) */
     int merge_dims, merge_ch; /* launches of fewer (row, head) pairs than SMs past ATT_FEW merge on
                                * k_attn_merge_dims (0: never); its spans a chunk (0: MERGE_CH) */
     int pre_kt; /* mm_args.npre at most */

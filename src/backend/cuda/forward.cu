@@ -356,7 +356,7 @@ extern "C" int gpu_model_new(const gpu_model_desc *d, gpu_model **out) {
     g->att_pre_kv = env_int("DSPARK_GPU_ATT_PRE_KV", 1);
     g->kv16 = d->kv_bf16 > 0 || (!d->kv_bf16 && gpu_kv_default_bytes() == 2);
     g->merge_dims = env_int("DSPARK_GPU_MERGE_DIMS", 1);
-    g->merge_warp = env_int("DSPARK_GPU_MERGE_WARP", 17); /* prompts, wide verify passes */
+    g->merge_warp = env_int("DSPARK_GPU_MERGE_WARP", 2); /* every pass but single steps */
     g->merge_ch = env_int("DSPARK_GPU_MERGE_CH", 0); /* 0: MERGE_CH (tests take fewer) */
     g->pre_kt = env_int("DSPARK_GPU_PRE_KT", 0); /* measured slower at 8, 16 */
     int sms = 132;
