@@ -220,22 +220,25 @@ if has ttft; then
     done
 fi
 if has prompt; then # the prompt matmuls: prefill, one launch's bits against a launch per 32
-    # rows, and each k_mmg4 launch's time in a 512-token pass (two layers: q|k|v, o, gate/up,
-    # down); with PROMPT_SASS=1 also the SASS stall summary of launch PROMPT_SKIP (default 2,
-    # gate/up) by bench/ncu_stalls.py
+    # rows (also with every tile that fits split between block pairs), and each k_mmg4 launch's
+    # time in a 512-token pass (two layers: q|k|v's full tiles and its last wave split, o,
+    # gate/up, down); with PROMPT_SASS=1 also the SASS stall summary of launch PROMPT_SKIP
+    # (default 3, gate/up) by bench/ncu_stalls.py
     stamp "prompt matmuls"
     timeout 120 "$BIN/bench_gpu" "$M8B" --ctx 512 --long 4096 --prefill-only 2>&1 |
         tee "$OUT/prompt.log" | grep prefill
     DSPARK_GPU_GEMM4=2 timeout 120 "$BIN/bench_gpu" "$M8B" --ctx 512 --gemm-check 2>&1 |
         tee -a "$OUT/prompt.log" | grep differ
+    DSPARK_GPU_GEMM4=2 DSPARK_GPU_SPLIT=2 timeout 120 "$BIN/bench_gpu" "$M8B" --ctx 512 \
+        --gemm-check 2>&1 | tee -a "$OUT/prompt.log" | grep differ
     if command -v ncu >/dev/null; then
-        timeout 120 ncu --clock-control none -k regex:k_mmg4 -c 8 --metrics gpu__time_duration.sum \
+        timeout 120 ncu --clock-control none -k regex:k_mmg4 -c 10 --metrics gpu__time_duration.sum \
             --csv --page raw "$BIN/bench_gpu" "$M8B" --ctx 1 --long 512 --probe 512,1 \
             >"$OUT/prompt-times.csv" 2>&1
         python3 bench/ncu_times.py "$OUT/prompt-times.csv"
         if [ "${PROMPT_SASS:-0}" = 1 ]; then
             timeout 180 ncu --clock-control none --set full --import-source yes -k regex:k_mmg4 \
-                --launch-skip "${PROMPT_SKIP:-2}" -c 1 -o "$OUT/prompt" -f "$BIN/bench_gpu" "$M8B" \
+                --launch-skip "${PROMPT_SKIP:-3}" -c 1 -o "$OUT/prompt" -f "$BIN/bench_gpu" "$M8B" \
                 --ctx 1 --long 512 --probe 512,1 >/dev/null 2>&1
             ncu -i "$OUT/prompt.ncu-rep" --page source --csv --print-source sass \
                 >"$OUT/prompt-sass.csv" 2>&1
