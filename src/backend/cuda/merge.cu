@@ -1,8 +1,8 @@
 /* backend/cuda/merge.cu: the merge of attention's span partials (attention.cu): each row's
  * spans, in span order, weighted by exp(m_s - M) and divided by the merged sum, into the
- * output projection's B operand. A block per (row, head), a warp per (row, head) for
- * prompts, or a block per (row, head, 32 dims) where those are few and the spans many; the
- * same sums in the same order every way. */
+ * output projection's B operand. A block per (row, head) for single steps, a warp per
+ * (row, head) for passes of several rows, or a block per (row, head, 32 dims) where those are
+ * few and the spans many; the same sums in the same order every way. */
 #include "backend/cuda/attention.cuh"
 
 /* By warp 0 of a merge block (lane < 32): the weights w[s - sa] = exp(m_s - M) of a row's
@@ -84,12 +84,12 @@ template <int MV> __global__ void __launch_bounds__(128) k_attn_merge(attn_args 
     }
 }
 
-/* Prompts: a warp per (row, head), 8 a block, lane l taking dims 4 l .. 4 l + 3 (D <= 128,
- * D % 4 == 0). A block per (row, head) spent most of a short prompt's merge starting blocks
- * and waiting at their barriers; here a warp requests its first MV spans' values and its
- * maxima and sums in one round, computes the weights itself (merge_weights, into its own
- * slice of shared memory) and adds each dim's spans in span order: k_attn_merge's sums in
- * its order. */
+/* Passes of several rows (g->merge_warp): a warp per (row, head), 8 a block, lane l taking
+ * dims 4 l .. 4 l + 3 (D <= 128, D % 4 == 0). A block per (row, head) merged a 512-row
+ * prompt's 38 MB a layer at 1 TB/s (docs/perf.md); here a warp requests its first MV spans'
+ * values and its maxima and sums in one round, computes the weights itself (merge_weights,
+ * into its own slice of shared memory, no block barrier) and adds each dim's spans in span
+ * order: k_attn_merge's sums in its order. */
 #define MERGE_WARPS 8
 template <int MV> __global__ void __launch_bounds__(32 * MERGE_WARPS) k_attn_merge_warp(attn_args a,
                                                                                    int D) {
