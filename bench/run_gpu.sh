@@ -227,10 +227,10 @@ if has prompt; then # the prompt matmuls: prefill, one launch's bits against a l
     stamp "prompt matmuls"
     timeout 120 "$BIN/bench_gpu" "$M8B" --ctx 512 --long 4096 --prefill-only 2>&1 |
         tee "$OUT/prompt.log" | grep prefill
-    DSPARK_GPU_GEMM4=2 timeout 120 "$BIN/bench_gpu" "$M8B" --ctx 512 --gemm-check 2>&1 |
-        tee -a "$OUT/prompt.log" | grep differ
-    DSPARK_GPU_GEMM4=2 DSPARK_GPU_SPLIT=2 timeout 120 "$BIN/bench_gpu" "$M8B" --ctx 512 \
-        --gemm-check 2>&1 | tee -a "$OUT/prompt.log" | grep differ
+    for split in 1 2; do
+        DSPARK_GPU_GEMM4=2 DSPARK_GPU_SPLIT=$split timeout 120 "$BIN/bench_gpu" "$M8B" --ctx 512 \
+            --gemm-check 2>&1 | tee -a "$OUT/prompt.log" | grep differ
+    done
     if command -v ncu >/dev/null; then
         timeout 120 ncu --clock-control none -k regex:k_mmg4 -c 10 --metrics gpu__time_duration.sum \
             --csv --page raw "$BIN/bench_gpu" "$M8B" --ctx 1 --long 512 --probe 512,1 \

@@ -565,20 +565,29 @@ static inline seq_params seq_of(int row0, int n, int pos0, const gpu_kv *kv, int
 /* ---- launching ---- */
 extern int gpu_pdl_on; /* programmatic dependent launch for every kernel */
 
+/* kern on grid in clusters of `cluster` blocks along x (1: no clusters) */
 template <typename... KArgs, typename... Args>
-static inline cudaError_t launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                 cudaStream_t st, Args... args) {
-    cudaLaunchAttribute at[1];
+static inline cudaError_t launch_clusters(void (*kern)(KArgs...), dim3 grid, dim3 block,
+                                          size_t smem, cudaStream_t st, unsigned cluster,
+                                          Args... args) {
+    cudaLaunchAttribute at[2];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = gpu_pdl_on;
+    at[1].id = cudaLaunchAttributeClusterDimension;
+    at[1].val.clusterDim.x = cluster, at[1].val.clusterDim.y = 1, at[1].val.clusterDim.z = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = cluster > 1 ? 2 : 1;
     return cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
+}
+template <typename... KArgs, typename... Args>
+static inline cudaError_t launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t st, Args... args) {
+    return launch_clusters(kern, grid, block, smem, st, 1u, args...);
 }
 
 static inline unsigned cdiv(size_t n, size_t per) {

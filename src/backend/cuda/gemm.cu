@@ -746,21 +746,6 @@ static int mmg4_split_tiles(const gpu_model *g, const mm_args *a, int W) {
     return W > g->sms && 2 * m <= g->sms && m <= mmg4s_pairs ? m : 0;
 }
 
-/* launch() in clusters of two blocks */
-template <typename... KArgs, typename... Args>
-static cudaError_t launch_pairs(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                cudaStream_t st, Args... args) {
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = gpu_pdl_on;
-    at[1].id = cudaLaunchAttributeClusterDimension;
-    at[1].val.clusterDim.x = 2, at[1].val.clusterDim.y = 1, at[1].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
-    cfg.attrs = at, cfg.numAttrs = 2;
-    return cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
-}
-
 cudaError_t mmg_launch(gpu_model *g, const mm_args *a) {
     int G = (int)cdiv(a->MS, 8), T4 = mmg4_rows(g, a, G);
     if (T4 > 0) {
@@ -778,8 +763,8 @@ cudaError_t mmg_launch(gpu_model *g, const mm_args *a) {
             e = W > m ? launch(k_mmg4<1>, dim3(W - m), dim3(256), M4_SMEM, g->stream, *a, R4, tm)
                       : cudaSuccess;
             if (e == cudaSuccess && m > 0) {
-                e = launch_pairs(k_mmg4s, dim3(2 * m), dim3(256), M4_SMEM, g->stream, *a, R4, tm,
-                                 W - m);
+                e = launch_clusters(k_mmg4s, dim3(2 * m), dim3(256), M4_SMEM, g->stream, 2u, *a,
+                                    R4, tm, W - m);
                 mmg4s_tiles += m;
             }
         } else
